@@ -1,0 +1,178 @@
+#pragma once
+// The typed static graph: what a user builds, what every pass reads.
+//
+// A Graph is a list of nodes in topological order (a node only refers to earlier nodes). Every
+// builder call checks its operands and infers the result's shape and dtype at once, so a graph that
+// was built is well-typed; errors name the op and the shapes involved.
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meganeura/error.hpp"
+
+namespace mn {
+
+enum class DType : uint8_t { F32, F16, I32 };
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);
+int64_t numel(const Shape& s);
+
+enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, DataMovement };
+
+enum class Op : uint8_t {
+#define X(e, n, a, ar) e,
+#include "meganeura/ops.def"
+#undef X
+};
+inline constexpr int kOpCount = 0
+#define X(e, n, a, ar) +1
+#include "meganeura/ops.def"
+#undef X
+    ;
+
+struct OpInfo {
+    const char* name;
+    Archetype archetype;
+    int arity;  // -1: variadic
+};
+const OpInfo& op_info(Op op);
+
+// How a parameter is filled before training starts (PyTorch's defaults are expressible).
+struct Init {
+    enum Kind : uint8_t { Zeros, Ones, Uniform, Normal } kind = Zeros;
+    double a = 0, b = 0;  // Uniform: [a, b); Normal: mean a, std b
+    static Init zeros() { return {Zeros}; }
+    static Init ones() { return {Ones}; }
+    static Init uniform(double lo, double hi) { return {Uniform, lo, hi}; }
+    static Init normal(double mean, double std) { return {Normal, mean, std}; }
+};
+
+class Graph;
+
+// A handle to one node of a graph; cheap to copy. Arithmetic operators build nodes in its graph.
+struct Tensor {
+    Graph* graph = nullptr;
+    int32_t id = -1;
+    bool valid() const { return graph != nullptr && id >= 0; }
+    const Shape& shape() const;
+    DType dtype() const;
+};
+
+struct Node {
+    Op op;
+    std::vector<int32_t> inputs;
+    Shape shape;
+    DType dtype = DType::F32;
+    std::vector<int64_t> ints;  // op attributes, see ops.def
+    std::vector<double> data;   // Constant values
+    bool flag = false;          // Reduce: keepdim; GeluErf/GeluTanh unused
+    std::string name;           // Input / Parameter
+    Init init;                  // Parameter
+};
+
+class Graph {
+public:
+    // leaves
+    Tensor input(std::string name, Shape shape, DType dtype = DType::F32);
+    Tensor parameter(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
+    Tensor constant(std::vector<double> values, Shape shape, DType dtype = DType::F32);
+    Tensor scalar(double value, DType dtype = DType::F32);
+    Tensor full(Shape shape, double value, DType dtype = DType::F32);
+
+    // unary
+    Tensor neg(Tensor x);
+    Tensor exp(Tensor x);
+    Tensor log(Tensor x);
+    Tensor sqrt(Tensor x);
+    Tensor rsqrt(Tensor x);
+    Tensor abs(Tensor x);
+    Tensor relu(Tensor x);
+    Tensor sigmoid(Tensor x);
+    Tensor tanh(Tensor x);
+    Tensor silu(Tensor x);
+    Tensor gelu(Tensor x, std::string_view approximate = "none");  // "none" (erf) or "tanh"
+    Tensor cast(Tensor x, DType to);
+
+    // binary, NumPy broadcasting; a double operand becomes a scalar constant of x's dtype
+    Tensor add(Tensor a, Tensor b);
+    Tensor sub(Tensor a, Tensor b);
+    Tensor mul(Tensor a, Tensor b);
+    Tensor div(Tensor a, Tensor b);
+    Tensor maximum(Tensor a, Tensor b);
+    Tensor minimum(Tensor a, Tensor b);
+    Tensor pow(Tensor a, Tensor b);
+    Tensor pow(Tensor a, double exponent);
+
+    // matmul: a [..., M, K] @ b [..., K, N] with broadcast batch dims; trans_* read the operand's
+    // last two dims swapped without a copy. linear: x [..., in] @ weight[out, in]^T + bias[out].
+    Tensor matmul(Tensor a, Tensor b, bool trans_a = false, bool trans_b = false);
+    Tensor linear(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt);
+
+    // reductions; empty axes = all axes; negative axes count from the end
+    Tensor sum(Tensor x, std::vector<int64_t> axes = {}, bool keepdim = false);
+    Tensor mean(Tensor x, std::vector<int64_t> axes = {}, bool keepdim = false);
+    Tensor max(Tensor x, std::vector<int64_t> axes = {}, bool keepdim = false);
+    Tensor softmax(Tensor x, int64_t axis = -1);
+    Tensor log_softmax(Tensor x, int64_t axis = -1);
+
+    // losses (mean over the batch): logits [N, C] with i32 labels [N]; mse over all elements
+    Tensor cross_entropy(Tensor logits, Tensor labels);
+    Tensor mse_loss(Tensor prediction, Tensor target);
+
+    // data movement
+    Tensor reshape(Tensor x, Shape shape);  // one dim may be -1
+    Tensor permute(Tensor x, std::vector<int64_t> perm);
+    Tensor transpose(Tensor x, int64_t dim0, int64_t dim1);
+    Tensor slice(Tensor x, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
+    Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+    Tensor expand(Tensor x, Shape shape);  // broadcast to shape
+    Tensor flatten(Tensor x, int64_t start_dim = 1);
+
+    // Names a value the session can read back with get(name).
+    void output(std::string name, Tensor x);
+
+    // introspection
+    const std::vector<Node>& nodes() const { return nodes_; }
+    const Node& node(Tensor t) const;
+    const Node& node(int32_t id) const { return nodes_.at(static_cast<size_t>(id)); }
+    const std::vector<std::pair<std::string, int32_t>>& outputs() const { return outputs_; }
+    std::optional<Tensor> find(std::string_view name) const;  // input, parameter or output
+    Tensor handle(int32_t id) { return Tensor{this, id}; }
+    std::string str() const;  // the printer, one node per line
+
+    // Appends a node whose shape and dtype the caller has already checked (used by passes).
+    Tensor emit(Node n);
+
+private:
+    Tensor unary(Op op, Tensor x);
+    Tensor binary(Op op, Tensor a, Tensor b);
+    Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdim);
+    void check(Tensor t, const char* op) const;
+    void check_unique_name(const std::string& name, const char* op) const;
+
+    std::vector<Node> nodes_;
+    std::vector<std::pair<std::string, int32_t>> outputs_;
+};
+
+// PyTorch-style operators
+Tensor operator+(Tensor a, Tensor b);
+Tensor operator-(Tensor a, Tensor b);
+Tensor operator*(Tensor a, Tensor b);
+Tensor operator/(Tensor a, Tensor b);
+Tensor operator-(Tensor a);
+Tensor operator+(Tensor a, double b);
+Tensor operator-(Tensor a, double b);
+Tensor operator*(Tensor a, double b);
+Tensor operator/(Tensor a, double b);
+Tensor operator*(double a, Tensor b);
+
+// Broadcast result shape of a and b, or an error naming op.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace mn

@@ -1,0 +1,80 @@
+#pragma once
+// Device and Session: what a user holds at run time.
+//
+//   auto dev = mn::Device::open();             // best GPU; lavapipe when there is none
+//   auto s   = mn::compile(graph, dev);        // one pre-recorded dispatch sequence
+//   s.set("x", data); s.run(); auto y = s.get("y");
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "meganeura/graph.hpp"
+
+namespace mn {
+
+namespace rt { class Context; }
+
+class Device {
+public:
+    // The best device, or the one `selector` names (an index or part of the name); when empty,
+    // the MEGANEURA_DEVICE environment variable is read.
+    static Device open(const std::string& selector = "");
+    std::string name() const;
+    std::shared_ptr<rt::Context> context() const { return ctx_; }
+
+private:
+    std::shared_ptr<rt::Context> ctx_;
+};
+
+enum class Precision { Strict, Fast };
+
+struct CompileOptions {
+    Precision precision = Precision::Strict;
+    bool plan_memory = true;      // let transient values share arena bytes
+    bool poison_outputs = false;  // fill outputs and the arena with NaN before every run (tests)
+    bool profile = false;         // per-dispatch GPU timestamps
+    uint64_t seed = 0;            // parameter initialization
+};
+
+struct SessionStats {
+    size_t dispatches = 0, barriers = 0, pipelines = 0;
+    uint64_t logical_bytes = 0;   // every transient value at its own address
+    uint64_t physical_bytes = 0;  // the planned arena
+    uint64_t pinned_bytes = 0;    // parameters, inputs, constants, outputs
+    double compile_ms = 0;
+};
+
+class Session {
+public:
+    Session();
+    ~Session();
+    Session(Session&&) noexcept;
+    Session& operator=(Session&&) noexcept;
+
+    // Inputs and parameters by name; the data's length must equal the tensor's element count.
+    void set(std::string_view name, const std::vector<float>& data);
+    void set(std::string_view name, const std::vector<int32_t>& data);
+    // Runs the recorded program once (one submit).
+    void run();
+    // Outputs, inputs and parameters by name (f16 values are widened; i32 read with get_i32).
+    std::vector<float> get(std::string_view name) const;
+    std::vector<int32_t> get_i32(std::string_view name) const;
+    Shape shape(std::string_view name) const;
+
+    const SessionStats& stats() const;
+    // After run() with CompileOptions::profile: (kernel label, ms) per dispatch.
+    std::vector<std::pair<std::string, double>> profile() const;
+
+    struct Impl;
+    explicit Session(std::unique_ptr<Impl> impl);
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+Session compile(const Graph& graph, const Device& device, const CompileOptions& options = {});
+
+}  // namespace mn

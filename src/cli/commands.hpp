@@ -1,0 +1,13 @@
+#pragma once
+// One function per `meganeura` subcommand. Each gets the arguments after the subcommand's name,
+// returns the process exit code, and reports bad input by throwing mn::Error (main prints one line).
+#include <string>
+#include <vector>
+
+namespace mn::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_devices(const Args& args);
+
+}  // namespace mn::cli

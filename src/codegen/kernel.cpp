@@ -1,0 +1,85 @@
+// Shared pieces of every generated shader: the preamble and the grid helpers.
+#include "codegen/kernel.hpp"
+
+#include <algorithm>
+
+namespace mn::codegen {
+
+const char* storage_type(DType t) {
+    switch (t) {
+        case DType::F32: return "float";
+        case DType::F16: return "float16_t";
+        case DType::I32: return "int";
+    }
+    return "float";
+}
+
+const char* compute_type(DType t) { return t == DType::I32 ? "int" : "float"; }
+
+std::string glsl_preamble(const KernelInterface& iface) {
+    std::string s = "#version 450\n";
+    const bool f16 = std::any_of(iface.bindings.begin(), iface.bindings.end(),
+                                 [](const Binding& b) { return b.dtype == DType::F16; });
+    if (f16) s += "#extension GL_EXT_shader_16bit_storage : require\n"
+                  "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
+    s += "layout(local_size_x = " + std::to_string(iface.local_size) + ") in;\n";
+    s += "const uint WG = " + std::to_string(iface.local_size) + "u;\n";
+    for (size_t i = 0; i < iface.spec_constants.size(); ++i) {
+        s += "layout(constant_id = " + std::to_string(i) + ") const uint " + iface.spec_constants[i] + " = 1u;\n";
+    }
+    for (size_t i = 0; i < iface.bindings.size(); ++i) {
+        const Binding& b = iface.bindings[i];
+        s += "layout(std430, set = 0, binding = " + std::to_string(i) + ") " + (b.writes ? "" : "readonly ") +
+             "buffer B_" + b.name + " { " + storage_type(b.dtype) + " d[]; } " + b.name + ";\n";
+    }
+    return s;
+}
+
+const char* const kFlatGroupId =
+    "uint mn_group_id() { return (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * "
+    "gl_NumWorkGroups.x + gl_WorkGroupID.x; }\n";
+
+std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim) {
+    groups = std::max<uint64_t>(groups, 1);
+    const uint64_t x = std::min<uint64_t>(groups, max_per_dim);
+    const uint64_t rest = (groups + x - 1) / x;
+    const uint64_t y = std::min<uint64_t>(rest, max_per_dim);
+    const uint64_t z = (rest + y - 1) / y;
+    if (z > max_per_dim) throw Error("kernel grid of " + std::to_string(groups) + " workgroups is too large");
+    return {static_cast<uint32_t>(x), static_cast<uint32_t>(y), static_cast<uint32_t>(z)};
+}
+
+uint32_t checked_u32(int64_t v, const char* what) {
+    if (v < 0 || v > 0xFFFFFFFFll) throw Error(std::string(what) + " " + std::to_string(v) + " does not fit 32 bits");
+    return static_cast<uint32_t>(v);
+}
+
+}  // namespace mn::codegen
+
+namespace mn::codegen {
+
+std::string strided_offset_fn(const std::string& fn, const std::string& dims, const std::string& strides,
+                              const std::string& offset) {
+    std::string s = "uint " + fn + "(uint i) {\n    uint r = " + offset + ";\n";
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+        const std::string ds = std::to_string(d);
+        s += "    r += (i % " + dims + ds + ") * " + strides + ds + "; i /= " + dims + ds + ";\n";
+    }
+    return s + "    return r;\n}\n";
+}
+
+void add_rank_constants(KernelSource& k, const std::string& prefix, const std::vector<int64_t>& values,
+                        int64_t pad) {
+    if (values.size() > static_cast<size_t>(kMaxRank)) {
+        throw Error("tensors of rank " + std::to_string(values.size()) + " exceed the supported rank " +
+                    std::to_string(kMaxRank));
+    }
+    const size_t lead = kMaxRank - values.size();
+    for (int d = 0; d < kMaxRank; ++d) {
+        k.iface.spec_constants.push_back(prefix + std::to_string(d));
+        const int64_t v = static_cast<size_t>(d) < lead ? pad : values[static_cast<size_t>(d) - lead];
+        k.spec_values.push_back(checked_u32(v, prefix.c_str()));
+    }
+}
+
+}  // namespace mn::codegen

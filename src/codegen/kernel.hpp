@@ -1,0 +1,71 @@
+#pragma once
+// codegen/: one GLSL compute shader per kernel family, generated from a C++ description.
+//
+// A kernel's interface (its storage bindings, specialization constants and workgroup size) is
+// declared once, in a KernelInterface; the GLSL declarations are generated from it, and the
+// compiler checks a dispatch against it. Shapes and sizes are specialization constants, so a
+// family's SPIR-V is compiled once and every layer with the same shapes shares one pipeline; the
+// driver constant-folds the index math. Nothing here knows Vulkan handles.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meganeura/graph.hpp"
+
+namespace mn::codegen {
+
+struct Binding {
+    std::string name;  // the GLSL block's instance name; elements are name.d[i]
+    DType dtype;
+    bool writes = false;  // false: readonly
+};
+
+struct KernelInterface {
+    std::vector<Binding> bindings;            // set 0, binding i
+    std::vector<std::string> spec_constants;  // uint constants, constant_id i, in order
+    uint32_t local_size = 64;                 // 1-D workgroups
+};
+
+// A kernel ready to dispatch: source + the values of its specialization constants + grid.
+struct KernelSource {
+    KernelInterface iface;
+    std::string glsl;  // full source; identical for every instance of a family variant
+    std::vector<uint32_t> spec_values;
+    std::array<uint32_t, 3> groups{1, 1, 1};
+    std::string label;
+};
+
+// The GLSL type used to store / compute a dtype.
+const char* storage_type(DType t);
+const char* compute_type(DType t);
+
+// "#version 450", the extensions the bindings need, the constant and buffer declarations.
+std::string glsl_preamble(const KernelInterface& iface);
+
+// Helpers shared by the families ------------------------------------------------------------
+
+inline constexpr int kMaxRank = 6;
+
+// Splits a flat workgroup count into a grid no dimension of which exceeds `max_per_dim`;
+// kernels recover the flat id with mn_group_id() (see kFlatGroupId).
+std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim);
+extern const char* const kFlatGroupId;
+
+uint32_t checked_u32(int64_t v, const char* what);
+
+}  // namespace mn::codegen
+
+namespace mn::codegen {
+
+// Index math over a rank-kMaxRank iteration space whose dims are the spec constants
+// `<dims>0..<dims>5` (leading dims padded with 1): returns GLSL for
+// `uint <fn>(uint flat)` = offset + sum_d coord_d * <strides>d.
+std::string strided_offset_fn(const std::string& fn, const std::string& dims, const std::string& strides,
+                              const std::string& offset = "0u");
+// Appends `<prefix>0..5` to the interface's spec constants and their values (padded to kMaxRank
+// with `pad` in front).
+void add_rank_constants(KernelSource& k, const std::string& prefix, const std::vector<int64_t>& values,
+                        int64_t pad);
+
+}  // namespace mn::codegen

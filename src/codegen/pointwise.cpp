@@ -1,0 +1,115 @@
+// Pointwise family: one thread per output element, inputs read through broadcast strides.
+// Also the strided-copy family, which is the same index math with a pure move.
+#include <stdexcept>
+
+#include "codegen/families.hpp"
+
+namespace mn::codegen {
+
+namespace {
+
+// GLSL helpers that builtins lack. 1 + erf(u) through erfc (Numerical Recipes' erfcc, relative
+// error < 1.2e-7), so GELU stays accurate on the negative side where 1 + erf(u) is tiny.
+const char* const kMathHelpers = R"(
+float mn_one_plus_erf(float u) {
+    float z = abs(u);
+    float t = 1.0 / (1.0 + 0.5 * z);
+    float c = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+              t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+              t * (-0.82215223 + t * 0.17087277)))))))));
+    return u >= 0.0 ? 2.0 - c : c;
+}
+float mn_pow(float x, float y) {
+    if (y == 0.0) return 1.0;
+    if (x >= 0.0) return pow(x, y);
+    if (y != floor(y)) return uintBitsToFloat(0x7fc00000u);
+    float m = pow(-x, y);
+    return mod(y, 2.0) == 0.0 ? m : -m;
+}
+)";
+
+// The expression of each op over x0 (and x1), in the compute type.
+std::string expression(Op op, DType in, DType out) {
+    const bool i = in == DType::I32;
+    switch (op) {
+        case Op::Neg: return "-x0";
+        case Op::Exp: return "exp(x0)";
+        case Op::Log: return "log(x0)";
+        case Op::Sqrt: return "sqrt(x0)";
+        case Op::Rsqrt: return "inversesqrt(x0)";
+        case Op::Abs: return "abs(x0)";
+        case Op::Relu: return i ? "max(x0, 0)" : "max(x0, 0.0)";
+        case Op::Sigmoid: return "1.0 / (1.0 + exp(-x0))";
+        case Op::Tanh: return "tanh(clamp(x0, -15.0, 15.0))";
+        case Op::Silu: return "x0 / (1.0 + exp(-x0))";
+        case Op::GeluErf: return "0.5 * x0 * mn_one_plus_erf(x0 * 0.70710678118654752)";
+        case Op::GeluTanh:
+            return "0.5 * x0 * (1.0 + tanh(clamp(0.79788456080286536 * (x0 + 0.044715 * x0 * x0 * x0), -15.0, 15.0)))";
+        case Op::Cast: return std::string(compute_type(out)) + "(x0)";
+        case Op::Add: return "x0 + x1";
+        case Op::Sub: return "x0 - x1";
+        case Op::Mul: return "x0 * x1";
+        case Op::Div: return "x0 / x1";
+        case Op::Maximum: return "max(x0, x1)";
+        case Op::Minimum: return "min(x0, x1)";
+        case Op::Pow: return "mn_pow(x0, x1)";
+        default: throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
+    }
+}
+
+}  // namespace
+
+KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
+    KernelSource k;
+    k.label = op_info(spec.op).name;
+    k.iface.local_size = launch.local_size;
+    const int64_t total = numel(spec.out_shape);
+    k.iface.spec_constants.push_back("N");
+    k.spec_values.push_back(checked_u32(total, "element count"));
+    add_rank_constants(k, "D", spec.out_shape, 1);
+
+    std::string body;
+    std::string funcs;
+    for (size_t in = 0; in < spec.in_dtypes.size(); ++in) {
+        const std::string n = std::to_string(in);
+        k.iface.bindings.push_back({"in" + n, spec.in_dtypes[in]});
+        add_rank_constants(k, "S" + n + "_", spec.in_strides[in], 0);
+        funcs += strided_offset_fn("offset" + n, "D", "S" + n + "_");
+        body += "    " + std::string(compute_type(spec.in_dtypes[in])) + " x" + n + " = " +
+                compute_type(spec.in_dtypes[in]) + "(in" + n + ".d[offset" + n + "(i)]);\n";
+    }
+    k.iface.bindings.push_back({"out0", spec.out_dtype, true});
+    const std::string expr = expression(spec.op, spec.in_dtypes[0], spec.out_dtype);
+
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs +
+             "void main() {\n"
+             "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
+             "    if (i >= N) return;\n" +
+             body + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(" + expr + ");\n}\n";
+    k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
+    return k;
+}
+
+KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch) {
+    KernelSource k;
+    k.label = "copy";
+    k.iface.local_size = launch.local_size;
+    const int64_t total = numel(spec.dims);
+    k.iface.spec_constants = {"N", "IN_OFFSET", "OUT_OFFSET"};
+    k.spec_values = {checked_u32(total, "element count"), checked_u32(spec.in_offset, "offset"),
+                     checked_u32(spec.out_offset, "offset")};
+    add_rank_constants(k, "D", spec.dims, 1);
+    add_rank_constants(k, "IS", spec.in_strides, 0);
+    add_rank_constants(k, "OS", spec.out_strides, 0);
+    k.iface.bindings = {{"src", spec.dtype}, {"dst", spec.dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + strided_offset_fn("in_offset", "D", "IS", "IN_OFFSET") +
+             strided_offset_fn("out_offset", "D", "OS", "OUT_OFFSET") +
+             "void main() {\n"
+             "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
+             "    if (i >= N) return;\n"
+             "    dst.d[out_offset(i)] = src.d[in_offset(i)];\n}\n";
+    k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
+    return k;
+}
+
+}  // namespace mn::codegen

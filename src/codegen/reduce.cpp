@@ -1,0 +1,110 @@
+// Reduction family: a tensor viewed as [OUTER, R, INNER] is reduced over R, one workgroup per
+// output element. Threads stride over R, then a shared-memory tree combines their partials.
+// Softmax and log-softmax are the same row walk, three passes (max, sum of exp, write).
+#include "codegen/families.hpp"
+
+namespace mn::codegen {
+
+namespace {
+
+// The workgroup tree reduction of `red[]`, for a combining expression over a and b.
+std::string tree(const std::string& combine) {
+    return "    barrier();\n"
+           "    for (uint s = WG / 2u; s > 0u; s >>= 1u) {\n"
+           "        if (lid < s) { float a = red[lid]; float b = red[lid + s]; red[lid] = " + combine + "; }\n"
+           "        barrier();\n"
+           "    }\n";
+}
+
+const char* const kNegInf = "uintBitsToFloat(0xff800000u)";
+
+uint32_t pow2_at_most(uint32_t v) {
+    uint32_t p = 1;
+    while (p * 2 <= v) p *= 2;
+    return p;
+}
+
+}  // namespace
+
+KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
+                           const Launch& launch) {
+    static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
+    KernelSource k;
+    k.label = kLabels[static_cast<int>(mode)];
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"OUTER", "R", "INNER"};
+    k.spec_values = {checked_u32(outer, "reduction size"), checked_u32(r, "reduction size"),
+                     checked_u32(inner, "reduction size")};
+    checked_u32(outer * r * inner, "reduction size");
+    k.iface.bindings = {{"x", in_dtype}, {"y", out_dtype, true}};
+    const std::string st = storage_type(out_dtype);
+
+    std::string body =
+        "shared float red[WG];\n"
+        "void main() {\n"
+        "    uint g = mn_group_id();\n"
+        "    if (g >= OUTER * INNER) return;\n"
+        "    uint lid = gl_LocalInvocationID.x;\n"
+        "    uint base = (g / INNER) * R * INNER + g % INNER;\n";
+    const std::string load = "float(x.d[base + j * INNER])";
+    const std::string loop = "    for (uint j = lid; j < R; j += WG) ";
+    if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
+        body += "    float acc = 0.0;\n" + loop + "acc += " + load + ";\n    red[lid] = acc;\n" + tree("a + b") +
+                "    if (lid == 0u) y.d[g] = " + st + "(red[0]" + (mode == ReduceMode::Mean ? " / float(R)" : "") +
+                ");\n}\n";
+    } else if (mode == ReduceMode::Max) {
+        body += std::string("    float acc = ") + kNegInf + ";\n" + loop + "acc = max(acc, " + load +
+                ");\n    red[lid] = acc;\n" + tree("max(a, b)") + "    if (lid == 0u) y.d[g] = " + st + "(red[0]);\n}\n";
+    } else {
+        body += std::string("    float m = ") + kNegInf + ";\n" + loop + "m = max(m, " + load + ");\n" +
+                "    red[lid] = m;\n" + tree("max(a, b)") +
+                "    m = red[0];\n"
+                "    barrier();\n"
+                "    float s = 0.0;\n" + loop + "s += exp(" + load + " - m);\n" +
+                "    red[lid] = s;\n" + tree("a + b") + "    s = red[0];\n";
+        if (mode == ReduceMode::Softmax) {
+            body += "    float inv = 1.0 / s;\n" + loop + "y.d[base + j * INNER] = " + st + "(exp(" + load +
+                    " - m) * inv);\n}\n";
+        } else {
+            body += "    float lse = m + log(s);\n" + loop + "y.d[base + j * INNER] = " + st + "(" + load +
+                    " - lse);\n}\n";
+        }
+    }
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + body;
+    k.groups = grid_for(static_cast<uint64_t>(outer * inner), launch.max_groups);
+    return k;
+}
+
+KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+    KernelSource k;
+    k.label = "cross_entropy_rows";
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"ROWS", "C"};
+    k.spec_values = {checked_u32(rows, "rows"), checked_u32(classes, "classes")};
+    checked_u32(rows * classes, "logits size");
+    k.iface.bindings = {{"logits", dtype}, {"labels", DType::I32}, {"loss", DType::F32, true}};
+    const std::string load = "float(logits.d[base + j])";
+    const std::string loop = "    for (uint j = lid; j < C; j += WG) ";
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+             "shared float red[WG];\n"
+             "void main() {\n"
+             "    uint g = mn_group_id();\n"
+             "    if (g >= ROWS) return;\n"
+             "    uint lid = gl_LocalInvocationID.x;\n"
+             "    uint base = g * C;\n"
+             "    float m = " + kNegInf + ";\n" + loop + "m = max(m, " + load + ");\n" +
+             "    red[lid] = m;\n" + tree("max(a, b)") +
+             "    m = red[0];\n"
+             "    barrier();\n"
+             "    float s = 0.0;\n" + loop + "s += exp(" + load + " - m);\n" +
+             "    red[lid] = s;\n" + tree("a + b") +
+             "    if (lid == 0u) {\n"
+             "        int label = labels.d[g];\n"
+             "        loss.d[g] = (label < 0 || uint(label) >= C) ? uintBitsToFloat(0x7fc00000u)\n"
+             "                  : m + log(red[0]) - float(logits.d[base + uint(label)]);\n"
+             "    }\n}\n";
+    k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
+    return k;
+}
+
+}  // namespace mn::codegen

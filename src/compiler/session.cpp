@@ -1,0 +1,161 @@
+// Session: set inputs and parameters, run the recorded program, read results back.
+#include <cstring>
+
+#include "common/half.hpp"
+#include "compiler/session_impl.hpp"
+
+namespace mn {
+
+Device Device::open(const std::string& selector) {
+    Device d;
+    d.ctx_ = rt::Context::open(selector);
+    return d;
+}
+
+std::string Device::name() const { return ctx_->caps().name; }
+
+rt::BufferRange Session::Impl::range(int32_t v) const {
+    const auto r = static_cast<size_t>(schedule.root(v));
+    return {home[r], offset[r], (std::max<uint64_t>(schedule.values[r].bytes(), 4) + 3) / 4 * 4};
+}
+
+int32_t Session::Impl::live(std::string_view name) const {
+    const int32_t v = lookup(name);
+    if (v < 0) throw Error("'" + std::string(name) + "' is not used by any output, so the program does not hold it");
+    return v;
+}
+
+int32_t Session::Impl::lookup(std::string_view name) const {
+    auto it = names.find(name);
+    if (it != names.end()) return it->second;
+    std::string known;
+    for (const auto& [n, v] : names) known += (known.empty() ? "" : ", ") + n;
+    throw Error("unknown tensor '" + std::string(name) + "'; known names: " + known);
+}
+
+void Session::Impl::write_now(int32_t v, const void* bytes) {
+    const rt::BufferRange dst = range(v);
+    rt::Buffer staging(ctx, dst.size, rt::MemoryKind::Upload);
+    std::memset(staging.mapped(), 0, dst.size);
+    std::memcpy(staging.mapped(), bytes, value(v).bytes());
+    rt::Program p(ctx);
+    p.copy({&staging, 0, dst.size}, dst);
+    p.finish();
+    p.run();
+}
+
+std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {
+    const rt::BufferRange src = range(v);
+    rt::Buffer staging(ctx, src.size, rt::MemoryKind::Readback);
+    rt::Program p(ctx);
+    p.copy(src, {&staging, 0, src.size});
+    p.finish();
+    p.run();
+    const auto* at = static_cast<const uint8_t*>(staging.mapped());
+    return {at, at + value(v).bytes()};
+}
+
+std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
+    auto it = readback_at.find(schedule.root(v));
+    if (it == readback_at.end()) return read_now(v);
+    const auto* at = static_cast<const uint8_t*>(readback.mapped()) + it->second;
+    return {at, at + value(v).bytes()};
+}
+
+Session::Session() = default;
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+
+void check_count(std::string_view name, const sched::Value& v, size_t count) {
+    if (static_cast<int64_t>(count) != numel(v.shape)) {
+        throw Error("set '" + std::string(name) + "': " + std::to_string(count) + " values for shape " +
+                    shape_str(v.shape) + " (" + std::to_string(numel(v.shape)) + " elements)");
+    }
+}
+
+}  // namespace
+
+void Session::set(std::string_view name, const std::vector<float>& data) {
+    const int32_t v = impl_->lookup(name);
+    if (v < 0) return;  // no output depends on it
+    const sched::Value& val = impl_->value(v);
+    if (val.storage != sched::Storage::Input && val.storage != sched::Storage::Parameter) {
+        throw Error("set '" + std::string(name) + "': only inputs and parameters can be set");
+    }
+    check_count(name, val, data.size());
+    std::vector<uint8_t> bytes(val.bytes());
+    if (val.dtype == DType::F32) {
+        std::memcpy(bytes.data(), data.data(), bytes.size());
+    } else if (val.dtype == DType::F16) {
+        for (size_t i = 0; i < data.size(); ++i) {
+            const uint16_t h = float_to_half(data[i]);
+            std::memcpy(bytes.data() + 2 * i, &h, 2);
+        }
+    } else {
+        throw Error("set '" + std::string(name) + "': the tensor is i32; pass int32 values");
+    }
+    auto up = impl_->upload_at.find(v);
+    if (up != impl_->upload_at.end()) {
+        std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + up->second, bytes.data(), bytes.size());
+    } else {
+        impl_->write_now(v, bytes.data());
+    }
+}
+
+void Session::set(std::string_view name, const std::vector<int32_t>& data) {
+    const int32_t v = impl_->lookup(name);
+    if (v < 0) return;  // no output depends on it
+    const sched::Value& val = impl_->value(v);
+    if (val.dtype != DType::I32) {
+        throw Error("set '" + std::string(name) + "': the tensor is " + dtype_name(val.dtype) + "; pass float values");
+    }
+    if (val.storage != sched::Storage::Input) throw Error("set '" + std::string(name) + "': only inputs can be set");
+    check_count(name, val, data.size());
+    std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + impl_->upload_at.at(v), data.data(), val.bytes());
+}
+
+void Session::run() { impl_->program->run(); }
+
+std::vector<float> Session::get(std::string_view name) const {
+    const int32_t v = impl_->live(name);
+    const sched::Value& val = impl_->value(v);
+    const std::vector<uint8_t> bytes = impl_->bytes_of(v);
+    const auto count = static_cast<size_t>(numel(val.shape));
+    std::vector<float> out(count);
+    if (val.dtype == DType::F32) {
+        std::memcpy(out.data(), bytes.data(), bytes.size());
+    } else if (val.dtype == DType::F16) {
+        for (size_t i = 0; i < count; ++i) {
+            uint16_t h;
+            std::memcpy(&h, bytes.data() + 2 * i, 2);
+            out[i] = half_to_float(h);
+        }
+    } else {
+        throw Error("get '" + std::string(name) + "': the tensor is i32; use get_i32");
+    }
+    return out;
+}
+
+std::vector<int32_t> Session::get_i32(std::string_view name) const {
+    const int32_t v = impl_->live(name);
+    if (impl_->value(v).dtype != DType::I32) throw Error("get_i32 '" + std::string(name) + "': the tensor is not i32");
+    const std::vector<uint8_t> bytes = impl_->bytes_of(v);
+    std::vector<int32_t> out(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+}
+
+Shape Session::shape(std::string_view name) const { return impl_->value(impl_->live(name)).shape; }
+
+const SessionStats& Session::stats() const { return impl_->stats; }
+
+std::vector<std::pair<std::string, double>> Session::profile() const {
+    if (!impl_->profiled) throw Error("profile: compile with CompileOptions::profile = true");
+    return impl_->program->dispatch_times_ms();
+}
+
+}  // namespace mn

@@ -1,0 +1,35 @@
+#pragma once
+// The compiled program behind a Session: the schedule, where each value lives, the staging
+// buffers and the recorded command sequence.
+#include <map>
+#include <string>
+
+#include "meganeura/session.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+
+namespace mn {
+
+struct Session::Impl {
+    std::shared_ptr<rt::Context> ctx;
+    sched::Schedule schedule;
+    rt::Buffer pinned, arena, upload, readback;
+    std::vector<const rt::Buffer*> home;  // per value (roots only): pinned or arena
+    std::vector<uint64_t> offset;         // per value (roots only): byte offset in its home
+    std::map<std::string, int32_t, std::less<>> names;  // inputs, parameters, outputs -> value
+    std::map<int32_t, uint64_t> upload_at;    // input root -> offset in `upload`
+    std::map<int32_t, uint64_t> readback_at;  // output root -> offset in `readback`
+    std::unique_ptr<rt::Program> program;
+    SessionStats stats;
+    bool profiled = false;
+
+    const sched::Value& value(int32_t v) const { return schedule.values[static_cast<size_t>(v)]; }
+    rt::BufferRange range(int32_t v) const;
+    int32_t lookup(std::string_view name) const;  // throws listing the known names; -1: dead leaf
+    int32_t live(std::string_view name) const;    // lookup, and throws for a dead leaf
+    void write_now(int32_t v, const void* bytes);  // one-shot upload to a value's device bytes
+    std::vector<uint8_t> read_now(int32_t v) const;
+    std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
+};
+
+}  // namespace mn

@@ -1,0 +1,80 @@
+#pragma once
+// The inside of a Context, shared by the runtime's .cpp files and by nothing else. Everything the
+// device needs lives here so that one destructor, in one order, releases it: pipelines and layouts,
+// the pipeline cache (saved to disk first), the device, the debug messenger, the instance.
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/runtime.hpp"
+#include "runtime/vk_check.hpp"
+#include "runtime/vk_compat.hpp"
+
+namespace mn::rt {
+
+struct PhysicalDevice {
+    VkPhysicalDevice handle = VK_NULL_HANDLE;
+    uint32_t api = 0;  // usable version: min(instance, device)
+    uint32_t queue_family = UINT32_MAX;  // UINT32_MAX: no compute queue
+    uint32_t timestamp_bits = 0;         // of that queue family
+    std::vector<std::string> extensions;
+    DeviceCaps caps;
+    bool has(const char* extension) const;
+};
+
+// Every physical device with its capabilities, in selection order (caps.cpp).
+std::vector<PhysicalDevice> list_physical_devices(VkInstance instance, uint32_t instance_api);
+
+// The feature structs we read and (the subset we use) enable. link() chains them in place, so the
+// chain is neither copied nor moved.
+struct FeatureChain {
+    VkPhysicalDeviceFeatures2 core{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan13Features v13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR};
+
+    FeatureChain() = default;
+    FeatureChain(const FeatureChain&) = delete;
+    FeatureChain& operator=(const FeatureChain&) = delete;
+    // Chains the structs the device understands (by API version and extensions) behind `core`.
+    void link(const PhysicalDevice& device);
+};
+
+struct Context::Impl {
+    VkInstance instance = VK_NULL_HANDLE;
+    uint32_t instance_api = 0;
+    bool validation = false;
+    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+    std::mutex messages_mutex;
+    std::vector<std::string> messages;
+
+    PhysicalDevice physical;
+    VkPhysicalDeviceMemoryProperties memory{};
+    VkDevice device = VK_NULL_HANDLE;
+    VkQueue queue = VK_NULL_HANDLE;
+    std::mutex queue_mutex;  // vkQueueSubmit needs external synchronization
+    bool full_subgroups = false;  // computeFullSubgroups enabled
+
+    VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
+    std::string pipeline_cache_path;  // empty: no disk cache
+    bool pipeline_cache_dirty = false;
+    std::map<uint32_t, VkDescriptorSetLayout> set_layouts;  // by binding count
+    std::map<std::pair<uint32_t, uint32_t>, VkPipelineLayout> pipeline_layouts;  // (bindings, push bytes)
+    std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines;  // key: every input's bytes
+
+    Impl() = default;
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+    ~Impl();
+
+    void create_instance(bool with_validation);  // context.cpp
+    void open_pipeline_cache();                   // pipeline.cpp
+    void close_pipelines();                       // pipeline.cpp: saves the cache, destroys all
+};
+
+}  // namespace mn::rt

@@ -1,0 +1,187 @@
+// Compute pipelines: created once per distinct request, cached in memory and, through the driver's
+// VkPipelineCache, on disk.
+//
+// Shapes are specialization constants, so one SPIR-V module serves every layer of a kind and each
+// distinct shape is its own pipeline. The in-memory map returns the same Pipeline object for an
+// identical request (same words, constants, bindings, push bytes and subgroup size); its key holds all
+// those bytes, so two requests can never collide. Descriptor set layouts and pipeline layouts depend
+// only on the binding count and push-constant size and are shared.
+//
+// Driver compilation is the slow part (seconds for a model on some drivers), so the VkPipelineCache
+// is loaded at open and saved when the Context goes away: written to a temporary file and renamed,
+// named by the device's pipelineCacheUUID so a driver update starts a fresh file. A file whose header
+// does not match this device is ignored and overwritten. The folder is $MEGANEURA_CACHE_DIR, else
+// $XDG_CACHE_HOME/meganeura, else ~/.cache/meganeura; MEGANEURA_CACHE_DIR= (empty) turns it off.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "runtime/context_impl.hpp"
+
+namespace mn::rt {
+namespace {
+
+std::string cache_folder() {
+    if (const char* dir = std::getenv("MEGANEURA_CACHE_DIR")) return dir;
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/meganeura";
+    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/meganeura";
+    return "";
+}
+
+bool header_matches(const std::vector<char>& data, const VkPhysicalDeviceProperties& p) {
+    VkPipelineCacheHeaderVersionOne h;
+    if (data.size() < sizeof h) return false;
+    std::memcpy(&h, data.data(), sizeof h);
+    return h.headerSize >= sizeof h && h.headerVersion == VK_PIPELINE_CACHE_HEADER_VERSION_ONE &&
+           h.vendorID == p.vendorID && h.deviceID == p.deviceID &&
+           !std::memcmp(h.pipelineCacheUUID, p.pipelineCacheUUID, VK_UUID_SIZE);
+}
+
+VkDescriptorSetLayout set_layout(Context::Impl& m, uint32_t bindings) {
+    auto& layout = m.set_layouts[bindings];
+    if (layout) return layout;
+    std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+    for (uint32_t i = 0; i < bindings; ++i)
+        b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    VkDescriptorSetLayoutCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    info.bindingCount = bindings;
+    info.pBindings = b.data();
+    MN_VK_CHECK(vkCreateDescriptorSetLayout(m.device, &info, nullptr, &layout));
+    return layout;
+}
+
+VkPipelineLayout pipeline_layout(Context::Impl& m, uint32_t bindings, uint32_t push_bytes) {
+    auto& layout = m.pipeline_layouts[{bindings, push_bytes}];
+    if (layout) return layout;
+    VkDescriptorSetLayout set = set_layout(m, bindings);
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPipelineLayoutCreateInfo info{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    info.setLayoutCount = 1;
+    info.pSetLayouts = &set;
+    info.pushConstantRangeCount = push_bytes ? 1 : 0;
+    info.pPushConstantRanges = &range;
+    MN_VK_CHECK(vkCreatePipelineLayout(m.device, &info, nullptr, &layout));
+    return layout;
+}
+
+}  // namespace
+
+void Context::Impl::open_pipeline_cache() {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(physical.handle, &p);
+    std::vector<char> data;
+    if (std::string dir = cache_folder(); !dir.empty()) {
+        char uuid[2 * VK_UUID_SIZE + 1];
+        for (uint32_t i = 0; i < VK_UUID_SIZE; ++i) std::snprintf(uuid + 2 * i, 3, "%02x", p.pipelineCacheUUID[i]);
+        pipeline_cache_path = dir + "/pipelines-" + uuid + ".bin";
+        std::ifstream in(pipeline_cache_path, std::ios::binary);
+        data.assign(std::istreambuf_iterator<char>(in), {});
+        if (!header_matches(data, p)) data.clear();
+    }
+    VkPipelineCacheCreateInfo info{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    info.initialDataSize = data.size();
+    info.pInitialData = data.data();
+    if (vkCreatePipelineCache(device, &info, nullptr, &pipeline_cache) != VK_SUCCESS) {
+        info.initialDataSize = 0;  // the driver rejected the file: start empty, overwrite it at exit
+        MN_VK_CHECK(vkCreatePipelineCache(device, &info, nullptr, &pipeline_cache));
+    }
+}
+
+// Saving is best effort: a cache that cannot be written costs time next run, nothing else.
+void Context::Impl::close_pipelines() {
+    for (auto& [key, p] : pipelines) vkDestroyPipeline(device, p->handle, nullptr);
+    for (auto& [key, layout] : pipeline_layouts) vkDestroyPipelineLayout(device, layout, nullptr);
+    for (auto& [key, layout] : set_layouts) vkDestroyDescriptorSetLayout(device, layout, nullptr);
+    pipelines.clear();
+    pipeline_layouts.clear();
+    set_layouts.clear();
+    if (!pipeline_cache) return;
+    size_t size = 0;
+    std::vector<char> data;
+    if (pipeline_cache_dirty && !pipeline_cache_path.empty() &&
+        vkGetPipelineCacheData(device, pipeline_cache, &size, nullptr) == VK_SUCCESS) {
+        data.resize(size);
+        if (vkGetPipelineCacheData(device, pipeline_cache, &size, data.data()) != VK_SUCCESS) data.clear();
+    }
+    vkDestroyPipelineCache(device, pipeline_cache, nullptr);
+    pipeline_cache = VK_NULL_HANDLE;
+    if (data.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(pipeline_cache_path).parent_path(), ec);
+    std::string tmp = pipeline_cache_path + ".tmp" + std::to_string(getpid());
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(data.data(), std::streamsize(size));
+    out.close();
+    if (out)
+        std::filesystem::rename(tmp, pipeline_cache_path, ec);
+    else
+        std::filesystem::remove(tmp, ec);
+}
+
+const Pipeline& Context::pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
+                                  uint32_t bindings, uint32_t push_constant_bytes, uint32_t required_subgroup_size) {
+    Impl& m = *impl_;
+    std::string key;
+    auto append = [&](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
+    uint32_t header[] = {uint32_t(spirv.size()), uint32_t(spec_constants.size()), bindings, push_constant_bytes,
+                         required_subgroup_size};
+    append(header, sizeof header);
+    append(spirv.data(), spirv.size() * 4);
+    append(spec_constants.data(), spec_constants.size() * 4);
+    if (auto it = m.pipelines.find(key); it != m.pipelines.end()) return *it->second;
+
+    const DeviceCaps& c = m.physical.caps;
+    if (spirv.empty() || spirv[0] != 0x07230203) throw Error("pipeline: the shader is not SPIR-V");
+    if (push_constant_bytes % 4 || push_constant_bytes > c.max_push_constants)
+        throw Error("pipeline: " + std::to_string(push_constant_bytes) + " push-constant bytes (must be a multiple "
+                    "of 4, at most " + std::to_string(c.max_push_constants) + ")");
+    if (bindings > c.max_storage_buffers_per_stage)
+        throw Error("pipeline: " + std::to_string(bindings) + " storage buffers, the device allows " +
+                    std::to_string(c.max_storage_buffers_per_stage));
+    uint32_t s = required_subgroup_size;
+    if (s && (!c.subgroup_size_control || s < c.min_subgroup_size || s > c.max_subgroup_size || (s & (s - 1))))
+        throw Error("pipeline: subgroup size " + std::to_string(s) + " cannot be required on " + c.name);
+
+    auto p = std::make_unique<Pipeline>();
+    p->layout = pipeline_layout(m, bindings, push_constant_bytes);
+    p->set_layout = set_layout(m, bindings);
+    p->bindings = bindings;
+    p->push_constant_bytes = push_constant_bytes;
+
+    std::vector<VkSpecializationMapEntry> entries(spec_constants.size());
+    for (uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, 4 * i, 4};
+    VkSpecializationInfo spec{uint32_t(entries.size()), entries.data(), spec_constants.size() * 4,
+                              spec_constants.data()};
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo subgroup{
+        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
+    subgroup.requiredSubgroupSize = s;
+
+    VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    module_info.codeSize = spirv.size() * 4;
+    module_info.pCode = spirv.data();
+    VkShaderModule module;
+    MN_VK_CHECK(vkCreateShaderModule(m.device, &module_info, nullptr, &module));
+    VkComputePipelineCreateInfo info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    info.stage.module = module;
+    info.stage.pName = "main";
+    info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
+    if (s) {
+        info.stage.pNext = &subgroup;
+        if (m.full_subgroups) info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+    }
+    info.layout = p->layout;
+    VkResult r = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p->handle);
+    vkDestroyShaderModule(m.device, module, nullptr);
+    if (r != VK_SUCCESS) vk_fail("vkCreateComputePipelines", r < 0 ? r : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
+    m.pipeline_cache_dirty = true;
+    return *m.pipelines.emplace(std::move(key), std::move(p)).first->second;
+}
+
+}  // namespace mn::rt

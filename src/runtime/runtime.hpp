@@ -1,0 +1,185 @@
+#pragma once
+// runtime/: Vulkan only. Instance and device selection, capabilities, buffers, compute pipelines,
+// and Programs: a command sequence recorded once and replayed with one submit per run.
+// This layer knows nothing of graphs; the compiler tells it what to dispatch and where barriers go.
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mn::rt {
+
+struct CoopMatrixShape {
+    uint32_t m = 0, n = 0, k = 0;
+    std::string a_type, b_type, c_type, result_type;  // "f16", "f32", "bf16", "i8", "i32", ...
+};
+
+struct MemoryHeap {
+    uint64_t size = 0;
+    bool device_local = false;
+};
+
+// What schedule/ may specialize on. Never branch on the vendor name outside runtime/.
+struct DeviceCaps {
+    std::string name;
+    std::string type;  // "discrete", "integrated", "virtual", "cpu", "other"
+    std::string driver;
+    uint32_t vendor_id = 0, device_id = 0;
+    uint32_t api_version = 0;
+    uint32_t subgroup_size = 1;
+    bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
+    bool subgroup_size_control = false;
+    uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+    uint32_t max_shared_memory = 0;          // bytes per workgroup
+    uint32_t max_workgroup_invocations = 0;
+    std::array<uint32_t, 3> max_workgroup_size{};
+    std::array<uint32_t, 3> max_workgroup_count{};
+    uint64_t max_storage_buffer_range = 0;
+    uint64_t min_storage_buffer_offset_alignment = 0;
+    uint64_t max_buffer_size = 0;            // largest single VkBuffer we will create
+    uint32_t max_push_constants = 0;
+    uint32_t max_storage_buffers_per_stage = 0;
+    bool shader_float16 = false;
+    bool shader_int8 = false;
+    bool storage_16bit = false;
+    bool shader_bfloat16 = false;
+    bool buffer_device_address = false;
+    bool vulkan_memory_model = false;
+    std::vector<CoopMatrixShape> coop_nv;   // VK_NV_cooperative_matrix
+    std::vector<CoopMatrixShape> coop_khr;  // VK_KHR_cooperative_matrix
+    bool timestamps = false;
+    float timestamp_period_ns = 0;
+    std::vector<MemoryHeap> heaps;
+};
+
+// Human-readable multi-line description (used by `meganeura devices`).
+std::string describe(const DeviceCaps& caps);
+
+class Buffer;
+class Pipeline;
+
+// Instance + one logical device + one compute queue. Shared by everything created on it.
+class Context : public std::enable_shared_from_this<Context> {
+public:
+    // Every Vulkan physical device's capabilities, in selection order (discrete, integrated, then
+    // virtual, then CPU). Throws mn::Error with install advice when there is no driver.
+    static std::vector<DeviceCaps> enumerate();
+
+    // Opens the best device, or the one `selector` names: an index into enumerate() or a
+    // case-insensitive substring of the device name. When selector is empty the environment
+    // variable MEGANEURA_DEVICE is read. MEGANEURA_VALIDATE=1 enables the Khronos validation layer.
+    static std::shared_ptr<Context> open(const std::string& selector = "");
+
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    const DeviceCaps& caps() const;
+    bool validation_enabled() const;
+    // Validation-layer messages (warnings and errors) seen since the last call.
+    std::vector<std::string> take_validation_messages();
+
+    // A compute pipeline for SPIR-V words + 32-bit specialization constants (ids 0..n-1, in order)
+    // + `bindings` storage buffers at set 0 bindings 0..bindings-1 + push constant bytes.
+    // Cached: identical requests return the same pipeline. The driver-level VkPipelineCache is
+    // saved on disk between processes.
+    const Pipeline& pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
+                             uint32_t bindings, uint32_t push_constant_bytes,
+                             uint32_t required_subgroup_size = 0);
+
+    struct Impl;
+    Impl& impl() { return *impl_; }
+
+private:
+    explicit Context(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+enum class MemoryKind { DeviceLocal, Upload, Readback };
+
+// A VkBuffer with its own memory. Move-only. Upload and Readback buffers are persistently mapped.
+class Buffer {
+public:
+    Buffer() = default;
+    Buffer(std::shared_ptr<Context> ctx, uint64_t bytes, MemoryKind kind);
+    ~Buffer();
+    Buffer(Buffer&&) noexcept;
+    Buffer& operator=(Buffer&&) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    VkBuffer handle() const { return buffer_; }
+    uint64_t size() const { return size_; }
+    void* mapped() const { return mapped_; }  // null for DeviceLocal
+
+private:
+    void release();
+    std::shared_ptr<Context> ctx_;
+    VkBuffer buffer_ = VK_NULL_HANDLE;
+    VkDeviceMemory memory_ = VK_NULL_HANDLE;
+    uint64_t size_ = 0;
+    void* mapped_ = nullptr;
+};
+
+struct BufferRange {
+    const Buffer* buffer = nullptr;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+};
+
+class Pipeline {
+public:
+    VkPipeline handle = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    uint32_t bindings = 0;
+    uint32_t push_constant_bytes = 0;
+};
+
+struct Dispatch {
+    const Pipeline* pipeline = nullptr;
+    std::vector<BufferRange> bindings;  // exactly pipeline->bindings entries
+    std::array<uint32_t, 3> groups{1, 1, 1};
+    std::vector<uint8_t> push_constants;  // exactly pipeline->push_constant_bytes
+    std::string label;                    // for timings and traces
+};
+
+// A command sequence recorded once and replayed. Build it with copy/fill/barrier/dispatch, call
+// finish(), then run() as often as needed. The caller places barrier() between dependent commands;
+// a barrier is a global memory barrier covering compute and transfer reads and writes
+// (read-after-write, write-after-read and write-after-write).
+class Program {
+public:
+    explicit Program(std::shared_ptr<Context> ctx);
+    ~Program();
+    Program(Program&&) noexcept;
+    Program& operator=(Program&&) noexcept;
+    Program(const Program&) = delete;
+    Program& operator=(const Program&) = delete;
+
+    void copy(BufferRange src, BufferRange dst);  // sizes must match
+    void fill(BufferRange dst, uint32_t word);    // offset and size multiples of 4
+    void barrier();
+    void dispatch(Dispatch d);
+    // Allocates descriptor sets and records the command buffer. With timestamps, one query is
+    // written before the first command and one after every dispatch.
+    void finish(bool timestamps = false);
+
+    void run();  // submit and wait; throws mn::Error on failure or device loss
+    size_t dispatch_count() const;
+    size_t barrier_count() const;
+    // After run() of a program finished with timestamps: GPU time of each dispatch in ms
+    // (time since the previous timestamp, so barriers before it are included), with its label.
+    std::vector<std::pair<std::string, double>> dispatch_times_ms() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mn::rt

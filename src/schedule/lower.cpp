@@ -1,0 +1,259 @@
+// Lowering: one or a few kernels per live node, in graph order. Composite ops that need
+// intermediate results (cross-entropy, mse, reductions over scattered axes) get scratch values.
+#include <algorithm>
+
+#include "schedule/schedule.hpp"
+
+namespace mn::sched {
+
+namespace {
+
+using codegen::KernelSource;
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+    std::vector<int64_t> st(s.size(), 1);
+    for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+    return st;
+}
+
+// Strides that read `in` (NumPy-aligned to the right) while iterating `out`; 0 on broadcast dims.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+    std::vector<int64_t> st(out.size(), 0);
+    const auto in_st = contiguous_strides(in);
+    const size_t lead = out.size() - in.size();
+    for (size_t d = 0; d < in.size(); ++d) st[lead + d] = in[d] == 1 ? 0 : in_st[d];
+    return st;
+}
+
+class Lowering {
+public:
+    Lowering(const Graph& g, const Tuning& t) : g_(g), t_(t) {}
+
+    Schedule run(const std::vector<int32_t>& roots) {
+        std::vector<bool> live(g_.nodes().size(), false);
+        for (int32_t r : roots) live[static_cast<size_t>(r)] = true;
+        for (size_t i = live.size(); i-- > 0;) {
+            if (!live[i]) continue;
+            for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
+        }
+        s_.node_value.assign(live.size(), -1);
+        for (size_t i = 0; i < live.size(); ++i) {
+            if (live[i]) lower(static_cast<int32_t>(i));
+        }
+        for (int32_t r : roots) s_.values[static_cast<size_t>(s_.root(s_.node_value[static_cast<size_t>(r)]))].pinned = true;
+        return std::move(s_);
+    }
+
+private:
+    int32_t new_value(Shape shape, DType dtype, Storage storage = Storage::Transient, int32_t node = -1) {
+        Value v{.shape = std::move(shape), .dtype = dtype, .storage = storage, .node = node};
+        v.pinned = storage != Storage::Transient;
+        s_.values.push_back(std::move(v));
+        return static_cast<int32_t>(s_.values.size() - 1);
+    }
+    int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
+    void emit(KernelSource k, std::vector<int32_t> values) { s_.steps.push_back({std::move(k), std::move(values)}); }
+
+    void pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
+        codegen::PointwiseSpec spec{.op = op, .out_dtype = s_.values[static_cast<size_t>(out)].dtype,
+                                    .out_shape = s_.values[static_cast<size_t>(out)].shape};
+        for (int32_t v : ins) {
+            spec.in_dtypes.push_back(s_.values[static_cast<size_t>(v)].dtype);
+            spec.in_strides.push_back(broadcast_strides(s_.values[static_cast<size_t>(v)].shape, spec.out_shape));
+        }
+        std::vector<int32_t> bind = ins;
+        bind.push_back(out);
+        emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+    }
+
+    void copy(int32_t in, int32_t out, codegen::CopySpec spec) {
+        spec.dtype = s_.values[static_cast<size_t>(in)].dtype;
+        emit(codegen::strided_copy_kernel(spec, t_.pointwise), {in, out});
+    }
+
+    void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner) {
+        emit(codegen::reduce_kernel(mode, s_.values[static_cast<size_t>(in)].dtype,
+                                    s_.values[static_cast<size_t>(out)].dtype, outer, r, inner, t_.reduction),
+             {in, out});
+    }
+
+    // sum / mean / max over node.ints. Reduced axes that are contiguous (ignoring size-1 dims) map
+    // to [outer, R, inner] directly; otherwise they are first permuted to the end.
+    void lower_reduce(const Node& n, int32_t in, int32_t out) {
+        const Shape shape = s_.values[static_cast<size_t>(in)].shape;  // a copy: new values may reallocate
+        auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
+        const auto mode = n.op == Op::Sum ? codegen::ReduceMode::Sum
+                        : n.op == Op::Mean ? codegen::ReduceMode::Mean : codegen::ReduceMode::Max;
+        // Positions among the dims of size > 1; the reduced ones must form one block.
+        std::vector<size_t> big;
+        for (size_t d = 0; d < shape.size(); ++d) if (shape[d] != 1) big.push_back(d);
+        int first = -1, last = -1;
+        bool contiguous = true;
+        for (size_t i = 0; i < big.size(); ++i) {
+            if (!reduced(big[i])) continue;
+            if (last >= 0 && last != static_cast<int>(i) - 1) contiguous = false;
+            if (first < 0) first = static_cast<int>(i);
+            last = static_cast<int>(i);
+        }
+        if (first >= 0) first = static_cast<int>(big[static_cast<size_t>(first)]), last = static_cast<int>(big[static_cast<size_t>(last)]);
+        if (first < 0) {  // nothing of size > 1 is reduced: an element-wise pass
+            reduce(mode, in, out, numel(shape), 1, 1);
+            return;
+        }
+        if (contiguous) {
+            int64_t outer = 1, r = 1, inner = 1;
+            for (size_t d = 0; d < shape.size(); ++d) {
+                (static_cast<int>(d) < first ? outer : static_cast<int>(d) > last ? inner : r) *= shape[d];
+            }
+            reduce(mode, in, out, outer, r, inner);
+            return;
+        }
+        std::vector<int64_t> perm;
+        for (size_t d = 0; d < shape.size(); ++d) if (!reduced(d)) perm.push_back(static_cast<int64_t>(d));
+        int64_t kept = 1;
+        for (int64_t d : perm) kept *= shape[static_cast<size_t>(d)];
+        for (int64_t d : n.ints) perm.push_back(d);
+        Shape permuted;
+        const auto in_st = contiguous_strides(shape);
+        std::vector<int64_t> strides;
+        for (int64_t d : perm) permuted.push_back(shape[static_cast<size_t>(d)]), strides.push_back(in_st[static_cast<size_t>(d)]);
+        const int32_t tmp = new_value(permuted, s_.values[static_cast<size_t>(in)].dtype);
+        copy(in, tmp, {.dims = permuted, .in_strides = strides, .out_strides = contiguous_strides(permuted)});
+        reduce(mode, tmp, out, kept, numel(shape) / std::max<int64_t>(kept, 1), 1);
+    }
+
+    void lower(int32_t id) {
+        const Node& n = g_.node(id);
+        auto in = [&](size_t k) { return value_of(n.inputs[k]); };
+        auto shape_of = [&](int32_t v) -> const Shape& { return s_.values[static_cast<size_t>(v)].shape; };
+        if (n.op == Op::Input || n.op == Op::Parameter || n.op == Op::Constant) {
+            const Storage st = n.op == Op::Input ? Storage::Input : n.op == Op::Parameter ? Storage::Parameter : Storage::Constant;
+            s_.node_value[static_cast<size_t>(id)] = new_value(n.shape, n.dtype, st, id);
+            return;
+        }
+        if (n.op == Op::Reshape) {
+            const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
+            s_.values[static_cast<size_t>(v)].view_of = in(0);
+            s_.node_value[static_cast<size_t>(id)] = v;
+            return;
+        }
+        const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
+        s_.node_value[static_cast<size_t>(id)] = out;
+        switch (op_info(n.op).archetype) {
+            case Archetype::Pointwise: {
+                std::vector<int32_t> ins;
+                for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(k));
+                pointwise(n.op, ins, out);
+                return;
+            }
+            case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
+            default: break;
+        }
+        const Shape x = shape_of(in(0));  // a copy: new values may reallocate
+        switch (n.op) {
+            case Op::Sum: case Op::Mean: case Op::Max: return lower_reduce(n, in(0), out);
+            case Op::Softmax: case Op::LogSoftmax: {
+                const auto a = static_cast<size_t>(n.ints[0]);
+                int64_t outer = 1, inner = 1;
+                for (size_t d = 0; d < a; ++d) outer *= x[d];
+                for (size_t d = a + 1; d < x.size(); ++d) inner *= x[d];
+                reduce(n.op == Op::Softmax ? codegen::ReduceMode::Softmax : codegen::ReduceMode::LogSoftmax, in(0), out,
+                       outer, x[a], inner);
+                return;
+            }
+            case Op::CrossEntropy: {
+                const int32_t rows = new_value({x[0]}, DType::F32);
+                emit(codegen::cross_entropy_rows_kernel(n.dtype, x[0], x[1], t_.reduction), {in(0), in(1), rows});
+                reduce(codegen::ReduceMode::Mean, rows, out, 1, x[0], 1);
+                return;
+            }
+            case Op::MseLoss: {
+                const int32_t diff = new_value(x, n.dtype);
+                const int32_t sq = new_value(x, n.dtype);
+                pointwise(Op::Sub, {in(0), in(1)}, diff);
+                pointwise(Op::Mul, {diff, diff}, sq);
+                reduce(codegen::ReduceMode::Mean, sq, out, 1, numel(x), 1);
+                return;
+            }
+            case Op::Permute: {
+                const auto st = contiguous_strides(x);
+                std::vector<int64_t> in_strides;
+                for (int64_t p : n.ints) in_strides.push_back(st[static_cast<size_t>(p)]);
+                copy(in(0), out, {.dims = n.shape, .in_strides = in_strides, .out_strides = contiguous_strides(n.shape)});
+                return;
+            }
+            case Op::Slice: {
+                const auto st = contiguous_strides(x);
+                const size_t rank = x.size();
+                codegen::CopySpec spec{.dims = n.shape, .out_strides = contiguous_strides(n.shape)};
+                for (size_t d = 0; d < rank; ++d) {
+                    spec.in_strides.push_back(st[d] * n.ints[2 * rank + d]);
+                    spec.in_offset += n.ints[d] * st[d];
+                }
+                copy(in(0), out, spec);
+                return;
+            }
+            case Op::Concat: {
+                const auto axis = static_cast<size_t>(n.ints[0]);
+                const auto out_st = contiguous_strides(n.shape);
+                int64_t at = 0;
+                for (size_t k = 0; k < n.inputs.size(); ++k) {
+                    const Shape piece = shape_of(in(k));
+                    copy(in(k), out, {.dims = piece, .in_strides = contiguous_strides(piece), .out_strides = out_st,
+                                      .out_offset = at * out_st[axis]});
+                    at += piece[axis];
+                }
+                return;
+            }
+            case Op::Expand:
+                copy(in(0), out, {.dims = n.shape, .in_strides = broadcast_strides(x, n.shape),
+                                  .out_strides = contiguous_strides(n.shape)});
+                return;
+            default:
+                throw Error(std::string("schedule: no lowering for op ") + op_info(n.op).name);
+        }
+    }
+
+    void lower_matmul(const Node& n, int32_t a, int32_t b, int32_t out) {
+        const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
+        const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
+        const Shape batch(n.shape.begin(), n.shape.end() - 2);
+        auto batch_strides = [&](const Shape& s) {
+            const Shape sb_(s.begin(), s.end() - 2);
+            auto st = broadcast_strides(sb_, batch);
+            const int64_t mat = s[s.size() - 1] * s[s.size() - 2];
+            for (auto& v : st) v *= mat;
+            return st;
+        };
+        codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
+                                 .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
+                                 .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
+                                 .b_batch_strides = batch_strides(sb)};
+        emit(codegen::matmul_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+    }
+
+    const Graph& g_;
+    const Tuning& t_;
+    Schedule s_;
+};
+
+}  // namespace
+
+Tuning tune_for(const rt::DeviceCaps& caps) {
+    Tuning t;
+    const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
+                                          caps.max_workgroup_count[2]});
+    // CPU drivers run a workgroup as one thread's loop: small groups keep barriers cheap.
+    const bool cpu = caps.type == "cpu";
+    const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
+    t.pointwise = {.local_size = wg, .max_groups = max_groups};
+    t.reduction = {.local_size = wg, .max_groups = max_groups};
+    t.matmul = cpu ? codegen::MatmulTiles{32, 32, 8, 4, 4} : codegen::MatmulTiles{64, 64, 16, 4, 4};
+    return t;
+}
+
+Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning) {
+    return Lowering(graph, tuning).run(roots);
+}
+
+}  // namespace mn::sched

@@ -1,0 +1,54 @@
+#pragma once
+// schedule/: turns a graph into an ordered list of kernel dispatches over values.
+//
+// A Value is a tensor the program holds: an input, a parameter, a constant, a node's result or a
+// scratch buffer a lowering needed. A reshape is a view: it shares its source's storage. Steps run
+// in graph order (topological by construction). Device specialization (workgroup sizes, matmul
+// tiles) reads DeviceCaps only.
+#include <string>
+#include <vector>
+
+#include "codegen/families.hpp"
+#include "meganeura/graph.hpp"
+#include "runtime/runtime.hpp"
+
+namespace mn::sched {
+
+enum class Storage { Transient, Input, Parameter, Constant };
+
+struct Value {
+    Shape shape;
+    DType dtype = DType::F32;
+    Storage storage = Storage::Transient;
+    int32_t node = -1;     // graph node, -1 for scratch
+    int32_t view_of = -1;  // another value whose storage this one shares
+    bool pinned = false;   // never aliased by the planner: leaves and user-visible outputs
+    uint64_t bytes() const { return static_cast<uint64_t>(numel(shape)) * dtype_size(dtype); }
+};
+
+struct Step {
+    codegen::KernelSource kernel;
+    std::vector<int32_t> values;  // one value per kernel binding, in binding order
+};
+
+struct Schedule {
+    std::vector<Value> values;
+    std::vector<Step> steps;
+    std::vector<int32_t> node_value;  // graph node id -> value id, -1 where the node is dead
+
+    int32_t root(int32_t v) const {
+        while (values[static_cast<size_t>(v)].view_of >= 0) v = values[static_cast<size_t>(v)].view_of;
+        return v;
+    }
+};
+
+struct Tuning {
+    codegen::Launch pointwise, reduction;
+    codegen::MatmulTiles matmul;
+};
+Tuning tune_for(const rt::DeviceCaps& caps);
+
+// Lowers the nodes that `roots` depend on. Roots' values are pinned.
+Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
+
+}  // namespace mn::sched

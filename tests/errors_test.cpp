@@ -1,0 +1,87 @@
+// Bad input gets a clear mn::Error whose message names the op, the shapes or the known names.
+#include "gpu_check.hpp"
+
+namespace mn::test {
+namespace {
+
+template <typename F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "<no error>";
+}
+
+TEST(GraphErrorsTest, ShapeMismatchesNameTheOpAndShapes) {
+    Graph g;
+    auto a = g.input("a", {3, 4});
+    auto b = g.input("b", {5, 6});
+    EXPECT_EQ(error_of([&] { g.matmul(a, b); }), "[matmul] a is (3,4), b is (5,6): inner dims 4 != 5");
+    EXPECT_EQ(error_of([&] { g.add(a, b); }), "[add] a is (3,4), b is (5,6): cannot broadcast");
+    EXPECT_EQ(error_of([&] { g.reshape(a, {5, -1}); }), "[reshape] cannot reshape (3,4) to (5,-1)");
+    EXPECT_EQ(error_of([&] { g.sum(a, {2}); }), "[sum] axis 2 is out of range for rank 2");
+    EXPECT_EQ(error_of([&] { g.linear(a, g.parameter("w", {4, 3})); }),
+              "[linear] x is (3,4), weight is (4,3): weight must be [out, 4]");
+    EXPECT_EQ(error_of([&] { g.concat({a, b}, 0); }), "[concat] tensors (3,4) and (5,6) differ outside axis 0");
+    EXPECT_EQ(error_of([&] { g.permute(a, {0, 0}); }), "[permute] perm (0,0) repeats an axis");
+}
+
+TEST(GraphErrorsTest, DtypeAndNameErrors) {
+    Graph g;
+    auto x = g.input("x", {4, 3});
+    auto labels = g.input("labels", {4});
+    EXPECT_EQ(error_of([&] { g.cross_entropy(x, labels); }), "[cross_entropy] labels must be i32, got f32");
+    EXPECT_EQ(error_of([&] { g.add(x, g.input("i", {4, 3}, DType::I32)); }), "[add] dtypes differ: a is f32, b is i32");
+    EXPECT_EQ(error_of([&] { g.input("x", {1}); }), "[input] name 'x' is already used");
+    EXPECT_EQ(error_of([&] { g.exp(g.find("i").value()); }), "[exp] needs a float tensor, got i32");
+    EXPECT_EQ(error_of([&] { g.gelu(x, "fast"); }), "[gelu] approximate must be \"none\" or \"tanh\", got \"fast\"");
+}
+
+using SessionErrorsTest = GpuTest;
+
+TEST_F(SessionErrorsTest, UnknownNamesListTheKnownOnes) {
+    Graph g;
+    auto x = g.input("x", {2, 3});
+    g.output("y", g.relu(x));
+    Session s = compile(g, device());
+    EXPECT_EQ(error_of([&] { s.set("z", std::vector<float>(6)); }), "unknown tensor 'z'; known names: x, y");
+    EXPECT_EQ(error_of([&] { s.get("w"); }), "unknown tensor 'w'; known names: x, y");
+}
+
+TEST_F(SessionErrorsTest, WrongSizesAndDtypesAreRejected) {
+    Graph g;
+    auto x = g.input("x", {2, 3});
+    auto labels = g.input("labels", {2}, DType::I32);
+    g.output("loss", g.cross_entropy(x, labels));
+    Session s = compile(g, device());
+    EXPECT_EQ(error_of([&] { s.set("x", std::vector<float>(5)); }), "set 'x': 5 values for shape (2,3) (6 elements)");
+    EXPECT_EQ(error_of([&] { s.set("labels", std::vector<float>(2)); }), "set 'labels': the tensor is i32; pass int32 values");
+    EXPECT_EQ(error_of([&] { s.set("x", std::vector<int32_t>(6)); }), "set 'x': the tensor is f32; pass float values");
+    EXPECT_EQ(error_of([&] { s.set("loss", std::vector<float>(1)); }), "set 'loss': only inputs and parameters can be set");
+    EXPECT_EQ(error_of([&] { s.get_i32("x"); }), "get_i32 'x': the tensor is not i32");
+}
+
+TEST_F(SessionErrorsTest, AGraphWithoutOutputsIsRejected) {
+    Graph g;
+    g.relu(g.input("x", {2}));
+    EXPECT_EQ(error_of([&] { compile(g, device()); }),
+              "compile: the graph has no outputs (mark them with graph.output(name, tensor))");
+}
+
+TEST_F(SessionErrorsTest, ParametersCanBeSetAndReadBack) {
+    Graph g;
+    auto w = g.parameter("w", {3}, Init::ones());
+    g.output("y", g.mul(g.input("x", {3}), w));
+    Session s = compile(g, device());
+    EXPECT_EQ(s.get("w"), (std::vector<float>{1, 1, 1}));
+    s.set("w", std::vector<float>{1, 2, 3});
+    s.set("x", std::vector<float>{2, 2, 2});
+    s.run();
+    EXPECT_EQ(s.get("y"), (std::vector<float>{2, 4, 6}));
+    EXPECT_EQ(s.get("w"), (std::vector<float>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace mn::test

@@ -1,0 +1,174 @@
+// Every op on the GPU against the float64 reference, at odd sizes that are multiples of no tile.
+#include "gpu_check.hpp"
+
+namespace mn::test {
+namespace {
+
+using OpsTest = GpuTest;
+
+const std::vector<Shape> kShapes = {{1}, {7, 33}, {2, 3, 257}};
+
+TEST_F(OpsTest, Unary) {
+    using Fn = Tensor (Graph::*)(Tensor);
+    const std::vector<std::pair<const char*, Fn>> ops = {
+        {"neg", &Graph::neg},   {"exp", &Graph::exp},         {"abs", &Graph::abs},   {"relu", &Graph::relu},
+        {"sigmoid", &Graph::sigmoid}, {"tanh", &Graph::tanh}, {"silu", &Graph::silu}};
+    const std::vector<std::pair<const char*, Fn>> positive_ops = {
+        {"log", &Graph::log}, {"sqrt", &Graph::sqrt}, {"rsqrt", &Graph::rsqrt}};
+    uint64_t seed = 1;
+    for (const Shape& shape : kShapes) {
+        for (bool positive : {false, true}) {
+            for (const auto& [name, fn] : positive ? positive_ops : ops) {
+                SCOPED_TRACE(std::string(name) + " " + shape_str(shape));
+                Graph g;
+                g.output("y", (g.*fn)(g.input("x", shape)));
+                expect_matches_reference(g, random_feeds(g, seed++, positive ? FeedRange{0.1, 4} : FeedRange{-4, 4}));
+            }
+        }
+        for (const char* approx : {"none", "tanh"}) {
+            Graph g;
+            g.output("y", g.gelu(g.input("x", shape), approx));
+            expect_matches_reference(g, random_feeds(g, seed++, {-5, 5}));
+        }
+    }
+}
+
+TEST_F(OpsTest, BinaryWithBroadcasting) {
+    using Fn = Tensor (Graph::*)(Tensor, Tensor);
+    const std::vector<std::pair<const char*, Fn>> ops = {
+        {"add", &Graph::add}, {"sub", &Graph::sub}, {"mul", &Graph::mul}, {"div", &Graph::div},
+        {"maximum", &Graph::maximum}, {"minimum", &Graph::minimum}};
+    const std::vector<std::pair<Shape, Shape>> shapes = {
+        {{1}, {1}}, {{7, 33}, {33}}, {{2, 1, 257}, {3, 1}}, {{257}, {257}}, {{}, {4, 7}}};
+    uint64_t seed = 100;
+    for (const auto& [sa, sb] : shapes) {
+        for (const auto& [name, fn] : ops) {
+            SCOPED_TRACE(std::string(name) + " " + shape_str(sa) + " " + shape_str(sb));
+            Graph g;
+            g.output("y", (g.*fn)(g.input("a", sa), g.input("b", sb)));
+            // keep divisors away from zero
+            expect_matches_reference(g, random_feeds(g, seed++, name == std::string("div") ? FeedRange{0.5, 3} : FeedRange{}));
+        }
+    }
+}
+
+TEST_F(OpsTest, PowHandlesNegativeBasesWithIntegerExponents) {
+    Graph g;
+    auto x = g.input("x", {7, 33});
+    g.output("cube", g.pow(x, 3.0));
+    g.output("square", g.pow(x, 2.0));
+    g.output("zero", g.pow(x, 0.0));
+    expect_matches_reference(g, random_feeds(g, 7));
+    g.output("frac", g.pow(g.abs(x), 0.5));  // non-integer exponent on a non-negative base
+    expect_matches_reference(g, random_feeds(g, 8));
+}
+
+TEST_F(OpsTest, Reductions) {
+    const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+        {{1}, {}},         {{257}, {0}},         {{7, 33}, {1}},         {{7, 33}, {0}},
+        {{3, 7, 33}, {1}}, {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{5, 1, 7}, {0, 2}}, {{4, 1000}, {}}};
+    uint64_t seed = 200;
+    for (const auto& [shape, axes] : cases) {
+        for (bool keepdim : {false, true}) {
+            SCOPED_TRACE(shape_str(shape) + " axes " + shape_str(axes) + (keepdim ? " keepdim" : ""));
+            Graph g;
+            auto x = g.input("x", shape);
+            g.output("sum", g.sum(x, axes, keepdim));
+            g.output("mean", g.mean(x, axes, keepdim));
+            g.output("max", g.max(x, axes, keepdim));
+            expect_matches_reference(g, random_feeds(g, seed++));
+        }
+    }
+}
+
+TEST_F(OpsTest, SoftmaxAndLogSoftmax) {
+    uint64_t seed = 300;
+    for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{
+             {{1}, -1}, {{7, 33}, -1}, {{7, 33}, 0}, {{2, 257, 3}, 1}, {{3, 1000}, -1}}) {
+        SCOPED_TRACE(shape_str(shape));
+        Graph g;
+        auto x = g.input("x", shape);
+        g.output("softmax", g.softmax(x, axis));
+        g.output("log_softmax", g.log_softmax(x, axis));
+        expect_matches_reference(g, random_feeds(g, seed++, {-10, 10}));
+    }
+}
+
+TEST_F(OpsTest, Matmul) {
+    struct Case { Shape a, b; bool ta, tb; };
+    const std::vector<Case> cases = {
+        {{1, 1}, {1, 1}, false, false},       {{7, 33}, {33, 257}, false, false},
+        {{33, 7}, {33, 257}, true, false},    {{7, 33}, {257, 33}, false, true},
+        {{33, 7}, {257, 33}, true, true},     {{257, 33}, {33, 7}, false, false},
+        {{512, 512}, {512, 512}, false, false}, {{2, 3, 17, 9}, {3, 9, 13}, false, false},
+        {{4, 5, 7}, {1, 7, 6}, false, false}, {{3, 9, 17}, {3, 13, 9}, true, true}};
+    uint64_t seed = 400;
+    for (const auto& c : cases) {
+        SCOPED_TRACE(shape_str(c.a) + (c.ta ? "^T" : "") + " @ " + shape_str(c.b) + (c.tb ? "^T" : ""));
+        Graph g;
+        g.output("c", g.matmul(g.input("a", c.a), g.input("b", c.b), c.ta, c.tb));
+        expect_matches_reference(g, random_feeds(g, seed++));
+    }
+}
+
+TEST_F(OpsTest, LinearWithBias) {
+    Graph g;
+    auto x = g.input("x", {2, 5, 33});
+    g.output("y", g.linear(x, g.parameter("w", {7, 33}), g.parameter("b", {7})));
+    expect_matches_reference(g, random_feeds(g, 500));
+}
+
+TEST_F(OpsTest, DataMovement) {
+    Graph g;
+    auto x = g.input("x", {2, 7, 33});
+    auto y = g.input("y", {2, 3, 33});
+    g.output("reshape", g.reshape(x, {14, -1}));
+    g.output("permute", g.permute(x, {2, 0, 1}));
+    g.output("transpose", g.transpose(x, 0, 1));
+    g.output("slice", g.slice(x, 1, 1, 6, 2));
+    g.output("slice_neg", g.slice(x, -1, -5, 100));
+    g.output("concat", g.concat({x, y, x}, 1));
+    g.output("expand", g.expand(g.input("z", {7, 1}), {3, 7, 5}));
+    g.output("flatten", g.flatten(x));
+    expect_matches_reference(g, random_feeds(g, 600));
+}
+
+TEST_F(OpsTest, Losses) {
+    for (int64_t classes : {1, 10, 257}) {
+        Graph g;
+        auto logits = g.input("logits", {33, classes});
+        auto labels = g.input("labels", {33}, DType::I32);
+        g.output("ce", g.cross_entropy(logits, labels));
+        g.output("mse", g.mse_loss(logits, g.input("target", {33, classes})));
+        auto feeds = random_feeds(g, 700 + static_cast<uint64_t>(classes), {-5, 5});
+        std::mt19937 rng(1);
+        for (auto& l : feeds["labels"].data) l = static_cast<double>(rng() % static_cast<uint32_t>(classes));
+        expect_matches_reference(g, feeds);
+    }
+}
+
+TEST_F(OpsTest, HalfAndIntegerTensors) {
+    Graph g;
+    auto x = g.input("x", {7, 33});
+    auto h = g.cast(x, DType::F16);
+    g.output("half_exp", g.exp(h));
+    g.output("half_matmul", g.matmul(h, g.cast(g.input("w", {33, 5}), DType::F16)));
+    g.output("back", g.cast(g.mul(h, h), DType::F32));
+    auto i = g.input("i", {7, 33}, DType::I32);
+    g.output("int_ops", g.add(g.mul(i, i), g.neg(i)));
+    g.output("to_int", g.cast(x, DType::I32));
+    expect_matches_reference(g, random_feeds(g, 800, {-3, 3}), 2e-3);
+}
+
+TEST_F(OpsTest, IdenticalLayersShareOnePipeline) {
+    Graph g;
+    auto x = g.input("x", {8, 16});
+    for (int i = 0; i < 4; ++i) x = g.relu(g.linear(x, g.parameter("w" + std::to_string(i), {16, 16})));
+    g.output("y", x);
+    Session s = compile(g, device());
+    EXPECT_EQ(s.stats().dispatches, 8u);
+    EXPECT_EQ(s.stats().pipelines, 2u);  // one matmul and one relu variant
+}
+
+}  // namespace
+}  // namespace mn::test
