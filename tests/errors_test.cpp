@@ -59,7 +59,7 @@ TEST_F(SessionErrorsTest, WrongSizesAndDtypesAreRejected) {
     EXPECT_EQ(error_of([&] { s.set("x", std::vector<float>(5)); }), "set 'x': 5 values for shape (2,3) (6 elements)");
     EXPECT_EQ(error_of([&] { s.set("labels", std::vector<float>(2)); }), "set 'labels': the tensor is i32; pass int32 values");
     EXPECT_EQ(error_of([&] { s.set("x", std::vector<int32_t>(6)); }), "set 'x': the tensor is f32; pass float values");
-    EXPECT_EQ(error_of([&] { s.set("loss", std::vector<float>(1)); }), "set 'loss': only inputs and parameters can be set");
+    EXPECT_EQ(error_of([&] { s.set("loss", std::vector<float>(1)); }), "set 'loss': only inputs, parameters and states can be set");
     EXPECT_EQ(error_of([&] { s.get_i32("x"); }), "get_i32 'x': the tensor is not i32");
 }
 

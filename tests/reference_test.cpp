@@ -119,6 +119,19 @@ TEST(ReferenceLeaves, FedValuesAreNormalizedToTheDtype) {
     EXPECT_FALSE(std::signbit(iv.data[2]));
 }
 
+TEST(ReferenceLeaves, StateIsFedAndAssignIsItsValue) {
+    Graph g;
+    Tensor m = g.state("m", {2});
+    Tensor w = g.parameter("w", {2});
+    Tensor assigned_m = g.assign(m, m * 0.5 + w);
+    Tensor assigned_w = g.assign(w, w - 1.0);
+    const Feeds feeds{{"m", {{2}, {4, 6}}}, {"w", {{2}, {1, 2}}}};
+    expect_values(eval(g, m, feeds), {2}, {4, 6});
+    expect_values(eval(g, assigned_m, feeds), {2}, {3, 5});
+    expect_values(eval(g, assigned_w, feeds), {2}, {0, 1});
+    EXPECT_EQ(error_of([&] { evaluate(g, {{"w", {{2}, {1, 2}}}}); }), "reference: no value fed for state 'm'");
+}
+
 TEST(ReferenceLeaves, MissingFeedIsNamed) {
     Graph g;
     g.input("x", {2});
@@ -169,6 +182,38 @@ TEST(ReferenceUnary, EachOp) {
                   {0, 0.8411919906082768, -0.15880800939172324});
 }
 
+TEST(ReferenceUnary, SignAndGeluDerivatives) {
+    auto sign = [](Graph& g, Tensor x) { return g.sign(x); };
+    expect_values(unary({-2.5, 0, 3, -1e-300}, sign), {4}, {-1, 0, 1, -1}, 0);
+    expect_values(unary({-7, 0, 5}, sign, DType::I32), {3}, {-1, 0, 1}, 0);
+    // Phi(x) + x phi(x): 0.5 at 0; at +-1 and 2 from math.erf and math.exp (Python), and agreeing
+    // with a central difference of the gelu formula to 1e-10
+    expect_values(unary({0, 1, -1, 2}, [](Graph& g, Tensor x) { return g.gelu_deriv(x); }), {4},
+                  {0.5, 1.0833154705876864, -0.08331547058768629, 1.085231801078197});
+    // 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'(x), from math.tanh, checked the same way
+    expect_values(unary({0, 1, -1, 2}, [](Graph& g, Tensor x) { return g.gelu_deriv(x, "tanh"); }), {4},
+                  {0.5, 1.0829640838457826, -0.08296408384578255, 1.0860992566236183});
+}
+
+// Each gelu_deriv is the derivative of its own gelu: a central difference of the reference's
+// gelu agrees with it over [-6, 6] (the two approximations differ by more than 1e-4 there).
+TEST(ReferenceUnary, GeluDerivIsTheDerivativeOfGelu) {
+    std::vector<double> x;
+    for (double v = -6; v <= 6; v += 0.25) x.push_back(v);
+    const double h = 1e-5;
+    for (const char* approx : {"none", "tanh"}) {
+        SCOPED_TRACE(approx);
+        auto gelu_at = [&](double shift) {
+            std::vector<double> shifted = x;
+            for (double& v : shifted) v += shift;
+            return unary(shifted, [&](Graph& g, Tensor t) { return g.gelu(t, approx); }).data;
+        };
+        const auto plus = gelu_at(h), minus = gelu_at(-h);
+        const auto deriv = unary(x, [&](Graph& g, Tensor t) { return g.gelu_deriv(t, approx); }).data;
+        for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(deriv[i], (plus[i] - minus[i]) / (2 * h), 1e-9) << x[i];
+    }
+}
+
 TEST(ReferenceUnary, Cast) {
     auto to_i32 = [](Graph& g, Tensor x) { return g.cast(x, DType::I32); };
     auto to_f16 = [](Graph& g, Tensor x) { return g.cast(x, DType::F16); };
@@ -213,6 +258,19 @@ TEST(ReferenceBinary, EachOp) {
     expect_values(eval(g, g.pow(a, b)), {4}, {1, -216, 3, 4});
     expect_values(eval(g, g.pow(a, 2.0)), {4}, {1, 36, 81, 4});
     expect_values(eval(g, a * 2.0 + 1.0), {4}, {3, -11, 19, 5});
+}
+
+TEST(ReferenceBinary, Comparisons) {
+    Graph g;
+    Tensor a = g.constant({1, 2, 3, 4, 5, 6}, {2, 3});
+    Tensor b = g.constant({3, 5}, {2, 1});  // row 0 against 3, row 1 against 5
+    expect_values(eval(g, g.greater(a, b)), {2, 3}, {0, 0, 0, 0, 0, 1}, 0);
+    expect_values(eval(g, g.greater(b, a)), {2, 3}, {1, 1, 0, 1, 0, 0}, 0);
+    expect_values(eval(g, g.equal(a, b)), {2, 3}, {0, 0, 1, 0, 1, 0}, 0);
+    Tensor i = g.constant({-1, 0, 1}, {3}, DType::I32);
+    Tensor y = g.greater(i, g.constant({0}, {1}, DType::I32));
+    EXPECT_EQ(y.dtype(), DType::I32);
+    expect_values(eval(g, y), {3}, {0, 0, 1}, 0);
 }
 
 TEST(ReferenceBinary, I32DivisionTruncatesTowardZero) {
@@ -310,6 +368,20 @@ TEST(ReferenceReduce, CrossEntropyBadLabelIsNamed) {
               "reference: cross_entropy label 3 in row 1 is outside [0, 3)");
     EXPECT_EQ(error_of([&] { evaluate(g, {{"logits", {{2, 3}, l}}, {"labels", {{2}, {-1, 0}}}}); }),
               "reference: cross_entropy label -1 in row 0 is outside [0, 3)");
+}
+
+TEST(ReferenceReduce, CrossEntropyGrad) {
+    Graph g;
+    Tensor logits = g.input("logits", {2, 3});
+    Tensor labels = g.input("labels", {2}, DType::I32);
+    Tensor grad = g.cross_entropy_grad(logits, labels, g.input("g", {}));
+    // row 0: softmax of (0, ln 2, ln 3) is (1, 2, 3) / 6, label 2; row 1: uniform 1/3, label 0.
+    // Times g / N = 4 / 2: 2 * (1/6, 1/3, 1/2 - 1) and 2 * (1/3 - 1, 1/3, 1/3).
+    const Feeds feeds{{"logits", {{2, 3}, {0, kLn2, kLn3, 1, 1, 1}}}, {"labels", {{2}, {2, 0}}}, {"g", {{}, {4}}}};
+    expect_values(eval(g, grad, feeds), {2, 3}, {1.0 / 3, 2.0 / 3, -1, -4.0 / 3, 2.0 / 3, 2.0 / 3});
+    Feeds bad = feeds;
+    bad["labels"].data = {0, 3};
+    EXPECT_EQ(error_of([&] { evaluate(g, bad); }), "reference: cross_entropy_grad label 3 in row 1 is outside [0, 3)");
 }
 
 TEST(ReferenceReduce, MseLoss) {

@@ -98,6 +98,8 @@ public:
     Tensor silu(Tensor x);
     Tensor gelu(Tensor x, std::string_view approximate = "none");  // "none" (erf) or "tanh"
     Tensor cast(Tensor x, DType to);
+    Tensor sign(Tensor x);                                                // -1, 0 or 1
+    Tensor gelu_deriv(Tensor x, std::string_view approximate = "none");  // d gelu(x) / dx
 
     // binary, NumPy broadcasting; a double operand becomes a scalar constant of x's dtype
     Tensor add(Tensor a, Tensor b);
@@ -108,6 +110,8 @@ public:
     Tensor minimum(Tensor a, Tensor b);
     Tensor pow(Tensor a, Tensor b);
     Tensor pow(Tensor a, double exponent);
+    Tensor greater(Tensor a, Tensor b);  // 1 where a > b, else 0, in a's dtype
+    Tensor equal(Tensor a, Tensor b);    // 1 where a == b, else 0
 
     // matmul: a [..., M, K] @ b [..., K, N] with broadcast batch dims; trans_* read the operand's
     // last two dims swapped without a copy. linear: x [..., in] @ weight[out, in]^T + bias[out].
@@ -124,6 +128,14 @@ public:
     // losses (mean over the batch): logits [N, C] with i32 labels [N]; mse over all elements
     Tensor cross_entropy(Tensor logits, Tensor labels);
     Tensor mse_loss(Tensor prediction, Tensor target);
+    // d cross_entropy(logits, labels) / d logits, times the scalar `upstream`.
+    Tensor cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream);
+
+    // Training state that persists across runs (optimizer moments), zero-initialized by default.
+    Tensor state(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
+    // Writes `value` into a parameter's or state's storage once everything else in the program
+    // has read the old contents. Returns a handle to the written value.
+    Tensor assign(Tensor target, Tensor value);
 
     // data movement
     Tensor reshape(Tensor x, Shape shape);  // one dim may be -1
@@ -154,6 +166,7 @@ private:
     Tensor binary(Op op, Tensor a, Tensor b);
     Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdim);
     void check(Tensor t, const char* op) const;
+    void check_cross_entropy(Tensor logits, Tensor labels) const;
     void check_unique_name(const std::string& name, const char* op) const;
 
     std::vector<Node> nodes_;

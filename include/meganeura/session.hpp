@@ -6,12 +6,14 @@
 //   s.set("x", data); s.run(); auto y = s.get("y");
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "meganeura/graph.hpp"
+#include "meganeura/optim.hpp"
 
 namespace mn {
 
@@ -32,6 +34,13 @@ private:
 enum class Precision { Strict, Fast };
 
 struct CompileOptions {
+    // Training: with a loss, compile appends the backward graph and the optimizer's updates of every
+    // f32 parameter, and Session::step() runs forward + backward + update in one submit.
+    std::optional<Tensor> loss;
+    Optimizer optimizer = AdamW{};
+    LrSchedule schedule;
+    double clip_grad_norm = 0;  // clip gradients to this global L2 norm; 0: off
+
     Precision precision = Precision::Strict;
     bool plan_memory = true;      // let transient values share arena bytes
     bool poison_outputs = false;  // fill outputs and the arena with NaN before every run (tests)
@@ -59,6 +68,17 @@ public:
     void set(std::string_view name, const std::vector<int32_t>& data);
     // Runs the recorded program once (one submit).
     void run();
+    // Training sessions: one optimizer step (forward + backward + update, one submit); returns
+    // the loss. step_count() is the number of steps taken, restored by load().
+    float step();
+    int64_t step_count() const;
+
+    // Checkpoints: every parameter and optimizer state, by name, in safetensors, written
+    // atomically. load() requires every parameter of this session to be in the file with its
+    // shape (optimizer state too when the file has it and this session trains) and names the
+    // offending tensor otherwise; tensors this session does not have are ignored.
+    void save(const std::string& path) const;
+    void load(const std::string& path);
     // Outputs, inputs and parameters by name (f16 values are widened; i32 read with get_i32).
     std::vector<float> get(std::string_view name) const;
     std::vector<int32_t> get_i32(std::string_view name) const;

@@ -9,5 +9,7 @@ namespace mn::cli {
 using Args = std::vector<std::string>;
 
 int cmd_devices(const Args& args);
+int cmd_train(const Args& args);
+int cmd_eval(const Args& args);
 
 }  // namespace mn::cli

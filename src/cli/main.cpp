@@ -17,6 +17,9 @@ struct Command {
 
 const Command kCommands[] = {
     {"devices", mn::cli::cmd_devices, "list every Vulkan device with its capabilities"},
+    {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp] [--epochs 2] [--batch 64] [--lr 1e-3] "
+                                  "[--checkpoint F] [--resume F] [--curve PREFIX]"},
+    {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp]"},
 };
 
 int usage(FILE* out) {

@@ -41,6 +41,9 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
 // a label outside [0, C) yields NaN.
 KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch);
 
+// d cross_entropy / d logits: grad[n, c] = upstream * (softmax(logits[n])[c] - (c == labels[n])) / rows.
+KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch);
+
 // C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes read in place.
 struct MatmulSpec {
     DType dtype;

@@ -19,6 +19,11 @@ float mn_one_plus_erf(float u) {
               t * (-0.82215223 + t * 0.17087277)))))))));
     return u >= 0.0 ? 2.0 - c : c;
 }
+float mn_gelu_tanh_deriv(float x) {
+    float k = 0.79788456080286536;
+    float t = tanh(clamp(k * (x + 0.044715 * x * x * x), -15.0, 15.0));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 0.134145 * x * x);
+}
 float mn_pow(float x, float y) {
     if (y == 0.0) return 1.0;
     if (x >= 0.0) return pow(x, y);
@@ -46,6 +51,11 @@ std::string expression(Op op, DType in, DType out) {
         case Op::GeluTanh:
             return "0.5 * x0 * (1.0 + tanh(clamp(0.79788456080286536 * (x0 + 0.044715 * x0 * x0 * x0), -15.0, 15.0)))";
         case Op::Cast: return std::string(compute_type(out)) + "(x0)";
+        case Op::Sign: return "sign(x0)";
+        case Op::GeluErfDeriv:
+            return "0.5 * mn_one_plus_erf(x0 * 0.70710678118654752) + x0 * exp(-0.5 * x0 * x0) * 0.39894228040143268";
+        case Op::GeluTanhDeriv:
+            return "mn_gelu_tanh_deriv(x0)";
         case Op::Add: return "x0 + x1";
         case Op::Sub: return "x0 - x1";
         case Op::Mul: return "x0 * x1";
@@ -53,6 +63,8 @@ std::string expression(Op op, DType in, DType out) {
         case Op::Maximum: return "max(x0, x1)";
         case Op::Minimum: return "min(x0, x1)";
         case Op::Pow: return "mn_pow(x0, x1)";
+        case Op::Greater: return std::string(compute_type(out)) + "(x0 > x1)";
+        case Op::Equal: return std::string(compute_type(out)) + "(x0 == x1)";
         default: throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
     }
 }

@@ -75,14 +75,19 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
     return k;
 }
 
-KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+namespace {
+
+// The head of both cross-entropy kernels: one workgroup per row leaves the row's max in m and
+// its sum of exp(x - m) in s.
+KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, int64_t classes,
+                                  const Launch& launch, std::vector<Binding> bindings, const std::string& tail) {
     KernelSource k;
-    k.label = "cross_entropy_rows";
+    k.label = label;
     k.iface.local_size = pow2_at_most(launch.local_size);
     k.iface.spec_constants = {"ROWS", "C"};
     k.spec_values = {checked_u32(rows, "rows"), checked_u32(classes, "classes")};
     checked_u32(rows * classes, "logits size");
-    k.iface.bindings = {{"logits", dtype}, {"labels", DType::I32}, {"loss", DType::F32, true}};
+    k.iface.bindings = std::move(bindings);
     const std::string load = "float(logits.d[base + j])";
     const std::string loop = "    for (uint j = lid; j < C; j += WG) ";
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
@@ -92,19 +97,39 @@ KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classe
              "    if (g >= ROWS) return;\n"
              "    uint lid = gl_LocalInvocationID.x;\n"
              "    uint base = g * C;\n"
+             "    int label = labels.d[g];\n"
+             "    bool bad = label < 0 || uint(label) >= C;\n"
              "    float m = " + kNegInf + ";\n" + loop + "m = max(m, " + load + ");\n" +
              "    red[lid] = m;\n" + tree("max(a, b)") +
              "    m = red[0];\n"
              "    barrier();\n"
              "    float s = 0.0;\n" + loop + "s += exp(" + load + " - m);\n" +
-             "    red[lid] = s;\n" + tree("a + b") +
-             "    if (lid == 0u) {\n"
-             "        int label = labels.d[g];\n"
-             "        loss.d[g] = (label < 0 || uint(label) >= C) ? uintBitsToFloat(0x7fc00000u)\n"
-             "                  : m + log(red[0]) - float(logits.d[base + uint(label)]);\n"
-             "    }\n}\n";
+             "    red[lid] = s;\n" + tree("a + b") + "    s = red[0];\n" + tail + "}\n";
     k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
     return k;
+}
+
+}  // namespace
+
+KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+    return cross_entropy_kernel(
+        "cross_entropy_rows", dtype, rows, classes, launch,
+        {{"logits", dtype}, {"labels", DType::I32}, {"loss", DType::F32, true}},
+        "    if (lid == 0u) loss.d[g] = bad ? uintBitsToFloat(0x7fc00000u)\n"
+        "                                 : m + log(s) - float(logits.d[base + uint(label)]);\n");
+}
+
+KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+    const std::string st = storage_type(dtype);
+    return cross_entropy_kernel(
+        "cross_entropy_grad", dtype, rows, classes, launch,
+        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"grad", dtype, true}},
+        "    float scale = float(upstream.d[0]) / float(ROWS);\n"
+        "    float inv = 1.0 / s;\n"
+        "    for (uint j = lid; j < C; j += WG) {\n"
+        "        float p = exp(float(logits.d[base + j]) - m) * inv - (int(j) == label ? 1.0 : 0.0);\n"
+        "        grad.d[base + j] = " + st + "(bad ? uintBitsToFloat(0x7fc00000u) : p * scale);\n"
+        "    }\n");
 }
 
 }  // namespace mn::codegen

@@ -16,6 +16,7 @@
 #include "compiler/session_impl.hpp"
 #include "memory/planner.hpp"
 #include "runtime/runtime.hpp"
+#include "train/optimizer.hpp"
 
 namespace mn {
 
@@ -63,15 +64,22 @@ std::vector<double> initial_values(const Node& n, uint64_t seed) {
 
 }  // namespace
 
-Session compile(const Graph& graph, const Device& device, const CompileOptions& options) {
-    const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+Session compile_graph(const Graph& graph, const Device& device, const CompileOptions& options,
+                      std::chrono::steady_clock::time_point t0) {
     auto impl = std::make_unique<Session::Impl>();
+    impl->options = options;
+    impl->training = options.loss.has_value();
     impl->ctx = device.context();
     const rt::DeviceCaps& caps = impl->ctx->caps();
 
     // ---- pass: lower ----
     std::vector<int32_t> roots;
     for (const auto& [name, id] : graph.outputs()) roots.push_back(id);
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+        if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
+    }
     if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
     impl->schedule = sched::lower(graph, roots, sched::tune_for(caps));
     sched::Schedule& s = impl->schedule;
@@ -80,7 +88,7 @@ Session compile(const Graph& graph, const Device& device, const CompileOptions& 
     // Leaves no output depends on stay known by name (-1) so that setting them is harmless.
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
         const Node& n = graph.nodes()[i];
-        if (n.op == Op::Input || n.op == Op::Parameter) impl->names[n.name] = s.node_value[i];
+        if (n.op == Op::Input || n.op == Op::Parameter || n.op == Op::State) impl->names[n.name] = s.node_value[i];
     }
     for (const auto& [name, id] : graph.outputs()) impl->names[name] = s.node_value[static_cast<size_t>(id)];
 
@@ -160,7 +168,7 @@ Session compile(const Graph& graph, const Device& device, const CompileOptions& 
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op == Op::Constant) impl->write_now(static_cast<int32_t>(v), encode(n.data, numel(n.shape), n.dtype).data());
-        if (n.op == Op::Parameter) {
+        if (n.op == Op::Parameter || n.op == Op::State) {
             impl->write_now(static_cast<int32_t>(v), encode(initial_values(n, options.seed), numel(n.shape), n.dtype).data());
         }
     }
@@ -236,6 +244,19 @@ Session compile(const Graph& graph, const Device& device, const CompileOptions& 
         }
     }
     return Session(std::move(impl));
+}
+
+}  // namespace
+
+Session compile(const Graph& graph, const Device& device, const CompileOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!options.loss) return compile_graph(graph, device, options, t0);
+    if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
+    Graph training = graph;  // the user's graph stays as it was
+    train::append_training(training, training.handle(options.loss->id), options);
+    CompileOptions rebound = options;
+    rebound.loss = training.handle(options.loss->id);
+    return compile_graph(training, device, rebound, t0);
 }
 
 }  // namespace mn

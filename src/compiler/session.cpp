@@ -3,6 +3,7 @@
 
 #include "common/half.hpp"
 #include "compiler/session_impl.hpp"
+#include "train/optimizer.hpp"
 
 namespace mn {
 
@@ -83,8 +84,9 @@ void Session::set(std::string_view name, const std::vector<float>& data) {
     const int32_t v = impl_->lookup(name);
     if (v < 0) return;  // no output depends on it
     const sched::Value& val = impl_->value(v);
-    if (val.storage != sched::Storage::Input && val.storage != sched::Storage::Parameter) {
-        throw Error("set '" + std::string(name) + "': only inputs and parameters can be set");
+    if (val.storage != sched::Storage::Input && val.storage != sched::Storage::Parameter &&
+        val.storage != sched::Storage::State) {
+        throw Error("set '" + std::string(name) + "': only inputs, parameters and states can be set");
     }
     check_count(name, val, data.size());
     std::vector<uint8_t> bytes(val.bytes());
@@ -119,6 +121,19 @@ void Session::set(std::string_view name, const std::vector<int32_t>& data) {
 }
 
 void Session::run() { impl_->program->run(); }
+
+float Session::step() {
+    if (!impl_->training) throw Error("step: this session was compiled without a loss (CompileOptions::loss)");
+    const auto sc = train::step_scalars(impl_->options, impl_->steps_taken + 1);
+    set(train::kLearningRate, std::vector<float>{sc.lr});
+    set(train::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+    set(train::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+    run();
+    ++impl_->steps_taken;
+    return get(train::kLossOutput)[0];
+}
+
+int64_t Session::step_count() const { return impl_->steps_taken; }
 
 std::vector<float> Session::get(std::string_view name) const {
     const int32_t v = impl_->live(name);

@@ -22,6 +22,9 @@ struct Session::Impl {
     std::unique_ptr<rt::Program> program;
     SessionStats stats;
     bool profiled = false;
+    CompileOptions options;
+    bool training = false;
+    int64_t steps_taken = 0;
 
     const sched::Value& value(int32_t v) const { return schedule.values[static_cast<size_t>(v)]; }
     rt::BufferRange range(int32_t v) const;

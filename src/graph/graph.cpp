@@ -100,7 +100,7 @@ std::optional<Tensor> Graph::find(std::string_view name) const {
     auto* self = const_cast<Graph*>(this);
     for (size_t i = 0; i < nodes_.size(); ++i) {
         const auto& n = nodes_[i];
-        if ((n.op == Op::Input || n.op == Op::Parameter) && n.name == name) {
+        if ((n.op == Op::Input || n.op == Op::Parameter || n.op == Op::State) && n.name == name) {
             return Tensor{self, static_cast<int32_t>(i)};
         }
     }
@@ -132,6 +132,12 @@ Tensor Graph::parameter(std::string name, Shape shape, Init init, DType dtype) {
                  .init = init});
 }
 
+Tensor Graph::state(std::string name, Shape shape, Init init, DType dtype) {
+    check_unique_name(name, "state");
+    check_shape(shape, "state");
+    return emit({.op = Op::State, .shape = std::move(shape), .dtype = dtype, .name = std::move(name), .init = init});
+}
+
 Tensor Graph::constant(std::vector<double> values, Shape shape, DType dtype) {
     check_shape(shape, "constant");
     if (values.size() != 1 && static_cast<int64_t>(values.size()) != numel(shape)) {
@@ -149,7 +155,7 @@ Tensor Graph::unary(Op op, Tensor x) {
     const char* name = op_info(op).name;
     check(x, name);
     const Node& in = node(x);
-    const bool int_ok = op == Op::Neg || op == Op::Abs || op == Op::Relu;
+    const bool int_ok = op == Op::Neg || op == Op::Abs || op == Op::Relu || op == Op::Sign;
     if (!is_float(in.dtype) && !int_ok) fail(name, "needs a float tensor, got " + std::string(dtype_name(in.dtype)));
     return emit({.op = op, .inputs = {x.id}, .shape = in.shape, .dtype = in.dtype});
 }
@@ -169,6 +175,14 @@ Tensor Graph::gelu(Tensor x, std::string_view approximate) {
     if (approximate == "none") return unary(Op::GeluErf, x);
     if (approximate == "tanh") return unary(Op::GeluTanh, x);
     fail("gelu", "approximate must be \"none\" or \"tanh\", got \"" + std::string(approximate) + "\"");
+}
+
+Tensor Graph::sign(Tensor x) { return unary(Op::Sign, x); }
+
+Tensor Graph::gelu_deriv(Tensor x, std::string_view approximate) {
+    if (approximate == "none") return unary(Op::GeluErfDeriv, x);
+    if (approximate == "tanh") return unary(Op::GeluTanhDeriv, x);
+    fail("gelu_deriv", "approximate must be \"none\" or \"tanh\", got \"" + std::string(approximate) + "\"");
 }
 
 Tensor Graph::cast(Tensor x, DType to) {
@@ -197,6 +211,8 @@ Tensor Graph::div(Tensor a, Tensor b) { return binary(Op::Div, a, b); }
 Tensor Graph::maximum(Tensor a, Tensor b) { return binary(Op::Maximum, a, b); }
 Tensor Graph::minimum(Tensor a, Tensor b) { return binary(Op::Minimum, a, b); }
 Tensor Graph::pow(Tensor a, Tensor b) { return binary(Op::Pow, a, b); }
+Tensor Graph::greater(Tensor a, Tensor b) { return binary(Op::Greater, a, b); }
+Tensor Graph::equal(Tensor a, Tensor b) { return binary(Op::Equal, a, b); }
 Tensor Graph::pow(Tensor a, double exponent) { return pow(a, scalar(exponent, a.dtype())); }
 
 // ---- matmul ----
@@ -299,7 +315,7 @@ Tensor Graph::log_softmax(Tensor x, int64_t axis) {
     return emit({.op = Op::LogSoftmax, .inputs = {x.id}, .shape = in.shape, .dtype = in.dtype, .ints = {a}});
 }
 
-Tensor Graph::cross_entropy(Tensor logits, Tensor labels) {
+void Graph::check_cross_entropy(Tensor logits, Tensor labels) const {
     check(logits, "cross_entropy");
     check(labels, "cross_entropy");
     const Node& nl = node(logits);
@@ -312,6 +328,11 @@ Tensor Graph::cross_entropy(Tensor logits, Tensor labels) {
         fail("cross_entropy", "logits are " + shape_str(nl.shape) + ", labels are " + shape_str(nt.shape) +
                                   ": expected labels (" + std::to_string(nl.shape[0]) + ")");
     }
+}
+
+Tensor Graph::cross_entropy(Tensor logits, Tensor labels) {
+    check_cross_entropy(logits, labels);
+    const Node& nl = node(logits);
     return emit({.op = Op::CrossEntropy, .inputs = {logits.id, labels.id}, .shape = {}, .dtype = nl.dtype});
 }
 
@@ -325,6 +346,28 @@ Tensor Graph::mse_loss(Tensor prediction, Tensor target) {
                              shape_str(nt.shape) + " " + dtype_name(nt.dtype) + ": need equal float shapes");
     }
     return emit({.op = Op::MseLoss, .inputs = {prediction.id, target.id}, .shape = {}, .dtype = np.dtype});
+}
+
+Tensor Graph::cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream) {
+    check(upstream, "cross_entropy_grad");
+    check_cross_entropy(logits, labels);
+    const Node& nu = node(upstream);
+    if (!nu.shape.empty() || nu.dtype != node(logits).dtype) fail("cross_entropy_grad", "upstream must be a scalar of the logits' dtype");
+    return emit({.op = Op::CrossEntropyGrad, .inputs = {logits.id, labels.id, upstream.id}, .shape = node(logits).shape,
+                 .dtype = node(logits).dtype});
+}
+
+Tensor Graph::assign(Tensor target, Tensor value) {
+    check(target, "assign");
+    check(value, "assign");
+    const Node& t = node(target);
+    const Node& v = node(value);
+    if (t.op != Op::Parameter && t.op != Op::State) fail("assign", "the target must be a parameter or a state");
+    if (t.shape != v.shape || t.dtype != v.dtype) {
+        fail("assign", "target '" + t.name + "' is " + shape_str(t.shape) + " " + dtype_name(t.dtype) + ", value is " +
+                           shape_str(v.shape) + " " + dtype_name(v.dtype));
+    }
+    return emit({.op = Op::Assign, .inputs = {target.id, value.id}, .shape = t.shape, .dtype = t.dtype});
 }
 
 // ---- data movement ----

@@ -94,6 +94,21 @@ Value scalar(double v) { return Value{Shape{}, {v}}; }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// Exact gelu is x * Phi(x), Phi the standard normal CDF; its derivative is Phi(x) + x * phi(x).
+double gelu_erf_deriv(double x) {
+    const double cdf = 0.5 * (1 + std::erf(x / std::numbers::sqrt2));
+    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+    return cdf + x * pdf;
+}
+
+// The tanh gelu is 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); by the product rule
+// its derivative is 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx.
+double gelu_tanh_deriv(double x) {
+    const double k = std::sqrt(2 / std::numbers::pi);
+    const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
 // ---- leaves ----
 
 Value fed(const Node& node, const Feeds& feeds) {
@@ -184,21 +199,49 @@ Value softmax(const Node& node, const Value& x) {
     return out;
 }
 
+// Row r's label as an index, or an error naming the op when it is not a class.
+size_t label_of(const Node& node, const Value& labels, int64_t r, int64_t classes) {
+    const double label = labels.data[r];
+    if (!(label >= 0 && label < static_cast<double>(classes)))
+        fail(op_name(node.op) + " label " + std::to_string(static_cast<int64_t>(label)) + " in row " +
+             std::to_string(r) + " is outside [0, " + std::to_string(classes) + ")");
+    return static_cast<size_t>(label);
+}
+
+// Logits row r of an [N, C] value.
+std::vector<double> row_of(const Value& logits, int64_t r) {
+    const int64_t classes = logits.shape[1];
+    return {logits.data.begin() + r * classes, logits.data.begin() + (r + 1) * classes};
+}
+
 // Mean over rows of logsumexp(logits row) - logits[row, label], each term computed as
 // log(sum) - (logit - max) so that large logits lose no precision.
-Value cross_entropy(const Value& logits, const Value& labels) {
+Value cross_entropy(const Node& node, const Value& logits, const Value& labels) {
     const int64_t rows = logits.shape[0], classes = logits.shape[1];
     double total = 0;
     for (int64_t r = 0; r < rows; ++r) {
-        const double label = labels.data[r];
-        if (!(label >= 0 && label < static_cast<double>(classes)))
-            fail("cross_entropy label " + std::to_string(static_cast<int64_t>(label)) + " in row " +
-                 std::to_string(r) + " is outside [0, " + std::to_string(classes) + ")");
-        const std::vector<double> row(logits.data.begin() + r * classes, logits.data.begin() + (r + 1) * classes);
+        const size_t label = label_of(node, labels, r, classes);
+        const std::vector<double> row = row_of(logits, r);
         const Normalizer n = normalizer(row);
-        total += std::log(n.sum) - (row[static_cast<size_t>(label)] - n.max);
+        total += std::log(n.sum) - (row[label] - n.max);
     }
     return scalar(total / static_cast<double>(rows));
+}
+
+// The gradient of cross_entropy with respect to the logits, times the scalar upstream g:
+// out[r, c] = g * (softmax(row r)[c] - (c == label r)) / N.
+Value cross_entropy_grad(const Node& node, const Value& logits, const Value& labels, const Value& upstream) {
+    const int64_t rows = logits.shape[0], classes = logits.shape[1];
+    const double scale = upstream.data[0] / static_cast<double>(rows);
+    Value out = logits;
+    for (int64_t r = 0; r < rows; ++r) {
+        const size_t label = label_of(node, labels, r, classes);
+        const std::vector<double> row = row_of(logits, r);
+        const Normalizer n = normalizer(row);
+        for (int64_t c = 0; c < classes; ++c)
+            out.data[r * classes + c] = scale * (std::exp(row[c] - n.max) / n.sum - (c == static_cast<int64_t>(label)));
+    }
+    return out;
 }
 
 Value mse_loss(const Value& a, const Value& b) {
@@ -282,7 +325,8 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     const auto binary = [&](auto fn) { return zip(node, *in[0], *in[1], fn); };
     switch (node.op) {
     case Op::Input:
-    case Op::Parameter: return fed(node, feeds);
+    case Op::Parameter:
+    case Op::State: return fed(node, feeds);
     case Op::Constant: return constant(node);
 
     case Op::Neg: return unary([](double x) { return -x; });
@@ -301,6 +345,9 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
             return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
         });
     case Op::Cast: return *in[0];  // the conversion is settle()'s rounding to the node's dtype
+    case Op::Sign: return unary([](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; });  // keeps 0 and NaN
+    case Op::GeluErfDeriv: return unary(gelu_erf_deriv);
+    case Op::GeluTanhDeriv: return unary(gelu_tanh_deriv);
 
     case Op::Add: return binary([](double a, double b) { return a + b; });
     case Op::Sub: return binary([](double a, double b) { return a - b; });
@@ -309,14 +356,17 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::Maximum: return binary([](double a, double b) { return a > b || std::isnan(a) ? a : b; });
     case Op::Minimum: return binary([](double a, double b) { return a < b || std::isnan(a) ? a : b; });
     case Op::Pow: return binary([](double a, double b) { return std::pow(a, b); });
+    case Op::Greater: return binary([](double a, double b) { return a > b ? 1.0 : 0.0; });
+    case Op::Equal: return binary([](double a, double b) { return a == b ? 1.0 : 0.0; });
 
     case Op::Sum:
     case Op::Mean:
     case Op::Max: return reduce(node, *in[0]);
     case Op::Softmax:
     case Op::LogSoftmax: return softmax(node, *in[0]);
-    case Op::CrossEntropy: return cross_entropy(*in[0], *in[1]);
+    case Op::CrossEntropy: return cross_entropy(node, *in[0], *in[1]);
     case Op::MseLoss: return mse_loss(*in[0], *in[1]);
+    case Op::CrossEntropyGrad: return cross_entropy_grad(node, *in[0], *in[1], *in[2]);
 
     case Op::MatMul: return matmul(node, *in[0], *in[1]);
 
@@ -325,6 +375,7 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::Slice: return slice(node, *in[0]);
     case Op::Concat: return concat(node, in);
     case Op::Expand: return expand(node, *in[0]);
+    case Op::Assign: return *in[1];  // the write into the target's storage is the session's business
     }
     fail("no rule for op " + op_name(node.op));
 }

@@ -14,7 +14,7 @@
 
 namespace mn::sched {
 
-enum class Storage { Transient, Input, Parameter, Constant };
+enum class Storage { Transient, Input, Parameter, Constant, State };
 
 struct Value {
     Shape shape;
@@ -48,7 +48,7 @@ struct Tuning {
 };
 Tuning tune_for(const rt::DeviceCaps& caps);
 
-// Lowers the nodes that `roots` depend on. Roots' values are pinned.
+// Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
 
 }  // namespace mn::sched

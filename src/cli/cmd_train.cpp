@@ -1,0 +1,50 @@
+// `meganeura train fashion-mnist` and `meganeura eval fashion-mnist`: the main job.
+#include <cstdio>
+
+#include "cli/flags.hpp"
+#include "train/trainer.hpp"
+
+namespace mn::cli {
+
+namespace {
+
+void require_dataset(const Flags& f) {
+    if (f.positional().size() != 1 || f.positional()[0] != "fashion-mnist") {
+        throw Error("expected the dataset name: fashion-mnist");
+    }
+}
+
+}  // namespace
+
+int cmd_train(const Args& args) {
+    const Flags f(args, {{"model", "mlp"}, {"epochs", "2"}, {"batch", "64"}, {"lr", "1e-3"}, {"weight-decay", "0"},
+                         {"seed", "0"}, {"checkpoint", "fashion-mnist.safetensors"}, {"resume", ""}, {"curve", ""},
+                         {"data", ""}});
+    require_dataset(f);
+    train::ClassifierRun run{.model = f.str("model"), .epochs = f.integer("epochs"), .batch = f.integer("batch"),
+                             .seed = static_cast<uint64_t>(f.integer("seed")),
+                             .optimizer = AdamW{.lr = f.real("lr"), .weight_decay = f.real("weight-decay")},
+                             .checkpoint = f.str("checkpoint"), .resume = f.str("resume"),
+                             .curve_prefix = f.str("curve")};
+    if (run.epochs < 1 || run.batch < 1) throw Error("--epochs and --batch must be at least 1");
+    const train::Dataset train_set = train::load_fashion_mnist("train", f.str("data"));
+    const train::Dataset test_set = train::load_fashion_mnist("test", f.str("data"));
+    const Device device = Device::open();
+    const train::Evaluation e = train::train_classifier(device, run, train_set, test_set);
+    std::printf("test accuracy: %.2f%%\n", 100 * e.accuracy);
+    return 0;
+}
+
+int cmd_eval(const Args& args) {
+    const Flags f(args, {{"model", "mlp"}, {"checkpoint", "fashion-mnist.safetensors"}, {"batch", "500"}, {"data", ""}});
+    require_dataset(f);
+    const train::Dataset test_set = train::load_fashion_mnist("test", f.str("data"));
+    const Device device = Device::open();
+    const train::Evaluation e = train::evaluate_classifier(device, f.str("model"), f.str("checkpoint"), test_set,
+                                                           f.integer("batch"));
+    std::printf("evaluated %s on %s: %lld test images, loss %.4f\ntest accuracy: %.2f%%\n", f.str("checkpoint").c_str(),
+                device.name().c_str(), static_cast<long long>(e.count), e.loss, 100 * e.accuracy);
+    return 0;
+}
+
+}  // namespace mn::cli

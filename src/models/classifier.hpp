@@ -1,0 +1,21 @@
+#pragma once
+// Image classifiers for Fashion-MNIST (28x28 grey images, 10 classes), with torch.nn-style
+// parameter names and PyTorch's default initialization (uniform in +-1/sqrt(fan_in)).
+#include <string>
+
+#include "meganeura/graph.hpp"
+
+namespace mn::models {
+
+struct Classifier {
+    Graph graph;
+    Tensor images;  // input "images" [batch, 784]
+    Tensor labels;  // input "labels" [batch] i32
+    Tensor logits;  // output "logits" [batch, 10]
+    Tensor loss;    // cross-entropy, output "loss" only when compiled for training
+};
+
+// `name` is "mlp" (784-256-128-10, ReLU). Throws mn::Error listing the known names otherwise.
+Classifier fashion_classifier(const std::string& name, int64_t batch);
+
+}  // namespace mn::models

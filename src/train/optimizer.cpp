@@ -1,0 +1,102 @@
+#include "train/optimizer.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "meganeura/autodiff.hpp"
+
+namespace mn {
+
+double LrSchedule::factor(int64_t step) const {
+    if (warmup_steps > 0 && step <= warmup_steps) return static_cast<double>(step) / static_cast<double>(warmup_steps);
+    if (decay == Decay::Constant || total_steps <= warmup_steps) return 1.0;
+    const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) /
+                                              static_cast<double>(total_steps - warmup_steps));
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
+}
+
+double learning_rate(const Optimizer& opt) {
+    return std::visit([](const auto& o) { return o.lr; }, opt);
+}
+
+namespace train {
+
+namespace {
+
+// torch.nn.utils.clip_grad_norm_: scale every gradient by min(1, max_norm / (norm + 1e-6)).
+void clip(Graph& g, std::vector<Tensor>& grads, double max_norm) {
+    std::optional<Tensor> total;
+    for (Tensor gr : grads) {
+        Tensor sq = g.sum(gr * gr);
+        total = total ? *total + sq : sq;
+    }
+    if (!total) return;
+    Tensor coef = g.minimum(g.scalar(max_norm) / (g.sqrt(*total) + 1e-6), g.scalar(1.0));
+    for (Tensor& gr : grads) gr = gr * coef;
+}
+
+struct Updater {
+    Graph& g;
+    Tensor lr, bc1, bc2;
+
+    void operator()(const SGD& o, Tensor p, Tensor grad, const std::string& name) const {
+        if (o.weight_decay != 0) grad = grad + p * o.weight_decay;
+        if (o.momentum != 0) {
+            Tensor buf = g.state("optimizer.momentum." + name, p.shape());
+            grad = g.assign(buf, buf * o.momentum + grad);
+        }
+        g.assign(p, p - lr * grad);
+    }
+    // `base` is the parameter's value before the moment step (AdamW decays it first).
+    void adam(double beta1, double beta2, double eps, Tensor p, Tensor base, Tensor grad, const std::string& name) const {
+        Tensor m = g.state("optimizer.exp_avg." + name, p.shape());
+        Tensor v = g.state("optimizer.exp_avg_sq." + name, p.shape());
+        Tensor m_new = g.assign(m, m * beta1 + grad * (1 - beta1));
+        Tensor v_new = g.assign(v, v * beta2 + grad * grad * (1 - beta2));
+        // torch's order: denom = sqrt(v) / sqrt(bc2) + eps; p -= (lr / bc1) * m / denom
+        Tensor denom = g.sqrt(v_new) / g.sqrt(bc2) + eps;
+        g.assign(p, base - (lr / bc1) * m_new / denom);
+    }
+    void operator()(const Adam& o, Tensor p, Tensor grad, const std::string& name) const {
+        if (o.weight_decay != 0) grad = grad + p * o.weight_decay;
+        adam(o.beta1, o.beta2, o.eps, p, p, grad, name);
+    }
+    void operator()(const AdamW& o, Tensor p, Tensor grad, const std::string& name) const {
+        Tensor decayed = o.weight_decay != 0 ? p * (g.scalar(1.0) - lr * o.weight_decay) : p;
+        adam(o.beta1, o.beta2, o.eps, p, decayed, grad, name);
+    }
+};
+
+}  // namespace
+
+void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
+    if (!loss.shape().empty()) throw Error("compile: the loss must be a scalar, got shape " + shape_str(loss.shape()));
+    std::vector<Tensor> params;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+        const Node& n = g.nodes()[i];
+        if (n.op == Op::Parameter && n.dtype == DType::F32) {
+            params.push_back(g.handle(static_cast<int32_t>(i)));
+            names.push_back(n.name);
+        }
+    }
+    g.output(kLossOutput, loss);
+    std::vector<Tensor> grads = grad(loss, params);
+    if (options.clip_grad_norm > 0) clip(g, grads, options.clip_grad_norm);
+    const Updater up{g, g.input(kLearningRate, {}), g.input(kBiasCorrection1, {}), g.input(kBiasCorrection2, {})};
+    for (size_t i = 0; i < params.size(); ++i) {
+        std::visit([&](const auto& o) { up(o, params[i], grads[i], names[i]); }, options.optimizer);
+    }
+}
+
+StepScalars step_scalars(const CompileOptions& options, int64_t t) {
+    const double lr = learning_rate(options.optimizer) * options.schedule.factor(t);
+    double b1 = 0, b2 = 0;
+    if (const auto* a = std::get_if<Adam>(&options.optimizer)) b1 = a->beta1, b2 = a->beta2;
+    if (const auto* a = std::get_if<AdamW>(&options.optimizer)) b1 = a->beta1, b2 = a->beta2;
+    return {static_cast<float>(lr), static_cast<float>(1 - std::pow(b1, static_cast<double>(t))),
+            static_cast<float>(1 - std::pow(b2, static_cast<double>(t)))};
+}
+
+}  // namespace train
+}  // namespace mn

@@ -1,0 +1,119 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "models/classifier.hpp"
+#include "train/curve.hpp"
+#include "train/progress.hpp"
+
+namespace mn::train {
+
+namespace {
+
+// Runs a compiled forward session over `data` in fixed-size batches (the last one padded).
+Evaluation evaluate(Session& s, const Dataset& data, int64_t batch) {
+    Evaluation e;
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    for (int64_t start = 0; start < data.count; start += batch) {
+        const int64_t rows = fill_batch(data, start, batch, x, y);
+        s.set("images", x);
+        s.run();
+        const std::vector<float> logits = s.get("logits");
+        const int64_t classes = static_cast<int64_t>(logits.size()) / batch;
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* row = logits.data() + r * classes;
+            int64_t best = 0;
+            double max = row[0], sum = 0;
+            for (int64_t c = 1; c < classes; ++c) {
+                if (row[c] > row[best]) best = c;
+                max = std::max<double>(max, row[c]);
+            }
+            for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - max);
+            e.loss += max + std::log(sum) - row[y[static_cast<size_t>(r)]];
+            e.accuracy += best == y[static_cast<size_t>(r)];
+        }
+        e.count += rows;
+    }
+    e.accuracy /= static_cast<double>(std::max<int64_t>(e.count, 1));
+    e.loss /= static_cast<double>(std::max<int64_t>(e.count, 1));
+    return e;
+}
+
+Session compile_eval(const Device& device, const std::string& model, int64_t batch) {
+    models::Classifier c = models::fashion_classifier(model, batch);
+    return compile(c.graph, device);
+}
+
+}  // namespace
+
+Evaluation evaluate_classifier(const Device& device, const std::string& model, const std::string& checkpoint,
+                               const Dataset& data, int64_t batch) {
+    Session s = compile_eval(device, model, batch);
+    s.load(checkpoint);
+    return evaluate(s, data, batch);
+}
+
+Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
+                            const Dataset& test_set) {
+    models::Classifier c = models::fashion_classifier(run.model, run.batch);
+    Session s = compile(c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .seed = run.seed});
+    Session eval = compile_eval(device, run.model, run.eval_batch);
+    if (!run.resume.empty()) s.load(run.resume);
+
+    BatchIterator batches(train_set, run.batch, run.seed);
+    const int64_t per_epoch = batches.batches_per_epoch();
+    const int64_t total = per_epoch * run.epochs;
+    int64_t step = s.step_count();
+    if (step >= total) throw Error("the checkpoint has already trained " + std::to_string(step) + " of " +
+                                   std::to_string(total) + " steps; pass more --epochs");
+    batches.seek(step / per_epoch, step % per_epoch);
+
+    const std::string prefix = run.curve_prefix.empty() ? run.checkpoint.substr(0, run.checkpoint.rfind('.'))
+                                                         : run.curve_prefix;
+    LossCurve curve;
+    if (!run.resume.empty()) {
+        try {
+            curve = LossCurve::read_csv(prefix + ".csv");
+        } catch (const Error&) {
+            // no earlier curve: this run's starts at the resumed step
+        }
+    }
+    std::printf("training %s on %s: %lld examples, batch %lld, %lld steps per epoch, %zu dispatches per step\n",
+                run.model.c_str(), device.name().c_str(), static_cast<long long>(train_set.count),
+                static_cast<long long>(run.batch), static_cast<long long>(per_epoch), s.stats().dispatches);
+    Evaluation result;
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    for (int64_t epoch = step / per_epoch; epoch < run.epochs; ++epoch) {
+        Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(run.epochs), per_epoch);
+        const auto t0 = std::chrono::steady_clock::now();
+        const int64_t first = step;
+        while (step < (epoch + 1) * per_epoch && batches.next(x, y)) {
+            s.set("images", x);
+            s.set("labels", y);
+            const float loss = s.step();
+            ++step;
+            curve.add(step, loss);
+            progress.update(step - epoch * per_epoch, loss);
+        }
+        progress.finish();
+        batches.seek(epoch + 1);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        s.save(run.checkpoint);
+        eval.load(run.checkpoint);
+        result = evaluate(eval, test_set, run.eval_batch);
+        curve.add_eval(step, static_cast<float>(result.accuracy));
+        std::printf("epoch %lld: %.1f s (%.1f steps/s), train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
+                    static_cast<long long>(epoch + 1), seconds, static_cast<double>(step - first) / seconds,
+                    progress.smoothed_loss(), result.loss, 100 * result.accuracy);
+    }
+    curve.write_csv(prefix + ".csv");
+    curve.write_svg(prefix + ".svg", "Fashion-MNIST " + run.model);
+    std::printf("checkpoint %s, loss curve %s.csv and %s.svg\n", run.checkpoint.c_str(), prefix.c_str(), prefix.c_str());
+    return result;
+}
+
+}  // namespace mn::train

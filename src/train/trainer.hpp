@@ -1,0 +1,38 @@
+#pragma once
+// The trainer loop for classifiers: seeded epochs over a dataset, one Session::step() per batch,
+// progress on stderr, a checkpoint and a test-set evaluation after every epoch, and the loss curve
+// as CSV and SVG.
+#include <string>
+
+#include "meganeura/session.hpp"
+#include "train/dataset.hpp"
+
+namespace mn::train {
+
+struct ClassifierRun {
+    std::string model = "mlp";
+    int64_t epochs = 2;
+    int64_t batch = 64;
+    int64_t eval_batch = 500;
+    uint64_t seed = 0;
+    Optimizer optimizer = AdamW{.lr = 1e-3, .weight_decay = 0};
+    std::string checkpoint = "fashion-mnist.safetensors";
+    std::string resume;        // a checkpoint to continue from, with its optimizer state
+    std::string curve_prefix;  // writes <prefix>.csv and <prefix>.svg; empty: next to the checkpoint
+};
+
+struct Evaluation {
+    double accuracy = 0;  // fraction of correct argmax predictions
+    double loss = 0;      // mean cross-entropy
+    int64_t count = 0;
+};
+
+// Trains and returns the final test-set evaluation.
+Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
+                            const Dataset& test_set);
+
+// Evaluates the parameters of `checkpoint` on `data`.
+Evaluation evaluate_classifier(const Device& device, const std::string& model, const std::string& checkpoint,
+                               const Dataset& data, int64_t batch = 500);
+
+}  // namespace mn::train
