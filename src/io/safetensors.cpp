@@ -16,6 +16,7 @@
 // by name, contiguously, so every tensor starts naturally aligned for memory mapping, as the
 // reference implementation does.
 #include "io/safetensors.hpp"
+#include "io/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -309,35 +310,12 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
     uint8_t length_bytes[8];
     for (int i = 0; i < 8; ++i) length_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-    const std::string temp = path + ".tmp." + std::to_string(getpid());
-    std::FILE* file = std::fopen(temp.c_str(), "wb");
-    if (!file) throw Error("cannot save " + path + ": cannot create " + temp + ": " + std::strerror(errno));
-    int failure = 0;  // the first errno
-    errno = 0;
-    auto check = [&](bool success) {
-        if (!success && !failure) failure = errno ? errno : EIO;
-    };
-    check(std::fwrite(length_bytes, 1, 8, file) == 8);
-    check(std::fwrite(text.data(), 1, text.size(), file) == text.size());
-    for (size_t i = 0; !failure && i < order.size(); ++i) {
-        const std::vector<uint8_t>& bytes = order[i].second->bytes;
-        check(std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size());
+    std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(length_bytes), 8}, text};
+    for (const auto& entry : order) {
+        const std::vector<uint8_t>& bytes = entry.second->bytes;
+        pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
-    check(std::fflush(file) == 0);
-    check(fsync(fileno(file)) == 0);
-    check(std::fclose(file) == 0);
-    if (!failure) check(std::rename(temp.c_str(), path.c_str()) == 0);
-    if (failure) {
-        std::remove(temp.c_str());
-        throw Error("cannot save " + path + ": " + std::strerror(failure) +
-                    " (the previous file, if any, is unchanged)");
-    }
-    const size_t slash = path.find_last_of('/');
-    const std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    if (int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
-        fsync(dir);  // makes the rename durable; best effort, the data itself is already synced
-        ::close(dir);
-    }
+    write_file_atomically(path, pieces);
 }
 
 }  // namespace mn::io

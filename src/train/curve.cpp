@@ -12,6 +12,8 @@
 // file small and also smooths batch-to-batch noise the way a reader would by eye.
 #include "train/curve.hpp"
 
+#include "io/atomic_file.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,23 +73,6 @@ std::string escape_xml(const std::string& text) {
         }
     }
     return out;
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-    const std::string temp = path + ".tmp." + std::to_string(getpid());
-    std::FILE* file = std::fopen(temp.c_str(), "wb");
-    if (!file) throw Error("cannot write " + path + ": cannot create " + temp + ": " + std::strerror(errno));
-    int failure = 0;  // the first errno
-    auto check = [&](bool ok) { if (!ok && !failure) failure = errno ? errno : EIO; };
-    check(std::fwrite(text.data(), 1, text.size(), file) == text.size());
-    check(std::fflush(file) == 0);
-    check(fsync(fileno(file)) == 0);
-    check(std::fclose(file) == 0);
-    if (!failure) check(std::rename(temp.c_str(), path.c_str()) == 0);
-    if (failure) {
-        std::remove(temp.c_str());
-        throw Error("cannot write " + path + ": " + std::strerror(failure));
-    }
 }
 
 std::optional<float> parse_cell(const std::string& cell, const std::string& where) {
@@ -188,7 +173,7 @@ void LossCurve::write_csv(const std::string& path) const {
     for (const auto& [step, row] : rows_)
         text += std::to_string(step) + "," + (row.loss ? shortest(*row.loss) : "") + "," +
                 (row.accuracy ? shortest(*row.accuracy) : "") + "\n";
-    write_atomically(path, text);
+    io::write_file_atomically(path, {text});
 }
 
 LossCurve LossCurve::read_csv(const std::string& path) {
@@ -237,7 +222,8 @@ void LossCurve::write_svg(const std::string& path, const std::string& title) con
     if (loss.empty() && eval.empty())
         svg += printf_string("<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">no data</text>\n",
                              (kLeft + kRight) / 2, (kTop + kBottom) / 2);
-    write_atomically(path, svg + "</svg>\n");
+    svg += "</svg>\n";
+    io::write_file_atomically(path, {svg});
 }
 
 }  // namespace mn::train
