@@ -19,6 +19,7 @@
 // recompiled. The disk cache is best effort: a read-only or missing cache folder never fails a
 // compile.
 #include "codegen/shader_compiler.hpp"
+#include "common/cache_dir.hpp"
 
 #include <glslang/Include/glslang_c_interface.h>
 #include <glslang/Public/resource_limits_c.h>
@@ -276,11 +277,6 @@ void clear_shader_memory_cache() {
     memory_cache.clear();
 }
 
-std::string cache_dir() {
-    if (const char* dir = std::getenv("MEGANEURA_CACHE_DIR")) return dir;
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/meganeura";
-    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/meganeura";
-    return "";
-}
+std::string cache_dir() { return cache_folder(); }
 
 }  // namespace mn::codegen

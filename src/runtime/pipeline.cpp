@@ -23,15 +23,10 @@
 
 #include "runtime/context_impl.hpp"
 
+#include "common/cache_dir.hpp"
+
 namespace mn::rt {
 namespace {
-
-std::string cache_folder() {
-    if (const char* dir = std::getenv("MEGANEURA_CACHE_DIR")) return dir;
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/meganeura";
-    if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/meganeura";
-    return "";
-}
 
 bool header_matches(const std::vector<char>& data, const VkPhysicalDeviceProperties& p) {
     VkPipelineCacheHeaderVersionOne h;
