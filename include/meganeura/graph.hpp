@@ -54,7 +54,6 @@ struct Init {
 };
 
 class Graph;
-
 // A handle to one node of a graph; cheap to copy. Arithmetic operators build nodes in its graph.
 struct Tensor {
     Graph* graph = nullptr;
@@ -62,6 +61,21 @@ struct Tensor {
     bool valid() const { return graph != nullptr && id >= 0; }
     const Shape& shape() const;
     DType dtype() const;
+};
+
+// Options of Graph::attention (torch's scaled_dot_product_attention plus the masks LLMs need).
+struct AttentionOptions {
+    bool causal = false;  // query at position p sees keys 0..p
+    double scale = 0;     // 0: 1/sqrt(head dim)
+    int64_t window = 0;   // sliding window: a query at p sees only keys p-window+1..p; 0: off
+    // Position of query row 0 among the keys, an i32 scalar tensor (a KV-cache decode's step);
+    // unset: Tk - Tq, so the last query row lines up with the last key (torch's bottom-right causal).
+    std::optional<Tensor> query_start;
+};
+
+// Options of Graph::conv1d / conv2d, as in torch.nn.functional (square in 2d).
+struct ConvOptions {
+    int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
 };
 
 struct Node {
@@ -117,6 +131,15 @@ public:
     // last two dims swapped without a copy. linear: x [..., in] @ weight[out, in]^T + bias[out].
     Tensor matmul(Tensor a, Tensor b, bool trans_a = false, bool trans_b = false);
     Tensor linear(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt);
+
+    // attention: q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D], Hq a multiple of Hkv (grouped-query
+    // heads: query head h reads kv head h / (Hq / Hkv)); result [B, Hq, Tq, D].
+    Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& options = {});
+
+    // convolution: conv1d x [N, C, L], weight [O, C / groups, K]; conv2d x [N, C, H, W],
+    // weight [O, C / groups, K, K]; optional bias [O].
+    Tensor conv1d(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt, const ConvOptions& o = {});
+    Tensor conv2d(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt, const ConvOptions& o = {});
 
     // reductions; empty axes = all axes; negative axes count from the end
     Tensor sum(Tensor x, std::vector<int64_t> axes = {}, bool keepdim = false);

@@ -11,5 +11,6 @@ using Args = std::vector<std::string>;
 int cmd_devices(const Args& args);
 int cmd_train(const Args& args);
 int cmd_eval(const Args& args);
+int cmd_forward(const Args& args);
 
 }  // namespace mn::cli

@@ -1,6 +1,7 @@
 #pragma once
 // A small command-line parser: positional words and `--name value` options, each option declared
-// with its default; an unknown option or a missing value is an mn::Error naming it.
+// with its default; an unknown option or a missing value is an mn::Error naming it. An option whose
+// default is "false" is a switch: it takes no value, and `--name` alone sets it.
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ public:
                 for (const auto& [k, v] : values_) known += " --" + k;
                 throw Error("unknown option --" + name + "; options:" + known);
             }
+            if (values_[name] == "false") {
+                values_[name] = "true";
+                continue;
+            }
             if (i + 1 >= args.size()) throw Error("option --" + name + " needs a value");
             values_[name] = args[++i];
         }
@@ -33,6 +38,7 @@ public:
     const std::string& str(const std::string& name) const { return values_.at(name); }
     int64_t integer(const std::string& name) const { return std::stoll(number(name)); }
     double real(const std::string& name) const { return std::stod(number(name)); }
+    bool on(const std::string& name) const { return values_.at(name) == "true"; }
 
 private:
     const std::string& number(const std::string& name) const {

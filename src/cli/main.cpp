@@ -20,6 +20,8 @@ const Command kCommands[] = {
     {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp] [--epochs 2] [--batch 64] [--lr 1e-3] "
                                   "[--checkpoint F] [--resume F] [--curve PREFIX]"},
     {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp]"},
+    {"forward", mn::cli::cmd_forward, "forward --model NAME [--size tiny|full] [--config config.json] [--weights W] "
+                                      "--inputs I --out O [--backward] [--precision strict|fast]"},
 };
 
 int usage(FILE* out) {

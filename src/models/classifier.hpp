@@ -1,14 +1,15 @@
 #pragma once
 // Image classifiers for Fashion-MNIST (28x28 grey images, 10 classes), with torch.nn-style
 // parameter names and PyTorch's default initialization (uniform in +-1/sqrt(fan_in)).
+#include <memory>
 #include <string>
 
-#include "meganeura/graph.hpp"
+#include "models/registry.hpp"
 
 namespace mn::models {
 
 struct Classifier {
-    Graph graph;
+    std::unique_ptr<Graph> graph = std::make_unique<Graph>();  // on the heap: the handles point at it
     Tensor images;  // input "images" [batch, 784]
     Tensor labels;  // input "labels" [batch] i32
     Tensor logits;  // output "logits" [batch, 10]
@@ -17,5 +18,9 @@ struct Classifier {
 
 // `name` is "mlp" (784-256-128-10, ReLU). Throws mn::Error listing the known names otherwise.
 Classifier fashion_classifier(const std::string& name, int64_t batch);
+
+// Registry entry "mlp": batch from the "images" input (default 64).
+BuiltModel build_fashion_mlp(const ModelRequest& r);
+io::TensorMap fashion_mlp_inputs(const ModelRequest& r, bool latency, uint64_t seed);
 
 }  // namespace mn::models

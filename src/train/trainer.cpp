@@ -44,7 +44,7 @@ Evaluation evaluate(Session& s, const Dataset& data, int64_t batch) {
 
 Session compile_eval(const Device& device, const std::string& model, int64_t batch) {
     models::Classifier c = models::fashion_classifier(model, batch);
-    return compile(c.graph, device);
+    return compile(*c.graph, device);
 }
 
 }  // namespace
@@ -59,7 +59,7 @@ Evaluation evaluate_classifier(const Device& device, const std::string& model, c
 Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
                             const Dataset& test_set) {
     models::Classifier c = models::fashion_classifier(run.model, run.batch);
-    Session s = compile(c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .seed = run.seed});
+    Session s = compile(*c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .seed = run.seed});
     Session eval = compile_eval(device, run.model, run.eval_batch);
     if (!run.resume.empty()) s.load(run.resume);
 

@@ -1,0 +1,47 @@
+#include "models/registry.hpp"
+
+#include <random>
+
+#include "models/classifier.hpp"
+
+namespace mn::models {
+
+const std::vector<ModelEntry>& model_table() {
+    static const std::vector<ModelEntry> table = {
+        {"mlp", "Fashion-MNIST MLP 784-256-128-10; inputs images [N,784], labels [N]", build_fashion_mlp,
+         fashion_mlp_inputs},
+    };
+    return table;
+}
+
+const ModelEntry& find_model(std::string_view name) {
+    std::string known;
+    for (const auto& e : model_table()) {
+        if (e.name == name) return e;
+        known += (known.empty() ? "" : ", ") + e.name;
+    }
+    throw Error("unknown model '" + std::string(name) + "'; known: " + known);
+}
+
+Shape input_shape(const ModelRequest& r, const std::string& name, Shape fallback) {
+    auto it = r.input_shapes.find(name);
+    return it == r.input_shapes.end() ? fallback : it->second;
+}
+
+io::TensorData random_floats(Shape shape, double lo, double hi, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<float> values(static_cast<size_t>(numel(shape)));
+    for (float& x : values) x = static_cast<float>(dist(rng));
+    return io::TensorData::from_f32(std::move(shape), values);
+}
+
+io::TensorData random_ids(Shape shape, int64_t count, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> dist(0, count - 1);
+    std::vector<int32_t> values(static_cast<size_t>(numel(shape)));
+    for (int32_t& x : values) x = static_cast<int32_t>(dist(rng));
+    return io::TensorData::from_i32(std::move(shape), values);
+}
+
+}  // namespace mn::models
