@@ -5,63 +5,19 @@ Reads a safetensors file holding the initial parameter "p" and the per-step grad
 "G0", "G1", ... (float32, all of p's shape), takes one step per G with loss = sum(p * G) (so the
 gradient is G exactly), and writes the final "p" (float32) to the output safetensors file.
 
-The safetensors format is read and written here by hand (struct + json + numpy), because the
-safetensors module is not installed everywhere torch is.
 
   optim_steps.py IN OUT --optimizer {sgd,adam,adamw} --lr LR [--momentum M] [--weight-decay WD]
                  [--beta1 B1] [--beta2 B2] [--eps EPS] [--clip-grad-norm C]
                  [--warmup-steps W] [--decay {constant,cosine}] [--total-steps T] [--min-lr-ratio R]
 """
 import argparse
-import json
 import math
-import struct
 import sys
 
 import numpy as np
 import torch
 
-_DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8")}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise ValueError(f"{path}: too short for a safetensors header")
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    body = data[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
-        shape = tuple(int(d) for d in info["shape"])
-        out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).copy()
-    return out
-
-
-def write_safetensors(path, tensors):
-    names = {v.str: k for k, v in _DTYPES.items()}  # "<f4" -> "F32"
-    header, chunks, offset = {}, [], 0
-    for name, array in tensors.items():
-        array = np.ascontiguousarray(array)
-        little = array.dtype.newbyteorder("<")
-        raw = array.astype(little, copy=False).tobytes()
-        header[name] = {"dtype": names[little.str], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    blob = json.dumps(header).encode("utf-8")
-    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for raw in chunks:
-            f.write(raw)
-
+from safetensors_io import read_safetensors, write_safetensors
 
 def lr_factor(step, warmup_steps, decay, total_steps, min_lr_ratio):
     """LrSchedule::factor in src/train/optimizer.cpp."""
