@@ -1,6 +1,6 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
-//   lower (schedule/, with pointwise fusion) -> order by level -> plan memory (memory/) -> compile shaders (codegen/) -> allocate and
-//   initialize -> record (runtime/)
+//   lower (schedule/, with pointwise fusion) -> order by level -> plan memory (memory/) ->
+//   compile shaders (codegen/) -> allocate and initialize -> record (runtime/)
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
 #include <chrono>
 #include <cstdio>
