@@ -60,11 +60,23 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
 };
-struct MatmulTiles {
-    uint32_t bm = 64, bn = 64, bk = 16;  // workgroup tile
-    uint32_t tm = 4, tn = 4;             // per-thread tile
+// What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
+struct MatmulTuning {
+    uint32_t max_groups = 65535;         // per grid dimension
+    uint32_t max_invocations = 256;      // per workgroup
+    uint32_t max_shared_memory = 32768;  // bytes per workgroup
+    uint32_t compute_units = 0;          // multiprocessors; 0: unknown
+    bool cpu = false;                    // a CPU driver: one big register tile, few threads
+    // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
+    // subgroup size the coop kernel is built for (required at pipeline creation).
+    uint32_t coop_subgroup = 0;
+    uint32_t forced_bm = 0;  // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
 };
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+
+// Chooses the kernel for one matmul: a GEMV (K-split dot products) when M or N is 1, the
+// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and
+// the dtype is f32, otherwise the register-tiled f32 kernel with a tile chosen for the grid size.
+KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 
 // conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
 // Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
@@ -75,7 +87,7 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
 };
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
 struct PoolSpec {

@@ -81,7 +81,7 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
     }
     if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
-    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps));
+    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps, options.precision));
     sched::Schedule& s = impl->schedule;
 
     // ---- pass: order by level (independent steps share a barrier) ----
@@ -208,7 +208,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     for (const auto& step : s.steps) {
         const auto& k = step.kernel;
         const auto& sp = spirv[source_index.at(k.glsl)];
-        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0),
+        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
+                                                      k.required_subgroup_size),
                        .groups = k.groups, .label = k.label};
         pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;

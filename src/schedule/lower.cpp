@@ -302,7 +302,7 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        emit(codegen::matmul_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+        emit(codegen::matmul_kernel(spec, t_.matmul), {a, b, out});
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
@@ -315,7 +315,7 @@ private:
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
-        emit(codegen::conv2d_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
     }
 
     const Graph& g_;
@@ -326,7 +326,21 @@ private:
 
 }  // namespace
 
-Tuning tune_for(const rt::DeviceCaps& caps) {
+namespace {
+
+// The NV cooperative-matrix shape the coop matmul is written for: f16 x f16 + f32 -> f32, 16x16x16.
+bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
+    for (const auto& s : caps.coop_nv) {
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
+            s.result_type == "f32")
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     Tuning t;
     const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
                                           caps.max_workgroup_count[2]});
@@ -336,15 +350,19 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
     t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
-    // On lavapipe an 8x8 register tile per invocation measured 1.6x faster than 4x4 (MLP training).
-    t.matmul = cpu ? codegen::MatmulTiles{64, 64, 16, 8, 8} : codegen::MatmulTiles{64, 64, 16, 4, 4};
-    // MEGANEURA_MATMUL_TILES=bm,bn,bk,tm,tn overrides the choice (for tuning on a new device).
-    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILES")) {
-        codegen::MatmulTiles m;
-        if (std::sscanf(e, "%u,%u,%u,%u,%u", &m.bm, &m.bn, &m.bk, &m.tm, &m.tn) != 5 || !m.tm || !m.tn) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILES must be bm,bn,bk,tm,tn, got '") + e + "'");
-        }
-        t.matmul = m;
+    t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
+                .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu};
+    // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
+    if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
+        caps.vulkan_memory_model && caps.subgroup_size_control) {
+        t.matmul.coop_subgroup = caps.subgroup_size;
+    }
+    // MEGANEURA_MATMUL_TILE=<tile height> forces one tile geometry (tests, tuning on a new device).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, got '") + e + "'");
+        t.matmul.forced_bm = static_cast<uint32_t>(v);
     }
     return t;
 }
