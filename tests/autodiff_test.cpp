@@ -186,6 +186,9 @@ std::vector<Case> op_cases() {
         {"expand", {{{3, 1}}}, [](Graph& g, Params p) { return g.expand(p[0], {2, 3, 4}); }},
         {"expand_scalar", {{{}}}, [](Graph& g, Params p) { return g.expand(p[0], {3, 5}); }},
         {"flatten", {{{2, 3, 4}}}, [](Graph& g, Params p) { return g.flatten(p[0]); }},
+        // attention (more cases in attention_test.cpp)
+        {"attention_causal_gqa", {{{1, 4, 3, 2}}, {{1, 2, 3, 2}}, {{1, 2, 3, 2}}},
+         [](Graph& g, Params p) { return g.attention(p[0], p[1], p[2], {.causal = true}); }},
         // a value used more than once: its gradients add up
         {"fan_out", {kAny}, [](Graph& g, Params p) { return p[0] * p[0] + g.exp(p[0]) - p[0]; }},
         {"concat_of_itself", {{{2, 3}}, {{1, 3}}}, [](Graph& g, Params p) { return g.concat({p[0], p[1], p[0]}, 0); }},
@@ -329,7 +332,8 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 // ---- coverage, read from ops.def ----
 
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
-const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv};
+const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
+                                         Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 
 TEST(AutodiffCoverage, EveryDifferentiableOpHasARule) {
 #define X(e, n, a, ar) \

@@ -22,6 +22,7 @@
 // The graph builder has already checked every shape and inferred node.shape and node.dtype, so
 // the only errors here are about the values: a missing or misshapen feed, a label out of range.
 #include "reference/reference.hpp"
+#include "reference/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -369,6 +370,12 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::CrossEntropyGrad: return cross_entropy_grad(node, *in[0], *in[1], *in[2]);
 
     case Op::MatMul: return matmul(node, *in[0], *in[1]);
+
+    case Op::Attention:
+    case Op::AttentionLse:
+    case Op::AttentionGradQ:
+    case Op::AttentionGradK:
+    case Op::AttentionGradV: return attention_op(node, in);
 
     case Op::Reshape: return Value{node.shape, in[0]->data};
     case Op::Permute: return permute(node, *in[0]);

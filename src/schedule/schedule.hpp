@@ -45,6 +45,7 @@ struct Schedule {
 struct Tuning {
     codegen::Launch pointwise, reduction;
     codegen::MatmulTiles matmul;
+    codegen::AttentionTiles attention;
 };
 Tuning tune_for(const rt::DeviceCaps& caps);
 
