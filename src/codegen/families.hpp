@@ -97,4 +97,33 @@ struct PoolSpec {
 };
 KernelSource max_pool2d_kernel(const PoolSpec& spec, bool backward, const Launch& launch);
 
+// Fused attention (flash-style online softmax; scores live only in shared memory), see
+// Graph::attention for the semantics. Query heads of one kv head are processed together: q viewed
+// as [B, Hkv, G * Tq, D] (G = Hq / Hkv) shares each staged K/V tile among the group.
+struct AttentionSpec {
+    DType dtype;
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal = false;
+    int64_t window = 0;
+    double scale = 1;
+    bool dynamic_start = false;  // query_start read from a bound i32 scalar, else query_start below
+    int64_t query_start = 0;
+};
+struct AttentionTiles {
+    uint32_t rows = 16;            // rows a workgroup owns: query rows, key rows in the dK/dV kernel
+    uint32_t threads_per_row = 4;  // each owns head_dim / threads_per_row output columns
+    uint32_t tile = 32;            // rows of the other operand staged in shared memory per step
+    uint32_t shared_bytes = 32768;  // the device's limit; tiles shrink until they fit
+};
+// Bindings: q, k, v, [query_start], out, lse (f32 [B, Hq, Tq]).
+KernelSource attention_forward_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
+// Bindings: out, d_out, delta.
+KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
+// Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
+KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// One workgroup per block of keys of one kv head, looping over every query row of its group, so
+// dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [query_start], d_k, d_v.
+KernelSource attention_grad_kv_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+
 }  // namespace mn::codegen
