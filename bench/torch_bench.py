@@ -101,7 +101,8 @@ class Runner:
             self.notes.append(f"weights not in the PyTorch model: {unused[:5]}")
         if unset:
             self.notes.append(f"PyTorch buffers left at their defaults: {unset[:5]}")
-        self.module = module.to(device)
+        # Eval mode: no dropout, batch norm with running statistics, as meganeura's models; gradients still flow.
+        self.module = module.to(device).eval()
         self.full = load_tensors(os.path.join(cell_dir, "inputs.safetensors"), device)
         self.minimal = load_tensors(os.path.join(cell_dir, "inputs_latency.safetensors"), device)
         self.names = [n for n, p in self.module.named_parameters() if p.requires_grad]

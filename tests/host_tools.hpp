@@ -1,36 +1,11 @@
 #pragma once
-// What tests that call outside programs share: a scratch folder, the reference Python, and a
-// shell command's exit status.
-#include <stdlib.h>  // mkdtemp
+// What tests that call outside programs share: the reference Python, and a shell command's exit status.
 #include <sys/wait.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <stdexcept>
 #include <string>
 
 namespace mn::test {
-
-// A new empty folder under the temp directory, removed with everything in it when the object goes.
-class TempDir {
-public:
-    explicit TempDir(const std::string& tag) {
-        std::string dir = (std::filesystem::temp_directory_path() / ("meganeura-" + tag + "-XXXXXX")).string();
-        if (!mkdtemp(dir.data())) throw std::runtime_error("cannot create a folder like " + dir);
-        path_ = dir;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-    std::string str() const { return path_.string(); }
-
-private:
-    std::filesystem::path path_;
-};
 
 // /usr/bin/python3 with torch and numpy: the reference scripts' interpreter.
 inline bool torch_available() {
