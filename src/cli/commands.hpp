@@ -12,5 +12,6 @@ int cmd_devices(const Args& args);
 int cmd_train(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_forward(const Args& args);
+int cmd_generate(const Args& args);
 
 }  // namespace mn::cli

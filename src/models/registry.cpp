@@ -3,6 +3,8 @@
 #include <random>
 
 #include "models/classifier.hpp"
+#include "models/smollm2.hpp"
+#include "models/smolvla.hpp"
 
 namespace mn::models {
 
@@ -10,6 +12,10 @@ const std::vector<ModelEntry>& model_table() {
     static const std::vector<ModelEntry> table = {
         {"mlp", "Fashion-MNIST MLP 784-256-128-10; inputs images [N,784], labels [N]", build_fashion_mlp,
          fashion_mlp_inputs},
+        {"smollm2", "SmolLM2 (Llama) causal LM; inputs input_ids [B,T], labels [B,T] (i32, shifted)", build_smollm2,
+         smollm2_inputs},
+        {"smolvla", "SmolVLA action expert; inputs actions [B,50,32], timestep [B,1,1440], vlm_kv [B,16,320]",
+         build_smolvla, smolvla_inputs},
     };
     return table;
 }
