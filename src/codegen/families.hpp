@@ -11,10 +11,17 @@ struct Launch {
     uint32_t max_groups = 65535;    // per grid dimension
 };
 
-// out[i] = op(in0[..], in1[..]) over out_shape; in_strides[k] has out rank entries, 0 where
-// input k is broadcast. Unary ops take one input.
+// A fused pointwise kernel: out[i] = the program's last value at element i of out_shape. The
+// program is a list of steps in evaluation order; a step either loads input `a` (op == Op::Input,
+// read through in_strides[a], which has out rank entries, 0 where the input is broadcast) or
+// applies a pointwise op to earlier steps `a` (and `b`). A single op is the one-step program.
 struct PointwiseSpec {
-    Op op;
+    struct Step {
+        Op op;
+        int32_t a = -1, b = -1;
+        DType dtype;  // of the step's result
+    };
+    std::vector<Step> program;
     std::vector<DType> in_dtypes;
     DType out_dtype;
     Shape out_shape;

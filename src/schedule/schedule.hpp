@@ -45,6 +45,7 @@ struct Schedule {
 struct Tuning {
     codegen::Launch pointwise, reduction;
     codegen::MatmulTiles matmul;
+    uint32_t max_fused_inputs = 8;  // distinct inputs of one fused pointwise kernel
 };
 Tuning tune_for(const rt::DeviceCaps& caps);
 
