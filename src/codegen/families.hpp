@@ -66,6 +66,25 @@ struct MatmulTiles {
 };
 KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
 
+// conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
+// Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
+enum class ConvMode { Forward, GradInput, GradWeight };
+struct ConvSpec {
+    ConvMode mode;
+    DType dtype;
+    Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
+    std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
+};
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+
+// max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
+struct PoolSpec {
+    DType dtype;
+    Shape x;
+    int64_t out_h, out_w, kernel, stride, padding;
+};
+KernelSource max_pool2d_kernel(const PoolSpec& spec, bool backward, const Launch& launch);
+
 }  // namespace mn::codegen
 
 namespace mn::codegen {

@@ -5,6 +5,8 @@
 #include "models/classifier.hpp"
 #include "models/smollm2.hpp"
 #include "models/smolvla.hpp"
+#include "models/resnet.hpp"
+#include "models/unet.hpp"
 
 namespace mn::models {
 
@@ -16,6 +18,10 @@ const std::vector<ModelEntry>& model_table() {
          smollm2_inputs},
         {"smolvla", "SmolVLA action expert; inputs actions [B,50,32], timestep [B,1,1440], vlm_kv [B,16,320]",
          build_smolvla, smolvla_inputs},
+        {"resnet50", "torchvision ResNet-50, eval-mode BN; inputs images [N,3,H,W], labels [N]", build_resnet50,
+         resnet50_inputs},
+        {"sd_unet", "simplified diffusion U-Net; inputs noisy_latent [N,4,H,W], target [N,4,H,W]", build_sd_unet,
+         sd_unet_inputs},
     };
     return table;
 }

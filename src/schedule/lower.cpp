@@ -205,6 +205,7 @@ private:
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
+            case Archetype::Conv: return lower_conv(n, in(0), in(1), out);
             default: break;
         }
         const Shape x = shape_of(in(0));  // a copy: new values may reallocate
@@ -264,6 +265,18 @@ private:
                                       .out_offset = at * out_st[axis]});
                     at += piece[axis];
                 }
+                return;
+            }
+            case Op::MaxPool2d:
+            case Op::MaxPool2dGrad: {
+                const bool backward = n.op == Op::MaxPool2dGrad;
+                const Shape y = backward ? shape_of(in(1)) : n.shape;
+                const codegen::PoolSpec spec{.dtype = n.dtype, .x = x, .out_h = y[2], .out_w = y[3],
+                                             .kernel = n.ints[0], .stride = n.ints[1], .padding = n.ints[2]};
+                std::vector<int32_t> bind{in(0)};
+                if (backward) bind.push_back(in(1));
+                bind.push_back(out);
+                emit(codegen::max_pool2d_kernel(spec, backward, t_.pointwise), std::move(bind));
                 return;
             }
             case Op::Expand:
@@ -335,6 +348,19 @@ private:
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
         emit(codegen::matmul_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+    }
+
+    // Bindings in the node's input order, then the output: see codegen::ConvSpec.
+    void lower_conv(const Node& n, int32_t a, int32_t b, int32_t out) {
+        const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
+        codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints};
+        switch (n.op) {
+            case Op::Conv2d: spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape; break;
+            case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
+            case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
+            default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
+        }
+        emit(codegen::conv2d_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
     }
 
     const Graph& g_;
