@@ -14,6 +14,7 @@ int cmd_devices(const Args& args);
 int cmd_train(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_forward(const Args& args);
+int cmd_generate(const Args& args);
 int cmd_bench(const Args& args);
 
 // "strict" or "fast"; anything else is an mn::Error (cmd_forward.cpp).
