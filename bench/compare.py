@@ -7,8 +7,8 @@ Every folder holding a meganeura.json is a cell (one model at one precision), as
 and bench/torch_bench.py leave it. The table has one row per cell and workload: meganeura's median
 wall time (and GPU time), PyTorch eager's and torch.compile's median wall times, and their ratios
 (PyTorch ms / meganeura ms: above 1 means meganeura is faster). The gates column, on each cell's first
-row, compares meganeura's outputs.safetensors with reference.safetensors (PyTorch eager, float32,
-TF32 off, same weights and inputs):
+row, compares meganeura's outputs.safetensors with reference.safetensors (PyTorch eager in float64,
+from the same float32 weights and inputs):
 
   forward   relative L2 of the inference output                      < 1%
   grad      relative L2 of all gradients together                    < 5%
@@ -243,7 +243,7 @@ def notes(cells):
 
 def report_markdown(cells):
     parts = [main_table(cells), "", "Ratios are PyTorch ms ÷ meganeura ms (wall clock, median); above 1× "
-             "meganeura is faster. Gates: meganeura against PyTorch eager float32 (TF32 off), relative L2; "
+             "meganeura is faster. Gates: meganeura against PyTorch eager in float64 on the same weights and inputs, relative L2; "
              "limits forward 1%, gradients 5%.", "", "### Details", "", details(cells), "",
              "### Where meganeura is slower, its GPU time by kernel", "", slow_kernels(cells)]
     extra = notes(cells)

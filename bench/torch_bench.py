@@ -10,8 +10,8 @@ inputs_latency.safetensors hold the values. For each cell this writes
 
   torch-<mode>.json                    the report, in meganeura's schema (bench/README.md)
   outputs-torch-<mode>.safetensors     "output", "loss", "grad.<parameter>" as this mode computed them
-  reference.safetensors                (eager only) the same in strict float32 with TF32 off: the
-                                       reference bench/compare.py gates every framework against
+  reference.safetensors                (eager only) the same in float64 from the same float32 weights
+                                       and inputs: the reference bench/compare.py gates every framework against
 
 Workloads as meganeura's: inference and latency (forward + loss, no grad, full and minimal input),
 training (forward + loss + backward) and step (the same plus AdamW, lr 1e-3, weight decay 1e-2, fused
@@ -154,8 +154,20 @@ class Runner:
         t2 = time.perf_counter()
         out = {"output": output, "loss": loss.reshape(())}
         out.update({"grad." + n: p.grad for n, p in zip(self.names, self.params) if p.grad is not None})
-        arrays = {k: v.detach().float().cpu().numpy() for k, v in out.items()}
+        arrays = {k: v.detach().cpu().numpy() for k, v in out.items()}
         return arrays, {"inference": (t1 - t0) * 1e3, "training": (t2 - t1) * 1e3}
+
+    def reference(self):
+        """results() in float64, from the stored float32 weights and inputs widened: the gates' reference.
+        (float64 also steps around Debian torch 1.13's float32 CPU conv1d backward, which returns garbage.)"""
+        full = self.full
+        self.module.double()
+        self.full = {k: v.double() if v.is_floating_point() else v for k, v in full.items()}
+        try:
+            return self.results()[0]
+        finally:
+            self.module.float()
+            self.full = full
 
     def time(self, fn, warmup, repeat):
         """The first call's time (compiles in compile mode), then wall and GPU times after warm-up."""
@@ -200,8 +212,7 @@ def bench_cell(cell_dir, mode, args, device):
     runner = Runner(twin, cell, cell_dir, device, compiled)
     report["notes"] += runner.notes
     if mode == "eager":
-        set_tf32(False)
-        write_safetensors(os.path.join(cell_dir, "reference.safetensors"), runner.results()[0])
+        write_safetensors(os.path.join(cell_dir, "reference.safetensors"), runner.reference())
     set_tf32(cell["precision"] == "fast")
     outputs, first_calls = runner.results()
     write_safetensors(os.path.join(cell_dir, report["files"]["outputs"]), outputs)
