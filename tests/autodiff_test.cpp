@@ -218,6 +218,13 @@ std::vector<Case> op_cases() {
         // a value used more than once: its gradients add up
         {"fan_out", {kAny}, [](Graph& g, Params p) { return p[0] * p[0] + g.exp(p[0]) - p[0]; }},
         {"concat_of_itself", {{{2, 3}}, {{1, 3}}}, [](Graph& g, Params p) { return g.concat({p[0], p[1], p[0]}, 0); }},
+        // transformer ops (ids repeat, so the embedding gradient sums rows)
+        {"embedding", {{{5, 3}}}, [](Graph& g, Params p) { return g.embedding(g.input("ids", {2, 3}, DType::I32), p[0]); },
+         {{"ids", {{2, 3}, {4, 0, 4, 1, 4, 2}}}}},
+        {"rms_norm", {{{2, 3, 5}}, {{5}}}, [](Graph& g, Params p) { return g.rms_norm(p[0], p[1], 1e-5); }},
+        {"layer_norm", {{{2, 3, 5}}, {{5}}, {{5}}}, [](Graph& g, Params p) { return g.layer_norm(p[0], p[1], p[2], 1e-5); }},
+        {"rope", {{{2, 3, 6}}}, [](Graph& g, Params p) { return g.rope(p[0], g.input("positions", {3}, DType::I32), 100.0); },
+         {{"positions", {{3}, {0, 5, 17}}}}},
         {"mlp", {{{4, 5}}, {{6, 5}}, {{6}}, {{3, 6}}, {{3}}},
          [](Graph& g, Params p) { return cross_entropy_of(g, g.linear(g.relu(g.linear(p[0], p[1], p[2])), p[3], p[4])); },
          {{"labels", labels({2, 0, 1, 2})}}},
@@ -359,6 +366,7 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
 const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
+                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad, Op::SliceScatter,
                                          Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad,
                                          Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 
@@ -416,6 +424,11 @@ std::vector<Case> gpu_cases() {
          }},
         {"softmax", {{{5, 257}, -5, 5}}, [](Graph& g, Params p) { return g.softmax(p[0]) * g.log_softmax(p[0], 0); }},
         {"cross_entropy", {{{33, 257}, -5, 5}}, kCrossEntropy, {{"labels", labels(label_values)}}},
+        {"transformer_ops", {{{11, 34}}, {{34}, 0.5, 2}, {{34}}, {{34}}}, [](Graph& g, Params p) {
+             Tensor h = g.rms_norm(g.embedding(g.input("ids", {2, 7}, DType::I32), p[0]), p[1], 1e-5);
+             h = g.rope(g.reshape(h, {2, 1, 7, 34}), g.input("positions", {7}, DType::I32), 1000.0);
+             return g.layer_norm(h, p[2], p[3], 1e-5);
+         }, {{"ids", {{2, 7}, {3, 0, 3, 10, 5, 3, 0, 1, 2, 3, 4, 5, 6, 10}}}, {"positions", {{7}, {0, 1, 2, 3, 40, 41, 900}}}}},
         {"conv2d_groups2_stride2_pad1", {{{2, 4, 9, 11}}, {{6, 2, 3, 3}}, {{6}}},
          [](Graph& g, Params p) { return g.conv2d(p[0], p[1], p[2], {.stride = 2, .padding = 1, .groups = 2}); }},
         {"conv2d_dilation2_wide", {{{2, 37, 7, 9}}, {{67, 37, 3, 3}}},

@@ -174,6 +174,25 @@ public:
     // d cross_entropy(logits, labels) / d logits, times the scalar `upstream`.
     Tensor cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream);
 
+    // transformer ops (torch.nn.functional names). embedding: rows of weight [V, D] by i32 ids
+    // [...] -> [..., D]. rms_norm and layer_norm normalize over the last dim (Llama / nn.LayerNorm).
+    // rope: x [..., T, D] rotated by position (positions i32 [T]) with Hugging Face Llama's
+    // rotate-half pairing (i, i + D/2) and frequencies theta^(-2i/D).
+    Tensor embedding(Tensor ids, Tensor weight);
+    Tensor rms_norm(Tensor x, Tensor weight, double eps = 1e-6);
+    Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps = 1e-5);
+    Tensor rope(Tensor x, Tensor positions, double theta = 10000.0);
+    // x with src written at [start, start + src length) along axis; start is an i32 scalar tensor
+    // (a KV-cache position known at run time). The GPU clamps start into range; the reference
+    // rejects a start out of range.
+    Tensor slice_scatter(Tensor x, Tensor src, int64_t axis, Tensor start);
+    // derivatives the VJP rules use: d embedding / d weight (summed per id, deterministic), the
+    // norms' d / d x, and rope with explicit frequencies, turning the other way when `inverse`
+    Tensor embedding_grad(Tensor ids, Tensor upstream, int64_t vocab);
+    Tensor rms_norm_grad(Tensor x, Tensor weight, Tensor upstream, double eps);
+    Tensor layer_norm_grad(Tensor x, Tensor weight, Tensor upstream, double eps);
+    Tensor rope_rotate(Tensor x, Tensor positions, Tensor inv_freq, bool inverse);
+
     // Training state that persists across runs (optimizer moments), zero-initialized by default.
     Tensor state(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
     // Writes `value` into a parameter's or state's storage once everything else in the program
@@ -212,6 +231,7 @@ private:
     void check(Tensor t, const char* op) const;
     void check_cross_entropy(Tensor logits, Tensor labels) const;
     void check_unique_name(const std::string& name, const char* op) const;
+    Tensor norm(Op op, Tensor x, Tensor weight, std::optional<Tensor> third, double eps);
     Shape conv2d_shape(const char* op, const Shape& x, const Shape& w, const std::vector<int64_t>& attrs) const;
     Tensor conv2d_node(Tensor x, Tensor weight, std::vector<int64_t> attrs, const char* op);
     Tensor add_channel_bias(Tensor y, std::optional<Tensor> bias, const char* op);

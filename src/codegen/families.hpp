@@ -127,3 +127,27 @@ KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionT
 KernelSource attention_grad_kv_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 
 }  // namespace mn::codegen
+
+namespace mn::codegen {
+
+// Transformer family (codegen/transformer.cpp). Rows are the last dim of a [rows, dim] view.
+// embedding: out[n, j] = weight[ids[n], j], NaN for an id outside [0, vocab).
+KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
+// d embedding / d weight, deterministic without atomics: out is zeroed by fill_zero_kernel, then
+// one workgroup per position that holds the first occurrence of its id sums the rows of every
+// position with that id, in position order, into out[id]. Ids out of range are skipped.
+KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch);
+KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
+// RMSNorm / LayerNorm over rows and their d / d x, one workgroup per row, two passes (mean,
+// then centered variance) so large means lose no precision.
+enum class NormMode { Rms, Layer };
+KernelSource norm_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
+KernelSource norm_grad_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
+// RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
+KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch);
+// out = x [outer, dim, inner] with src [outer, len, inner] written at rows [start, start + len),
+// start read from a buffer and clamped into [0, dim - len).
+KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
+                                  const Launch& launch);
+
+}  // namespace mn::codegen

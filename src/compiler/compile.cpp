@@ -2,6 +2,7 @@
 //   lower (schedule/, with pointwise fusion) -> order by level -> plan memory (memory/) ->
 //   compile shaders (codegen/) -> allocate and initialize -> record (runtime/)
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -159,6 +160,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         }
     }
     for (const auto& [name, id] : graph.outputs()) {
+        if (options.read_back && std::find(options.read_back->begin(), options.read_back->end(), name) ==
+                                     options.read_back->end()) continue;
         const int32_t r = s.root(s.node_value[static_cast<size_t>(id)]);
         if (impl->readback_at.count(r)) continue;
         impl->readback_at[r] = readback_bytes;

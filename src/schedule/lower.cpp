@@ -202,6 +202,7 @@ private:
         }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
+        if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
@@ -286,6 +287,50 @@ private:
                 return;
             default:
                 throw Error(std::string("schedule: no lowering for op ") + op_info(n.op).name);
+        }
+    }
+
+    // Embedding, norms, RoPE and the cache write: one kernel each over a [rows, last dim] view
+    // (two for the embedding gradient: zero, then the per-id sums). False for other ops.
+    bool lower_transformer(const Node& n, int32_t out) {
+        std::vector<int32_t> ins;
+        for (int32_t i : n.inputs) ins.push_back(value_of(i));
+        auto bind = [&](std::vector<int32_t> values) {
+            values.push_back(out);
+            return values;
+        };
+        const int64_t dim = n.shape.empty() ? 1 : n.shape.back(), rows = numel(n.shape) / std::max<int64_t>(dim, 1);
+        using codegen::NormMode;
+        switch (n.op) {
+            case Op::Embedding:
+                emit(codegen::embedding_kernel(n.dtype, rows, g_.node(n.inputs[1]).shape[0], dim, t_.pointwise), bind(ins));
+                return true;
+            case Op::EmbeddingGrad:
+                emit(codegen::fill_zero_kernel(n.dtype, numel(n.shape), t_.pointwise), {out});
+                emit(codegen::embedding_grad_kernel(n.dtype, numel(g_.node(n.inputs[0]).shape), n.shape[0], dim, t_.reduction),
+                     bind(ins));
+                return true;
+            case Op::RmsNorm: case Op::LayerNorm:
+                emit(codegen::norm_kernel(n.op == Op::RmsNorm ? NormMode::Rms : NormMode::Layer, n.dtype, rows, dim,
+                                          n.data[0], t_.reduction), bind(ins));
+                return true;
+            case Op::RmsNormGrad: case Op::LayerNormGrad:
+                emit(codegen::norm_grad_kernel(n.op == Op::RmsNormGrad ? NormMode::Rms : NormMode::Layer, n.dtype, rows,
+                                               dim, n.data[0], t_.reduction), bind(ins));
+                return true;
+            case Op::Rope:
+                emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise), bind(ins));
+                return true;
+            case Op::SliceScatter: {
+                const auto axis = static_cast<size_t>(n.ints[0]);
+                int64_t outer = 1, inner = 1;
+                for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
+                for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+                emit(codegen::slice_scatter_kernel(n.dtype, outer, n.shape[axis], g_.node(n.inputs[1]).shape[axis], inner,
+                                                   t_.pointwise), bind(ins));
+                return true;
+            }
+            default: return false;
         }
     }
 
