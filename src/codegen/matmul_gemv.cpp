@@ -58,7 +58,7 @@ KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups) {
     // W contiguous along k: B^T (M == 1) or A (N == 1).
     const bool w_kc = row ? spec.trans_b : !spec.trans_a;
     const uint32_t ks = w_kc ? 32 : 8, cw = 256 / ks;
-    KernelSource k = base_kernel(spec, ks * cw, "matmul_gemv");
+    KernelSource k = base_kernel(spec, ks * cw, "matmul_gemv", checked_u32(spec.k, "matmul K"));
     std::string defs = define("KS", ks) + define("CW", cw) + "#define W_KC " + (w_kc ? "1" : "0") +
                        "\n#define VEC_K " + (w_kc && spec.k % 4 == 0 ? "1" : "0") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
