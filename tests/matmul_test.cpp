@@ -87,8 +87,8 @@ TEST_F(MatmulTest, TiledEveryGeometry) {
 
 TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
 
-// Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), and as the
-// heuristic chooses (no split on a CPU driver).
+// Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), also with
+// the largest tile, and as the heuristic chooses (no split on a CPU driver).
 TEST_F(MatmulTest, SplitK) {
     for (const char* splits : {"3", ""}) {
         SCOPED_TRACE(std::string("splits ") + (*splits ? splits : "chosen"));
@@ -96,6 +96,8 @@ TEST_F(MatmulTest, SplitK) {
         check_cases(kTiled, 4500, 1e-5);
         check_cases(kLongK, 4600, 1e-5);
     }
+    Forced splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
+    check_cases(kLongK, 4700, 1e-5);
 }
 
 // Precision Fast: where the device has NV f16 cooperative matrices, matmuls run on them with f16

@@ -43,6 +43,7 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 // a TM x TN register tile per thread (TM, TN multiples of 4).
 struct TiledGeometry {
     uint32_t bm, bn, bk, tm, tn;
+    double efficiency = 1;  // relative rate when the device is full (for the tile choice)
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
     uint32_t shared_bytes() const { return bk * (bm + bn + 8) * 4; }
 };
@@ -52,6 +53,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32
 // 16), K staged 32 deep as f16.
 struct CoopGeometry {
     uint32_t bm, bn, wm, wn;
+    double efficiency = 1;  // relative rate when the device is full (for the tile choice)
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, uint32_t subgroup_size, uint32_t k_split,
