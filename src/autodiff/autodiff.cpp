@@ -90,6 +90,12 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             return {only(0, [&] { return sum_to(g, ta ? g.matmul(b, gy, tb, true) : g.matmul(gy, b, false, !tb), a.shape()); }),
                     only(1, [&] { return sum_to(g, tb ? g.matmul(gy, a, true, ta) : g.matmul(a, gy, !ta, false), b.shape()); })};
         }
+        case Op::Conv2d: {
+            Tensor x = in(0), w = in(1);
+            return {only(0, [&] { return g.conv2d_grad_input(gy, w, x.shape(), n.ints); }),
+                    only(1, [&] { return g.conv2d_grad_weight(x, gy, w.shape(), n.ints); })};
+        }
+        case Op::MaxPool2d: return {g.max_pool2d_grad(in(0), gy, n.ints[0], n.ints[1], n.ints[2])};
         case Op::Sum: return {unreduce(g, gy, n, in(0).shape())};
         case Op::Mean: {
             int64_t count = 1;
@@ -180,6 +186,7 @@ bool has_vjp_rule(Op op) {
     switch (op) {
         case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:  // leaves
         case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
+        case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
             return false;
         default: return true;
     }

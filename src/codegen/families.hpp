@@ -13,10 +13,17 @@ struct Launch {
     uint32_t max_groups = 65535;    // per grid dimension
 };
 
-// out[i] = op(in0[..], in1[..]) over out_shape; in_strides[k] has out rank entries, 0 where
-// input k is broadcast. Unary ops take one input.
+// A fused pointwise kernel: out[i] = the program's last value at element i of out_shape. The
+// program is a list of steps in evaluation order; a step either loads input `a` (op == Op::Input,
+// read through in_strides[a], which has out rank entries, 0 where the input is broadcast) or
+// applies a pointwise op to earlier steps `a` (and `b`). A single op is the one-step program.
 struct PointwiseSpec {
-    Op op;
+    struct Step {
+        Op op;
+        int32_t a = -1, b = -1;
+        DType dtype;  // of the step's result
+    };
+    std::vector<Step> program;
     std::vector<DType> in_dtypes;
     DType out_dtype;
     Shape out_shape;
@@ -82,5 +89,24 @@ struct MatmulKernels {
     int64_t partial_elements = 0;
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
+
+// conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
+// Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
+enum class ConvMode { Forward, GradInput, GradWeight };
+struct ConvSpec {
+    ConvMode mode;
+    DType dtype;
+    Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
+    std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
+};
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
+
+// max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
+struct PoolSpec {
+    DType dtype;
+    Shape x;
+    int64_t out_h, out_w, kernel, stride, padding;
+};
+KernelSource max_pool2d_kernel(const PoolSpec& spec, bool backward, const Launch& launch);
 
 }  // namespace mn::codegen

@@ -3,6 +3,8 @@
 #include <random>
 
 #include "models/classifier.hpp"
+#include "models/resnet.hpp"
+#include "models/unet.hpp"
 
 namespace mn::models {
 
@@ -10,6 +12,10 @@ const std::vector<ModelEntry>& model_table() {
     static const std::vector<ModelEntry> table = {
         {"mlp", "Fashion-MNIST MLP 784-256-128-10; inputs images [N,784], labels [N]", build_fashion_mlp,
          fashion_mlp_inputs},
+        {"resnet50", "torchvision ResNet-50, eval-mode BN; inputs images [N,3,H,W], labels [N]", build_resnet50,
+         resnet50_inputs},
+        {"sd_unet", "simplified diffusion U-Net; inputs noisy_latent [N,4,H,W], target [N,4,H,W]", build_sd_unet,
+         sd_unet_inputs},
     };
     return table;
 }

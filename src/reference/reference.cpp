@@ -23,6 +23,8 @@
 // the only errors here are about the values: a missing or misshapen feed, a label out of range.
 #include "reference/reference.hpp"
 
+#include "reference/conv.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -369,6 +371,11 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::CrossEntropyGrad: return cross_entropy_grad(node, *in[0], *in[1], *in[2]);
 
     case Op::MatMul: return matmul(node, *in[0], *in[1]);
+    case Op::Conv2d:
+    case Op::Conv2dGradInput:
+    case Op::Conv2dGradWeight: return conv2d_family(node, *in[0], *in[1]);
+    case Op::MaxPool2d: return max_pool2d_family(node, *in[0], nullptr);
+    case Op::MaxPool2dGrad: return max_pool2d_family(node, *in[0], in[1]);
 
     case Op::Reshape: return Value{node.shape, in[0]->data};
     case Op::Permute: return permute(node, *in[0]);

@@ -1,9 +1,11 @@
 // Lowering: one or a few kernels per live node, in graph order. Composite ops that need
 // intermediate results (cross-entropy, mse, reductions over scattered axes) get scratch values.
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 
+#include "schedule/fusion.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::sched {
@@ -38,9 +40,26 @@ public:
             if (!live[i]) continue;
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
+        fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
         s_.node_value.assign(live.size(), -1);
+        // Assignments copy last, once every other kernel has read the targets' old contents.
+        std::vector<int32_t> copies;
         for (size_t i = 0; i < live.size(); ++i) {
-            if (live[i]) lower(static_cast<int32_t>(i));
+            if (!live[i]) continue;
+            if (g_.nodes()[i].op == Op::Assign) {
+                const int32_t id = static_cast<int32_t>(i);
+                s_.node_value[i] = value_of(g_.node(id).inputs[1]);  // the node reads as the value
+                if (!fusion_.assign_elided[i]) copies.push_back(id);
+                continue;
+            }
+            lower(static_cast<int32_t>(i));
+        }
+        for (int32_t id : copies) {
+            const int32_t target = value_of(g_.node(id).inputs[0]);
+            const Shape shape = value(target).shape;
+            copy(value_of(g_.node(id).inputs[1]), target,
+                 {.dims = shape, .in_strides = contiguous_strides(shape), .out_strides = contiguous_strides(shape)});
+            s_.steps.back().kernel.label = "assign";
         }
         for (int32_t r : roots) s_.values[static_cast<size_t>(s_.root(s_.node_value[static_cast<size_t>(r)]))].pinned = true;
         return std::move(s_);
@@ -56,17 +75,51 @@ private:
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
     void emit(KernelSource k, std::vector<int32_t> values) { s_.steps.push_back({std::move(k), std::move(values)}); }
 
+    // A single pointwise op over values (the building block composite lowerings use).
     void pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
-        codegen::PointwiseSpec spec{.op = op, .out_dtype = s_.values[static_cast<size_t>(out)].dtype,
-                                    .out_shape = s_.values[static_cast<size_t>(out)].shape};
-        for (int32_t v : ins) {
-            spec.in_dtypes.push_back(s_.values[static_cast<size_t>(v)].dtype);
-            spec.in_strides.push_back(broadcast_strides(s_.values[static_cast<size_t>(v)].shape, spec.out_shape));
+        codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+        for (size_t k = 0; k < ins.size(); ++k) {
+            add_leaf(spec, ins[k]);
+            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(k), .dtype = value(ins[k]).dtype});
         }
+        spec.program.push_back({.op = op, .a = 0, .b = ins.size() > 1 ? 1 : -1, .dtype = value(out).dtype});
         std::vector<int32_t> bind = ins;
         bind.push_back(out);
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
     }
+
+    // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
+    void fused_pointwise(int32_t root, int32_t out) {
+        codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+        std::vector<int32_t> bind;
+        std::map<int32_t, int32_t> leaf_step;  // leaf node -> the step that loaded it
+        auto build = [&](auto& self, int32_t node) -> int32_t {
+            if (node != root && !fusion_.inlined[static_cast<size_t>(node)]) {
+                auto [it, fresh] = leaf_step.emplace(node, static_cast<int32_t>(spec.program.size()));
+                if (fresh) {
+                    bind.push_back(value_of(node));
+                    add_leaf(spec, value_of(node));
+                    spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
+                                            .dtype = value(value_of(node)).dtype});
+                }
+                return it->second;
+            }
+            const Node& n = g_.node(node);
+            const int32_t a = self(self, n.inputs[0]);
+            const int32_t b = n.inputs.size() > 1 ? self(self, n.inputs[1]) : -1;
+            spec.program.push_back({.op = n.op, .a = a, .b = b, .dtype = n.dtype});
+            return static_cast<int32_t>(spec.program.size() - 1);
+        };
+        build(build, root);
+        bind.push_back(out);
+        emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+    }
+
+    void add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
+        spec.in_dtypes.push_back(value(v).dtype);
+        spec.in_strides.push_back(broadcast_strides(value(v).shape, spec.out_shape));
+    }
+    const Value& value(int32_t v) const { return s_.values[static_cast<size_t>(v)]; }
 
     void copy(int32_t in, int32_t out, codegen::CopySpec spec) {
         spec.dtype = s_.values[static_cast<size_t>(in)].dtype;
@@ -135,29 +188,23 @@ private:
             s_.node_value[static_cast<size_t>(id)] = new_value(n.shape, n.dtype, st, id);
             return;
         }
-        if (n.op == Op::Assign) {  // copy the value into the target's bytes; the node reads as the target
-            const int32_t target = in(0);
-            const Shape& shape = shape_of(target);
-            copy(in(1), target, {.dims = shape, .in_strides = contiguous_strides(shape), .out_strides = contiguous_strides(shape)});
-            s_.node_value[static_cast<size_t>(id)] = target;
-            return;
-        }
+        if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
             s_.node_value[static_cast<size_t>(id)] = v;
             return;
         }
+        if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
+            s_.node_value[static_cast<size_t>(id)] = value_of(target);
+            return fused_pointwise(id, value_of(target));
+        }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
         switch (op_info(n.op).archetype) {
-            case Archetype::Pointwise: {
-                std::vector<int32_t> ins;
-                for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(k));
-                pointwise(n.op, ins, out);
-                return;
-            }
+            case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
+            case Archetype::Conv: return lower_conv(n, in(0), in(1), out);
             default: break;
         }
         const Shape x = shape_of(in(0));  // a copy: new values may reallocate
@@ -219,6 +266,18 @@ private:
                 }
                 return;
             }
+            case Op::MaxPool2d:
+            case Op::MaxPool2dGrad: {
+                const bool backward = n.op == Op::MaxPool2dGrad;
+                const Shape y = backward ? shape_of(in(1)) : n.shape;
+                const codegen::PoolSpec spec{.dtype = n.dtype, .x = x, .out_h = y[2], .out_w = y[3],
+                                             .kernel = n.ints[0], .stride = n.ints[1], .padding = n.ints[2]};
+                std::vector<int32_t> bind{in(0)};
+                if (backward) bind.push_back(in(1));
+                bind.push_back(out);
+                emit(codegen::max_pool2d_kernel(spec, backward, t_.pointwise), std::move(bind));
+                return;
+            }
             case Op::Expand:
                 copy(in(0), out, {.dims = n.shape, .in_strides = broadcast_strides(x, n.shape),
                                   .out_strides = contiguous_strides(n.shape)});
@@ -250,9 +309,23 @@ private:
         emit(std::move(*kernels.sum), {partial, out});
     }
 
+    // Bindings in the node's input order, then the output: see codegen::ConvSpec.
+    void lower_conv(const Node& n, int32_t a, int32_t b, int32_t out) {
+        const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
+        codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints};
+        switch (n.op) {
+            case Op::Conv2d: spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape; break;
+            case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
+            case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
+            default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
+        }
+        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
+    }
+
     const Graph& g_;
     const Tuning& t_;
     Schedule s_;
+    FusionPlan fusion_;
 };
 
 }  // namespace
@@ -279,6 +352,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     const bool cpu = caps.type == "cpu";
     const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
+    t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu};
