@@ -44,13 +44,24 @@ const std::vector<Case> kGemv = {
     {{2, 7, 50}, {2, 1, 50}, false, true},
 };
 
-// Sets MEGANEURA_MATMUL_TILE for one scope ("" leaves the choice to the heuristic).
-class ForcedTile {
+// Long K with few output tiles: where the device is large, the heuristic splits K.
+const std::vector<Case> kLongK = {
+    {{7, 1000}, {1000, 9}},
+    {{1000, 33}, {1000, 50}, true, false},
+    {{50, 2048}, {36, 2048}, false, true},
+};
+
+// Sets a tuning variable (MEGANEURA_MATMUL_TILE, MEGANEURA_MATMUL_SPLITS) for one scope; ""
+// leaves the choice to the heuristic.
+class Forced {
 public:
-    explicit ForcedTile(const std::string& bm) {
-        if (bm.empty()) unsetenv("MEGANEURA_MATMUL_TILE"); else setenv("MEGANEURA_MATMUL_TILE", bm.c_str(), 1);
+    Forced(const char* name, const std::string& value) : name_(name) {
+        if (value.empty()) unsetenv(name); else setenv(name, value.c_str(), 1);
     }
-    ~ForcedTile() { unsetenv("MEGANEURA_MATMUL_TILE"); }
+    ~Forced() { unsetenv(name_); }
+
+private:
+    const char* name_;
 };
 
 void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, CompileOptions options = {}) {
@@ -69,12 +80,25 @@ bool device_has_coop() {
 TEST_F(MatmulTest, TiledEveryGeometry) {
     for (const char* bm : {"", "128", "64", "32"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
-        ForcedTile forced(bm);
+        Forced forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4000, 1e-5);
     }
 }
 
 TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
+
+// Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), also with
+// the largest tile, and as the heuristic chooses (no split on a CPU driver).
+TEST_F(MatmulTest, SplitK) {
+    for (const char* splits : {"3", ""}) {
+        SCOPED_TRACE(std::string("splits ") + (*splits ? splits : "chosen"));
+        Forced forced("MEGANEURA_MATMUL_SPLITS", splits);
+        check_cases(kTiled, 4500, 1e-5);
+        check_cases(kLongK, 4600, 1e-5);
+    }
+    Forced splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
+    check_cases(kLongK, 4700, 1e-5);
+}
 
 // Precision Fast: where the device has NV f16 cooperative matrices, matmuls run on them with f16
 // operands and f32 accumulation. Rounding an operand to f16 has relative error <= 2^-11 (4.9e-4),
@@ -89,10 +113,13 @@ TEST_F(MatmulTest, FastPrecision) {
     fast.precision = Precision::Fast;
     for (const char* bm : {"", "128", "64", "32"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
-        ForcedTile forced(bm);
+        Forced forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4200, tol, fast);
     }
     check_cases(kGemv, 4300, 1e-5, fast);  // M or N == 1 stays on the f32 GEMV
+    check_cases(kLongK, 4310, tol, fast);
+    Forced forced("MEGANEURA_MATMUL_SPLITS", "3");
+    check_cases(kTiled, 4320, tol, fast);
 }
 
 // The cooperative kernel really runs where the device has it, and never where it does not.
@@ -124,7 +151,7 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
             codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
                                      .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
                                      .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
-            const auto k = codegen::matmul_kernel(spec, tuning);
+            const auto k = codegen::matmul_kernels(spec, tuning).product;
             EXPECT_EQ(k.label, "matmul_coop");
             EXPECT_EQ(k.required_subgroup_size, 32u);
             EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));

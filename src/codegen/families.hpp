@@ -2,6 +2,8 @@
 // The kernel families. Each function returns one dispatchable kernel; the GLSL text depends only
 // on the family's variant (op, dtypes, tile sizes), never on shapes, which travel as
 // specialization constants.
+#include <optional>
+
 #include "codegen/kernel.hpp"
 
 namespace mn::codegen {
@@ -70,13 +72,23 @@ struct MatmulTuning {
     // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
     // subgroup size the coop kernel is built for (required at pipeline creation).
     uint32_t coop_subgroup = 0;
-    uint32_t forced_bm = 0;  // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
+    uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
+    uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
+    uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
 };
 
-// Chooses the kernel for one matmul: a GEMV (K-split dot products) when M or N is 1, the
-// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and
-// the dtype is f32, otherwise the register-tiled f32 kernel with a tile chosen for the grid size.
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
+// The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the
+// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and the
+// dtype is f32, otherwise the register-tiled f32 kernel, with a tile chosen for the grid size.
+// When even the smallest tile leaves the device underfilled, K is split: `product` writes
+// `partial_elements` f32 partial products into a scratch buffer (its binding c) and `sum` adds
+// them into C.
+struct MatmulKernels {
+    KernelSource product;
+    std::optional<KernelSource> sum;
+    int64_t partial_elements = 0;
+};
+MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 
 // conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
 // Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).

@@ -5,8 +5,8 @@
 //   - cooperative matrix (matmul_coop.cpp) in precision Fast on devices that have NV f16
 //     cooperative matrices: f16 tiles, f32 accumulation.
 //   - the register-tiled f32 kernel (matmul_tiled.cpp) otherwise.
-// Tile sizes follow the grid: the largest tile that still launches about two workgroups per
-// compute unit, since at these model sizes occupancy beats per-workgroup efficiency.
+// Tile sizes follow the grid and the device's compute-unit count (see pick), and K is split when
+// even the smallest tile leaves the device underfilled (see choose_k_split).
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -40,7 +40,13 @@ std::string define(const std::string& name, int64_t value) {
     return "#define " + name + " " + std::to_string(value) + "u\n";
 }
 
-KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std::string& label) {
+std::string preamble(const KernelInterface& iface, const std::string& extensions) {
+    std::string s = glsl_preamble(iface);
+    s.insert(s.find('\n') + 1, "#extension GL_EXT_control_flow_attributes : require\n" + extensions);
+    return s;
+}
+
+KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std::string& label, uint32_t k_split) {
     KernelSource k;
     k.label = label;
     k.iface.local_size = local_size;
@@ -49,6 +55,8 @@ KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std:
     add_batch_constants(k, "BD", spec.batch, 1);
     add_batch_constants(k, "AS", spec.a_batch_strides, 0);
     add_batch_constants(k, "BS", spec.b_batch_strides, 0);
+    k.iface.spec_constants.insert(k.iface.spec_constants.end(), {"NB", "KSPLIT"});
+    k.spec_values.insert(k.spec_values.end(), {checked_u32(std::max<int64_t>(numel(spec.batch), 1), "matmul batch"), k_split});
     k.iface.bindings = {{"a", spec.dtype}, {"b", spec.dtype}, {"c", spec.dtype, true}};
     checked_u32(numel(spec.batch) * spec.m * spec.n, "matmul output size");
     return k;
@@ -68,6 +76,11 @@ void batch_offsets(uint z, out uint a_off, out uint b_off) {
     uint c3 = z % BD3; z /= BD3; uint c2 = z % BD2; z /= BD2; uint c1 = z % BD1; z /= BD1; uint c0 = z;
     a_off = c0 * AS0 + c1 * AS1 + c2 * AS2 + c3 * AS3;
     b_off = c0 * BS0 + c1 * BS1 + c2 * BS2 + c3 * BS3;
+}
+void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off) {
+    k_begin = (gl_WorkGroupID.z / NB) * KSPLIT;
+    k_end = min(K, k_begin + KSPLIT);
+    batch_offsets(gl_WorkGroupID.z % NB, a_off, b_off);
 }
 )";
     return g;
@@ -94,8 +107,9 @@ std::string loader_glsl(const MatmulSpec& spec, char operand) {
     return g + "    return v;\n}\n";
 }
 
-std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t max_groups) {
-    const int64_t batch = std::max<int64_t>(numel(spec.batch), 1);
+std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t k_split,
+                                  uint32_t max_groups) {
+    const int64_t batch = std::max<int64_t>(numel(spec.batch), 1) * ((spec.k + k_split - 1) / k_split);
     const int64_t gx = (spec.n + bn - 1) / bn, gy = (spec.m + bm - 1) / bm;
     if (gx > max_groups || gy > max_groups || batch > max_groups) {
         throw Error("matmul grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(batch) +
@@ -103,6 +117,41 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
     }
     return {static_cast<uint32_t>(std::max<int64_t>(gx, 1)), static_cast<uint32_t>(std::max<int64_t>(gy, 1)),
             static_cast<uint32_t>(batch)};
+}
+
+KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups) {
+    KernelSource k;
+    k.label = "matmul_split_sum";
+    k.iface.local_size = 256;
+    k.iface.spec_constants = {"T", "S"};
+    k.spec_values = {checked_u32(elements, "matmul output size"), splits};
+    k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
+    const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
+    std::string g = glsl_preamble(k.iface) + kFlatGroupId + "#define STORE " + storage_type(out_dtype) +
+                    "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
+    g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
+         "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
+    g += vec ? R"(
+void main() {
+    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (i >= T / 4u) return;
+    vec4 s = vec4(0.0);
+    for (uint q = 0u; q < S; ++q) s += p4.d[q * (T / 4u) + i];
+    c4.d[i] = STORE4(s);
+}
+)"
+             : R"(
+void main() {
+    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (i >= T) return;
+    float s = 0.0;
+    for (uint q = 0u; q < S; ++q) s += p.d[q * T + i];
+    c.d[i] = STORE(s);
+}
+)";
+    k.glsl = g;
+    k.groups = grid_for((static_cast<uint64_t>(vec ? elements / 4 : elements) + 255) / 256, max_groups);
+    return k;
 }
 
 }  // namespace matmul_detail
@@ -115,21 +164,26 @@ int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {
     return ((spec.m + bm - 1) / bm) * ((spec.n + bn - 1) / bn) * std::max<int64_t>(numel(spec.batch), 1);
 }
 
-// The first candidate (largest first) that fits the device and launches at least `target`
-// workgroups; else the smallest that fits. `forced_bm` (tests, tuning) picks by tile height.
+int64_t compute_units(const MatmulTuning& t) { return t.compute_units ? t.compute_units : 32; }  // unknown: mid-size
+
+// The tile with the least estimated time, `forced_bm` (tests, tuning) picking by height instead.
+// Time ~ waves x work per workgroup / efficiency: a grid runs in ceil(groups / compute units)
+// rounds of one tile's flops each, and a larger tile does more per shared-memory load. So a large
+// tile wins while the grid fills the device, and loses when its last round would leave most
+// compute units idle (1500 x 1536 in 128-tiles: 144 groups on 132 units, two rounds).
 template <typename G, typename Fits>
 G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits) {
-    // Unknown compute-unit count: assume a mid-size GPU.
-    const int64_t target = 2 * static_cast<int64_t>(t.compute_units ? t.compute_units : 32);
     const G* chosen = nullptr;
+    double best = 0;
     for (const G& g : candidates) {
         if (!fits(g)) continue;
         if (t.forced_bm) {
             if (g.bm == t.forced_bm) return g;
             continue;
         }
-        chosen = &g;
-        if (workgroups(spec, g.bm, g.bn) >= target) break;
+        const int64_t waves = (workgroups(spec, g.bm, g.bn) + compute_units(t) - 1) / compute_units(t);
+        const double cost = static_cast<double>(waves) * g.bm * g.bn / g.efficiency;
+        if (!chosen || cost < best) chosen = &g, best = cost;
     }
     if (!chosen) {
         throw Error("matmul: no tile fits this device" +
@@ -138,26 +192,67 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
     return *chosen;
 }
 
+// Split-K: a grid too small to fill the device walks K serially, one memory round trip per slice,
+// so its time grows with K however few the flops (on the H200, 128 x 49152 x 576: 2.9 ms unsplit,
+// 0.31 ms split). Splitting K into pieces (each a multiple of 32, both kernels' K-slice)
+// multiplies the workgroups, until the grid has about two per compute unit or a piece would be
+// shorter than kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split
+// regardless. The pieces are summed by one more dispatch. Returns the k range of a piece (K: no
+// split).
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups) {
+    constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
+    const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
+    if (spec.dtype != DType::F32) return checked_u32(k, "matmul K");  // partial sums are f32
+    int64_t splits = 1;
+    if (t.forced_splits) {
+        splits = t.forced_splits;
+    } else if (!t.cpu && groups < target) {
+        splits = std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece);
+    }
+    splits = std::max<int64_t>(splits, 1);
+    const int64_t piece = ((k + splits - 1) / splits + 31) / 32 * 32;
+    return checked_u32(std::min(piece, k), "matmul K piece");
+}
+
 }  // namespace
 
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
-    if (spec.m == 1 || spec.n == 1) return gemv_kernel(spec, t.max_groups);
+MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
+    MatmulKernels out;
+    if (spec.m == 1 || spec.n == 1) {
+        out.product = gemv_kernel(spec, t.max_groups);
+        return out;
+    }
+    uint32_t k_split;
     if (t.coop_subgroup && spec.dtype == DType::F32) {
-        const std::vector<CoopGeometry> coop = {{128, 128, 64, 32}, {64, 64, 32, 32}, {32, 32, 16, 16}};
+        // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200.
+        const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 1.0}, {64, 64, 32, 32, 0.82}, {32, 32, 16, 16, 0.47}};
         const CoopGeometry g = pick(coop, spec, t, [&](const CoopGeometry& c) {
             return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
         });
-        return coop_kernel(spec, g, t.coop_subgroup, t.max_groups);
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
+        out.product = coop_kernel(spec, g, t.coop_subgroup, k_split, t.max_groups);
+    } else {
+        // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
+        // (8x8 measured 1.6x faster than 4x4 on lavapipe).
+        const std::vector<TiledGeometry> tiled =
+            t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
+                                  : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
+                                                               {32, 32, 16, 4, 4, 0.7}};
+        TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
+            return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
+        });
+        if (t.forced_bk) g.bk = t.forced_bk;
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
+        out.product = tiled_kernel(spec, g, k_split, t.max_groups);
     }
-    // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
-    // (8x8 measured 1.6x faster than 4x4 on lavapipe).
-    const std::vector<TiledGeometry> tiled =
-        t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 16, 4, 4}};
-    const TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
-        return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
-    });
-    return tiled_kernel(spec, g, t.max_groups);
+    if (k_split < spec.k) {
+        const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
+        const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
+        out.partial_elements = elements * splits;
+        checked_u32(out.partial_elements, "matmul split-K partial products");
+        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups);
+    }
+    return out;
 }
 
 }  // namespace mn::codegen

@@ -19,8 +19,7 @@ constexpr uint32_t kBK = 32;
 const char* const kExtensions =
     "#extension GL_NV_cooperative_matrix : require\n"
     "#extension GL_KHR_memory_scope_semantics : require\n"
-    "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
-    "#extension GL_EXT_control_flow_attributes : require\n";
+    "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
 const char* const kBody = R"(
 #define F16MAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -85,17 +84,18 @@ void main() {
     uint wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
-    batch_offsets(gl_WorkGroupID.z, a_off, b_off);
+    uint k_begin, k_end;
+    split_range(k_begin, k_end, a_off, b_off);
 
     F32MAT acc[FM][FN];
     [[unroll]] for (uint i = 0u; i < FM; ++i)
         [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
 
-    fetch(0u);
+    fetch(k_begin);
     stash();
     barrier();
-    for (uint k0 = 0u; k0 < K; k0 += BK) {
-        bool more = k0 + BK < K;
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
         if (more) fetch(k0 + BK);
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             F16MAT fa[FM], fb[FN];
@@ -123,7 +123,7 @@ void main() {
         }
     }
 
-    uint c_off = gl_WorkGroupID.z * M * N;
+    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
 #if VEC_C
     if (m0 + BM <= M && n0 + BN <= N) {  // wholly inside, rows 16-byte aligned: store directly
         [[unroll]] for (uint i = 0u; i < FM; ++i)
@@ -152,21 +152,20 @@ uint32_t coop_shared_bytes(const CoopGeometry& g) {
     return 2 * ((g.bm + 8) * kBK + (g.bn + 8) * kBK) + 4 * 256 * g.subgroups();
 }
 
-KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, uint32_t subgroup_size, uint32_t max_groups) {
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, uint32_t subgroup_size, uint32_t split_k,
+                         uint32_t max_groups) {
     const uint32_t wg = t.subgroups() * subgroup_size;
     if (t.bm % t.wm || t.bn % t.wn || t.wm % 16 || t.wn % 16 || (t.bm * kBK / 4) % wg || (t.bn * kBK / 4) % wg) {
         throw Error("cooperative matmul tiles must divide evenly");
     }
-    KernelSource k = base_kernel(spec, wg, "matmul_coop");
+    KernelSource k = base_kernel(spec, wg, "matmul_coop", split_k);
     k.required_subgroup_size = subgroup_size;
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", kBK) + define("WM", t.wm) +
                        define("WN", t.wn) + define("SG", subgroup_size) + "#define TRANS_A " +
                        (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") +
                        "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    std::string pre = glsl_preamble(k.iface);
-    pre.insert(pre.find('\n') + 1, kExtensions);  // extensions go right after #version
-    k.glsl = pre + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
-    k.groups = tile_grid(spec, t.bm, t.bn, max_groups);
+    k.glsl = preamble(k.iface, kExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }
 

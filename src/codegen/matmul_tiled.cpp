@@ -34,7 +34,7 @@ vec4 ra[GA], rb[GB];
 uint lid, m0, n0, a_off, b_off;
 
 void fetch(uint k0) {
-    for (uint p = 0u; p < GA; ++p) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
 #if TRANS_A
         ra[p] = load_a(a_off, k0 + o, m0 + i);
@@ -42,7 +42,7 @@ void fetch(uint k0) {
         ra[p] = load_a(a_off, m0 + o, k0 + i);
 #endif
     }
-    for (uint p = 0u; p < GB; ++p) {
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
 #if TRANS_B
         rb[p] = load_b(b_off, n0 + o, k0 + i);
@@ -53,18 +53,18 @@ void fetch(uint k0) {
 }
 
 void stash() {
-    for (uint p = 0u; p < GA; ++p) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
 #if TRANS_A
         As[o][i >> 2] = ra[p];
 #else
-        for (uint q = 0u; q < 4u; ++q) As[i + q][o >> 2][o & 3u] = ra[p][q];
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[i + q][o >> 2][o & 3u] = ra[p][q];
 #endif
     }
-    for (uint p = 0u; p < GB; ++p) {
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
 #if TRANS_B
-        for (uint q = 0u; q < 4u; ++q) Bs[i + q][o >> 2][o & 3u] = rb[p][q];
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[i + q][o >> 2][o & 3u] = rb[p][q];
 #else
         Bs[o][i >> 2] = rb[p];
 #endif
@@ -76,23 +76,24 @@ void main() {
     uint tx = lid % TX, ty = lid / TX;
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
-    batch_offsets(gl_WorkGroupID.z, a_off, b_off);
+    uint k_begin, k_end;
+    split_range(k_begin, k_end, a_off, b_off);
 
     vec4 acc[TM][TN / 4u];
-    for (uint r = 0u; r < TM; ++r) for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
+    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
 
-    fetch(0u);
+    fetch(k_begin);
     stash();
     barrier();
-    for (uint k0 = 0u; k0 < K; k0 += BK) {
-        bool more = k0 + BK < K;
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
         if (more) fetch(k0 + BK);
-        for (uint kk = 0u; kk < BK; ++kk) {
+        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
             vec4 av[TM / 4u], bv[TN / 4u];
-            for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
-            for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
-            for (uint r = 0u; r < TM; ++r)
-                for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
+            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
+            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
+            [[unroll]] for (uint r = 0u; r < TM; ++r)
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
         }
         barrier();
         if (more) {
@@ -101,16 +102,16 @@ void main() {
         }
     }
 
-    uint c_off = gl_WorkGroupID.z * M * N;
-    for (uint r = 0u; r < TM; ++r) {
+    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
+    [[unroll]] for (uint r = 0u; r < TM; ++r) {
         uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
         if (gm >= M) continue;
-        for (uint j = 0u; j < TN / 4u; ++j) {
+        [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) {
             uint gn = n0 + j * TX * 4u + tx * 4u;
 #if VEC_C
             if (gn < N) c4.d[(c_off + gm * N + gn) >> 2] = STORE4(acc[r][j]);
 #else
-            for (uint q = 0u; q < 4u; ++q)
+            [[unroll]] for (uint q = 0u; q < 4u; ++q)
                 if (gn + q < N) c.d[c_off + gm * N + gn + q] = STORE(acc[r][j][q]);
 #endif
         }
@@ -120,17 +121,17 @@ void main() {
 
 }  // namespace
 
-KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32_t max_groups) {
+KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32_t split_k, uint32_t max_groups) {
     const uint32_t wg = t.threads();
     if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk / 4) % wg || (t.bn * t.bk / 4) % wg) {
         throw Error("matmul tiles must divide evenly");
     }
-    KernelSource k = base_kernel(spec, wg, "matmul");
+    KernelSource k = base_kernel(spec, wg, "matmul", split_k);
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                        define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = glsl_preamble(k.iface) + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
-    k.groups = tile_grid(spec, t.bm, t.bn, max_groups);
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }
 

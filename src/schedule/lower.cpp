@@ -349,7 +349,11 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        emit(codegen::matmul_kernel(spec, t_.matmul), {a, b, out});
+        auto kernels = codegen::matmul_kernels(spec, t_.matmul);
+        if (!kernels.sum) return emit(std::move(kernels.product), {a, b, out});
+        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
+        emit(std::move(kernels.product), {a, b, partial});
+        emit(std::move(*kernels.sum), {partial, out});
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
@@ -479,12 +483,24 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         caps.vulkan_memory_model && caps.subgroup_size_control) {
         t.matmul.coop_subgroup = caps.subgroup_size;
     }
-    // MEGANEURA_MATMUL_TILE=<tile height> forces one tile geometry (tests, tuning on a new device).
+    // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
+    // new device).
     if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
+        unsigned bm = 0, bk = 0;
+        char extra = 0;
+        const int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, or 64/32, got '") + e + "'");
+        }
+        t.matmul.forced_bm = bm;
+        t.matmul.forced_bk = bk;
+    }
+    // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
         char* end = nullptr;
         const unsigned long v = std::strtoul(e, &end, 10);
-        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, got '") + e + "'");
-        t.matmul.forced_bm = static_cast<uint32_t>(v);
+        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
+        t.matmul.forced_splits = static_cast<uint32_t>(v);
     }
     return t;
 }
