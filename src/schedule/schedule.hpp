@@ -35,6 +35,7 @@ struct Schedule {
     std::vector<Value> values;
     std::vector<Step> steps;
     std::vector<int32_t> node_value;  // graph node id -> value id, -1 where the node is dead
+    std::vector<int32_t> step_level;  // after order_by_level: steps of one level need no barrier between them
 
     int32_t root(int32_t v) const {
         while (values[static_cast<size_t>(v)].view_of >= 0) v = values[static_cast<size_t>(v)].view_of;
@@ -51,5 +52,8 @@ Tuning tune_for(const rt::DeviceCaps& caps);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
+
+// Reorders the steps so that independent ones are adjacent (levels.cpp) and fills step_level.
+void order_by_level(Schedule& s);
 
 }  // namespace mn::sched
