@@ -80,7 +80,8 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
             names.push_back(n.name);
         }
     }
-    g.output(kLossOutput, loss);
+    // A model may already name its loss "loss" (the registry's models do): that is the same output.
+    if (const auto named = g.find(kLossOutput); !named || named->id != loss.id) g.output(kLossOutput, loss);
     std::vector<Tensor> grads = grad(loss, params);
     if (options.clip_grad_norm > 0) clip(g, grads, options.clip_grad_norm);
     const Updater up{g, g.input(kLearningRate, {}), g.input(kBiasCorrection1, {}), g.input(kBiasCorrection2, {})};
