@@ -212,6 +212,9 @@ std::vector<Case> op_cases() {
         {"batch_norm_eval", {{{2, 3, 3, 3}}, {{3}}, {{3}}, {{3}}, {{3}, 0.5, 2}},
          [](Graph& g, Params p) { return g.batch_norm(p[0], p[1], p[2], p[3], p[4], false); }},
         {"group_norm", {{{2, 6, 3, 5}}, {{6}}, {{6}}}, [](Graph& g, Params p) { return g.group_norm(p[0], 3, p[1], p[2]); }},
+        // attention (more cases in attention_test.cpp)
+        {"attention_causal_gqa", {{{1, 4, 3, 2}}, {{1, 2, 3, 2}}, {{1, 2, 3, 2}}},
+         [](Graph& g, Params p) { return g.attention(p[0], p[1], p[2], {.causal = true}); }},
         // a value used more than once: its gradients add up
         {"fan_out", {kAny}, [](Graph& g, Params p) { return p[0] * p[0] + g.exp(p[0]) - p[0]; }},
         {"concat_of_itself", {{{2, 3}}, {{1, 3}}}, [](Graph& g, Params p) { return g.concat({p[0], p[1], p[0]}, 0); }},
@@ -370,7 +373,8 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
 const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
                                          Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad,
-                                         Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad};
+                                         Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad,
+                                         Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 
 TEST(AutodiffCoverage, EveryDifferentiableOpHasARule) {
 #define X(e, n, a, ar) \

@@ -15,6 +15,7 @@
 
 #include "temp_dir.hpp"
 #include "gpu_check.hpp"
+#include "host_tools.hpp"
 #include "io/safetensors.hpp"
 
 namespace mn::test {
@@ -129,11 +130,6 @@ std::map<std::string, std::vector<float>> snapshot(const Session& s, const std::
     std::map<std::string, std::vector<float>> out;
     for (const auto& n : names) out[n] = s.get(n);
     return out;
-}
-
-bool torch_available() {
-    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0;
-    return ok;
 }
 
 // Command-line arguments for tests/torch/optim_steps.py that describe `o`.

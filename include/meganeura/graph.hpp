@@ -23,7 +23,7 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 int64_t numel(const Shape& s);
 
-enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, Conv, DataMovement };
+enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, Conv, Attention, DataMovement };
 
 enum class Op : uint8_t {
 #define X(e, n, a, ar) e,

@@ -34,6 +34,7 @@ Tensor unreduce(Graph& g, Tensor grad, const Node& n, Shape in_shape) {
 using Grads = std::vector<std::optional<Tensor>>;  // one per input; empty where none flows
 
 Tensor slice_vjp(Graph& g, const Node& n, Shape in_shape, Tensor gy);
+Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool>& need);
 
 Tensor arange_i32(Graph& g, int64_t n) {
     std::vector<double> v(static_cast<size_t>(n));
@@ -144,6 +145,7 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             Tensor ga = (in(0) - in(1)) * (gy * (2.0 / static_cast<double>(numel(in(0).shape()))));
             return {only(0, [&] { return ga; }), only(1, [&] { return -ga; })};
         }
+        case Op::Attention: return attention_vjp(g, id, n, gy, need);
         case Op::Reshape: return {g.reshape(gy, in(0).shape())};
         case Op::Permute: {
             std::vector<int64_t> inverse(n.ints.size());
@@ -227,6 +229,25 @@ Tensor slice_vjp(Graph& g, const Node& n, Shape in_shape, Tensor gy) {
     return parts.size() == 1 ? spread : g.concat(parts, ax);
 }
 
+// Attention: the forward's per-row logsumexp (a companion node the forward kernel writes too)
+// lets the backward kernels recompute the probabilities tile by tile instead of storing them.
+// dK and dV come from one kernel; query_start gets no gradient.
+Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool>& need) {
+    const Shape& q = g.node(n.inputs[0]).shape;
+    const Tensor lse = g.emit({.op = Op::AttentionLse, .inputs = n.inputs, .shape = {q[0], q[1], q[2]},
+                               .dtype = DType::F32, .ints = n.ints, .data = n.data});
+    std::vector<int32_t> inputs = {n.inputs[0], n.inputs[1], n.inputs[2], id, gy.id, lse.id};
+    if (n.inputs.size() == 4) inputs.push_back(n.inputs[3]);
+    Grads out(n.inputs.size());
+    const Op ops[] = {Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
+    for (size_t k = 0; k < 3; ++k) {
+        if (!need[k]) continue;
+        const Node& x = g.node(n.inputs[k]);
+        out[k] = g.emit({.op = ops[k], .inputs = inputs, .shape = x.shape, .dtype = x.dtype, .ints = n.ints, .data = n.data});
+    }
+    return out;
+}
+
 }  // namespace
 
 bool has_vjp_rule(Op op) {
@@ -235,6 +256,7 @@ bool has_vjp_rule(Op op) {
         case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
         case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad:
         case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+        case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
             return false;
         default: return true;
     }

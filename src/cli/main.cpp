@@ -24,6 +24,8 @@ const Command kCommands[] = {
                                       "--inputs I --out O [--backward] [--precision strict|fast]"},
     {"generate", mn::cli::cmd_generate, "generate --model smollm2 [--weights W] --tokens 1,2,3 [--max-new 20] "
                                         "[--size tiny|full] [--config config.json]: greedy token ids"},
+    {"bench", mn::cli::cmd_bench, "bench --model NAME [--precision strict|fast] [--size full|tiny] [--json FILE] "
+                                  "[--repeat 20] [--warmup 3] [--out-dir DIR] [--seed 0]"},
 };
 
 int usage(FILE* out) {

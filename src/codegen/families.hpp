@@ -2,6 +2,8 @@
 // The kernel families. Each function returns one dispatchable kernel; the GLSL text depends only
 // on the family's variant (op, dtypes, tile sizes), never on shapes, which travel as
 // specialization constants.
+#include <optional>
+
 #include "codegen/kernel.hpp"
 
 namespace mn::codegen {
@@ -60,11 +62,33 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
 };
-struct MatmulTiles {
-    uint32_t bm = 64, bn = 64, bk = 16;  // workgroup tile
-    uint32_t tm = 4, tn = 4;             // per-thread tile
+// What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
+struct MatmulTuning {
+    uint32_t max_groups = 65535;         // per grid dimension
+    uint32_t max_invocations = 256;      // per workgroup
+    uint32_t max_shared_memory = 32768;  // bytes per workgroup
+    uint32_t compute_units = 0;          // multiprocessors; 0: unknown
+    bool cpu = false;                    // a CPU driver: one big register tile, few threads
+    // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
+    // subgroup size the coop kernel is built for (required at pipeline creation).
+    uint32_t coop_subgroup = 0;
+    uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
+    uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
+    uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
 };
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+
+// The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the
+// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and the
+// dtype is f32, otherwise the register-tiled f32 kernel, with a tile chosen for the grid size.
+// When even the smallest tile leaves the device underfilled, K is split: `product` writes
+// `partial_elements` f32 partial products into a scratch buffer (its binding c) and `sum` adds
+// them into C.
+struct MatmulKernels {
+    KernelSource product;
+    std::optional<KernelSource> sum;
+    int64_t partial_elements = 0;
+};
+MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 
 // conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
 // Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
@@ -75,7 +99,7 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
 };
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
 struct PoolSpec {
@@ -84,6 +108,35 @@ struct PoolSpec {
     int64_t out_h, out_w, kernel, stride, padding;
 };
 KernelSource max_pool2d_kernel(const PoolSpec& spec, bool backward, const Launch& launch);
+
+// Fused attention (flash-style online softmax; scores live only in shared memory), see
+// Graph::attention for the semantics. Query heads of one kv head are processed together: q viewed
+// as [B, Hkv, G * Tq, D] (G = Hq / Hkv) shares each staged K/V tile among the group.
+struct AttentionSpec {
+    DType dtype;
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal = false;
+    int64_t window = 0;
+    double scale = 1;
+    bool dynamic_start = false;  // query_start read from a bound i32 scalar, else query_start below
+    int64_t query_start = 0;
+};
+struct AttentionTiles {
+    uint32_t rows = 16;            // rows a workgroup owns: query rows, key rows in the dK/dV kernel
+    uint32_t threads_per_row = 4;  // each owns head_dim / threads_per_row output columns
+    uint32_t tile = 32;            // rows of the other operand staged in shared memory per step
+    uint32_t shared_bytes = 32768;  // the device's limit; tiles shrink until they fit
+};
+// Bindings: q, k, v, [query_start], out, lse (f32 [B, Hq, Tq]).
+KernelSource attention_forward_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
+// Bindings: out, d_out, delta.
+KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
+// Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
+KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// One workgroup per block of keys of one kv head, looping over every query row of its group, so
+// dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [query_start], d_k, d_v.
+KernelSource attention_grad_kv_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 
 }  // namespace mn::codegen
 

@@ -2,6 +2,7 @@
 //   lower (schedule/, with pointwise fusion) -> order by level -> plan memory (memory/) ->
 //   compile shaders (codegen/) -> allocate and initialize -> record (runtime/)
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -81,7 +82,7 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
     }
     if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
-    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps));
+    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps, options.precision));
     sched::Schedule& s = impl->schedule;
 
     // ---- pass: order by level (independent steps share a barrier) ----
@@ -159,6 +160,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         }
     }
     for (const auto& [name, id] : graph.outputs()) {
+        if (options.read_back && std::find(options.read_back->begin(), options.read_back->end(), name) ==
+                                     options.read_back->end()) continue;
         const int32_t r = s.root(s.node_value[static_cast<size_t>(id)]);
         if (impl->readback_at.count(r)) continue;
         impl->readback_at[r] = readback_bytes;
@@ -208,7 +211,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     for (const auto& step : s.steps) {
         const auto& k = step.kernel;
         const auto& sp = spirv[source_index.at(k.glsl)];
-        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0),
+        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
+                                                      k.required_subgroup_size),
                        .groups = k.groups, .label = k.label};
         pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;

@@ -22,6 +22,7 @@
 // The graph builder has already checked every shape and inferred node.shape and node.dtype, so
 // the only errors here are about the values: a missing or misshapen feed, a label out of range.
 #include "reference/reference.hpp"
+#include "reference/attention.hpp"
 #include "reference/transformer_ops.hpp"
 
 #include "reference/conv.hpp"
@@ -377,6 +378,12 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::Conv2dGradWeight: return conv2d_family(node, *in[0], *in[1]);
     case Op::MaxPool2d: return max_pool2d_family(node, *in[0], nullptr);
     case Op::MaxPool2dGrad: return max_pool2d_family(node, *in[0], in[1]);
+
+    case Op::Attention:
+    case Op::AttentionLse:
+    case Op::AttentionGradQ:
+    case Op::AttentionGradK:
+    case Op::AttentionGradV: return attention_op(node, in);
 
     case Op::Reshape: return Value{node.shape, in[0]->data};
     case Op::Permute: return permute(node, *in[0]);

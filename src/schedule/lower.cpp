@@ -4,6 +4,7 @@
 #include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "schedule/fusion.hpp"
 #include "schedule/schedule.hpp"
@@ -206,6 +207,7 @@ private:
             case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
             case Archetype::Conv: return lower_conv(n, in(0), in(1), out);
+            case Archetype::Attention: return lower_attention(n, out);
             default: break;
         }
         const Shape x = shape_of(in(0));  // a copy: new values may reallocate
@@ -347,7 +349,11 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        emit(codegen::matmul_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+        auto kernels = codegen::matmul_kernels(spec, t_.matmul);
+        if (!kernels.sum) return emit(std::move(kernels.product), {a, b, out});
+        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
+        emit(std::move(kernels.product), {a, b, partial});
+        emit(std::move(*kernels.sum), {partial, out});
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
@@ -360,18 +366,100 @@ private:
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
-        emit(codegen::conv2d_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
+    }
+
+    // The attention ops come in families that one kernel computes together: Attention with its
+    // AttentionLse, AttentionGradK with AttentionGradV. Whichever member is lowered first emits
+    // the kernel, with a scratch value for its sibling; the sibling becomes a view of it.
+    struct AttentionKey {
+        std::vector<int32_t> inputs;
+        std::vector<int64_t> ints;
+        std::vector<double> data;
+        bool backward;
+        auto operator<=>(const AttentionKey&) const = default;
+    };
+
+    codegen::AttentionSpec attention_spec(const Node& n) const {
+        const Shape& q = g_.node(n.inputs[0]).shape;
+        const Shape& k = g_.node(n.inputs[1]).shape;
+        const bool dynamic = n.inputs.size() == (n.op == Op::Attention || n.op == Op::AttentionLse ? 4u : 7u);
+        return {.dtype = g_.node(n.inputs[0]).dtype, .batch = q[0], .q_heads = q[1], .kv_heads = k[1], .q_len = q[2],
+                .kv_len = k[2], .head_dim = q[3], .causal = n.ints[0] != 0, .window = n.ints[1], .scale = n.data[0],
+                .dynamic_start = dynamic, .query_start = k[2] - q[2]};
+    }
+
+    void lower_attention(const Node& n, int32_t out) {
+        const bool backward = n.op != Op::Attention && n.op != Op::AttentionLse;
+        auto in = [&](size_t k) { return value_of(n.inputs[k]); };
+        const codegen::AttentionSpec spec = attention_spec(n);
+        std::vector<int32_t> start;
+        if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
+        auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
+        if (n.op == Op::AttentionGradQ) {
+            emit(codegen::attention_grad_q_kernel(spec, t_.attention, t_.pointwise.max_groups),
+                 cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out}));
+            return;
+        }
+        const AttentionKey key{n.inputs, n.ints, n.data, backward};
+        if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
+            s_.values[static_cast<size_t>(out)].view_of = it->second;
+            return;
+        }
+        // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK.
+        const bool first = n.op == Op::Attention || n.op == Op::AttentionGradK;
+        const Shape& q = g_.node(n.inputs[0]).shape;
+        const Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
+        const DType sibling_dtype = n.op == Op::Attention ? DType::F32 : spec.dtype;
+        const int32_t sibling = new_value(sibling_shape, sibling_dtype);
+        attention_siblings_[key] = sibling;
+        const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
+        if (!backward) {
+            emit(codegen::attention_forward_kernel(spec, t_.attention, t_.pointwise.max_groups),
+                 cat(cat({in(0), in(1), in(2)}, start), pair));
+        } else {
+            emit(codegen::attention_grad_kv_kernel(spec, t_.attention, t_.pointwise.max_groups),
+                 cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair));
+        }
+    }
+
+    // delta = rowsum(d_out * out), once per (out, d_out) pair.
+    int32_t attention_delta(int32_t out, int32_t d_out) {
+        const auto [it, fresh] = attention_deltas_.try_emplace({out, d_out}, -1);
+        if (!fresh) return it->second;
+        const Shape shape = s_.values[static_cast<size_t>(out)].shape;  // a copy: new values may reallocate
+        it->second = new_value({shape[0], shape[1], shape[2]}, DType::F32);
+        emit(codegen::attention_delta_kernel(s_.values[static_cast<size_t>(out)].dtype, shape[0] * shape[1] * shape[2],
+                                             shape[3], t_.pointwise),
+             {out, d_out, it->second});
+        return it->second;
     }
 
     const Graph& g_;
     const Tuning& t_;
     Schedule s_;
     FusionPlan fusion_;
+    std::map<AttentionKey, int32_t> attention_siblings_;
+    std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
 };
 
 }  // namespace
 
-Tuning tune_for(const rt::DeviceCaps& caps) {
+namespace {
+
+// The NV cooperative-matrix shape the coop matmul is written for: f16 x f16 + f32 -> f32, 16x16x16.
+bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
+    for (const auto& s : caps.coop_nv) {
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
+            s.result_type == "f32")
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     Tuning t;
     const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
                                           caps.max_workgroup_count[2]});
@@ -381,15 +469,38 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
     t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
-    // On lavapipe an 8x8 register tile per invocation measured 1.6x faster than 4x4 (MLP training).
-    t.matmul = cpu ? codegen::MatmulTiles{64, 64, 16, 8, 8} : codegen::MatmulTiles{64, 64, 16, 4, 4};
-    // MEGANEURA_MATMUL_TILES=bm,bn,bk,tm,tn overrides the choice (for tuning on a new device).
-    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILES")) {
-        codegen::MatmulTiles m;
-        if (std::sscanf(e, "%u,%u,%u,%u,%u", &m.bm, &m.bn, &m.bk, &m.tm, &m.tn) != 5 || !m.tm || !m.tn) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILES must be bm,bn,bk,tm,tn, got '") + e + "'");
+    // Attention: a CPU driver runs a workgroup as one loop, so small groups; a GPU gets 8 threads
+    // per row (16 head-dim columns each at D = 128, few enough registers to avoid spills).
+    t.attention = {.rows = cpu ? 16u : 32u, .threads_per_row = cpu ? 4u : std::min(8u, std::max(caps.subgroup_size, 1u)),
+                   .tile = 32, .shared_bytes = caps.max_shared_memory};
+    while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
+        t.attention.rows /= 2;
+    }
+    t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
+                .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu};
+    // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
+    if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
+        caps.vulkan_memory_model && caps.subgroup_size_control) {
+        t.matmul.coop_subgroup = caps.subgroup_size;
+    }
+    // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
+    // new device).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
+        unsigned bm = 0, bk = 0;
+        char extra = 0;
+        const int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, or 64/32, got '") + e + "'");
         }
-        t.matmul = m;
+        t.matmul.forced_bm = bm;
+        t.matmul.forced_bk = bk;
+    }
+    // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
+        t.matmul.forced_splits = static_cast<uint32_t>(v);
     }
     return t;
 }

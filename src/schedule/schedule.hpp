@@ -10,6 +10,7 @@
 
 #include "codegen/families.hpp"
 #include "meganeura/graph.hpp"
+#include "meganeura/session.hpp"
 #include "runtime/runtime.hpp"
 
 namespace mn::sched {
@@ -45,10 +46,13 @@ struct Schedule {
 
 struct Tuning {
     codegen::Launch pointwise, reduction;
-    codegen::MatmulTiles matmul;
+    codegen::MatmulTuning matmul;
+    codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 8;  // distinct inputs of one fused pointwise kernel
 };
-Tuning tune_for(const rt::DeviceCaps& caps);
+// Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
+// has them; every other op stays f32.
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);

@@ -1,0 +1,416 @@
+// Attention family: flash-style forward and backward, the score matrix never leaving shared memory.
+//
+// The query heads of one kv head are taken together: q viewed as [B*Hkv, ROWS = G*Tq, D] (row
+// r = g*Tq + t is query t of head kv*G + g), so one staged K/V tile serves the whole group. A
+// workgroup owns BR rows, TPR threads per row; each thread owns the columns d = lane + c*TPR of its
+// row (neighbouring threads touch neighbouring shared words). The other operand streams through
+// shared memory BT rows at a time. Per tile, each thread computes the scores of its row for the
+// tile entries jj = lane + n*TPR into shared memory; after a barrier every thread of the row reads
+// the whole score row back, so no cross-thread reduction is needed.
+//
+//   forward: rows = query rows; online softmax (running max m, sum l, rescaled accumulator) over
+//            key tiles; writes out and the row's logsumexp m + log(l) for the backward.
+//   dQ:      rows = query rows; recomputes P = exp(s - lse), dS = P (dO.v - delta) per key tile,
+//            accumulates dQ = scale * dS K.
+//   dK, dV:  rows = key rows; loops over every query row of the group (all G heads), so each
+//            workgroup owns its keys' gradients outright: no atomics, deterministic sums.
+// delta = rowsum(dO * out) comes from a small kernel of its own.
+//
+// Causal masks let a block skip whole tiles: only keys [begin, end) that some row of the block
+// can see are staged (key_range), and only query rows that can see some key of the block are
+// visited (query_range). Shapes, the mask and the scale are specialization constants; the tile
+// sizes are #defines because they fix the workgroup size and the shared arrays.
+#include <bit>
+#include <cstring>
+
+#include "codegen/families.hpp"
+
+namespace mn::codegen {
+
+namespace {
+
+const char* const kCommon = R"(
+const uint ROWS = G * TQ;       // rows per kv head
+const uint DS = D + 1u;         // padded shared row stride: rows read across threads hit distinct banks
+const uint DPT = (D + TPR - 1u) / TPR;  // columns per thread
+const uint SS = BT + 1u;
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+float scale() { return uintBitsToFloat(SCALE_BITS); }
+
+int query_start() {
+#ifdef DYNAMIC_START
+    return start.d[0];
+#else
+    return int(QSTART);  // the uint constant carries the int's bits
+#endif
+}
+
+// Whether the query at `position` sees key j.
+bool sees(int position, uint j) {
+    if (CAUSAL == 0u) return true;
+    int jj = int(j);
+    return jj <= position && (WINDOW == 0u || jj > position - int(WINDOW));
+}
+
+// Keys [x, y) that some row of r0..r1 (inclusive) may see. Rows of several heads repeat
+// positions, so a block that crosses a head boundary spans every position.
+uvec2 key_range(uint r0, uint r1) {
+    if (CAUSAL == 0u) return uvec2(0u, TK);
+    int s = query_start();
+    int lo = s + int(r0 % TQ), hi = s + int(r1 % TQ);
+    if (r1 / TQ != r0 / TQ) { lo = s; hi = s + int(TQ) - 1; }
+    int begin = WINDOW == 0u ? 0 : lo - int(WINDOW) + 1;
+    return uvec2(uint(clamp(begin, 0, int(TK))), uint(clamp(hi + 1, 0, int(TK))));
+}
+
+// Query indices [x, y) of one head that may see some key of j0..j1 (inclusive).
+uvec2 query_range(uint j0, uint j1) {
+    if (CAUSAL == 0u) return uvec2(0u, TQ);
+    int s = query_start();
+    int begin = int(j0) - s;
+    int end = WINDOW == 0u ? int(TQ) : int(j1) + int(WINDOW) - s;
+    return uvec2(uint(clamp(begin, 0, int(TQ))), uint(clamp(end, 0, int(TQ))));
+}
+)";
+
+const char* const kForward = R"(
+shared float Qs[BR * DS];
+shared float Ks[BT * DS];
+shared float Vs[BT * DS];
+shared float Ss[BR * SS];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
+    uint blocks = (ROWS + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
+    bool live = r < ROWS;
+    int position = query_start() + int(r % TQ);
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+
+    uint qbase = (head * ROWS + r0) * D;
+    for (uint e = lid; e < BR * D; e += WG) {
+        uint i = e / D;
+        Qs[i * DS + e % D] = r0 + i < ROWS ? float(q.d[qbase + e]) * scale() : 0.0;
+    }
+    float acc[DPT];
+    for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
+    float m = NEG_INF, l = 0.0;
+    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
+        barrier();  // the previous tile is consumed (and Qs staged, on the first pass)
+        uint kbase = (head * TK + j0) * D;
+        for (uint e = lid; e < BT * D; e += WG) {
+            uint jj = e / D;
+            bool in_range = j0 + jj < TK;
+            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
+            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
+        }
+        barrier();
+        for (uint jj = lane; jj < BT; jj += TPR) {
+            uint j = j0 + jj;
+            float s = NEG_INF;
+            if (live && j < keys.y && sees(position, j)) {
+                s = 0.0;
+                for (uint d = 0u; d < D; ++d) s += Qs[row * DS + d] * Ks[jj * DS + d];
+            }
+            Ss[row * SS + jj] = s;
+        }
+        barrier();
+        float tile_max = NEG_INF;
+        for (uint jj = 0u; jj < BT; ++jj) tile_max = max(tile_max, Ss[row * SS + jj]);
+        float m_new = max(m, tile_max);
+        if (m_new == NEG_INF) continue;  // nothing seen yet: acc and l stay 0
+        float alpha = exp(m - m_new);
+        l *= alpha;
+        for (uint c = 0u; c < DPT; ++c) acc[c] *= alpha;
+        for (uint jj = 0u; jj < BT; ++jj) {
+            float p = exp(Ss[row * SS + jj] - m_new);
+            l += p;
+            for (uint c = 0u; c < DPT; ++c) {
+                uint d = lane + c * TPR;
+                if (d < D) acc[c] += p * Vs[jj * DS + d];
+            }
+        }
+        m = m_new;
+    }
+    if (!live) return;
+    float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
+    uint obase = (head * ROWS + r) * D;
+    for (uint c = 0u; c < DPT; ++c) {
+        uint d = lane + c * TPR;
+        if (d < D) o.d[obase + d] = STORE(acc[c] * inv);
+    }
+    if (lane == 0u) lse.d[head * ROWS + r] = l > 0.0 ? m + log(l) : NEG_INF;
+}
+)";
+
+const char* const kGradQ = R"(
+shared float Qs[BR * DS];
+shared float Os[BR * DS];
+shared float Ks[BT * DS];
+shared float Vs[BT * DS];
+shared float Ss[BR * SS];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
+    uint blocks = (ROWS + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
+    bool live = r < ROWS;
+    int position = query_start() + int(r % TQ);
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    float row_lse = live ? lse.d[head * ROWS + r] : 0.0;
+    float row_delta = live ? delta.d[head * ROWS + r] : 0.0;
+
+    uint qbase = (head * ROWS + r0) * D;
+    for (uint e = lid; e < BR * D; e += WG) {
+        uint i = e / D;
+        bool in_range = r0 + i < ROWS;
+        Qs[i * DS + e % D] = in_range ? float(q.d[qbase + e]) * scale() : 0.0;
+        Os[i * DS + e % D] = in_range ? float(dout.d[qbase + e]) : 0.0;
+    }
+    float acc[DPT];
+    for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
+    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
+        barrier();
+        uint kbase = (head * TK + j0) * D;
+        for (uint e = lid; e < BT * D; e += WG) {
+            uint jj = e / D;
+            bool in_range = j0 + jj < TK;
+            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
+            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
+        }
+        barrier();
+        for (uint jj = lane; jj < BT; jj += TPR) {
+            uint j = j0 + jj;
+            float ds = 0.0;
+            if (live && j < keys.y && sees(position, j)) {
+                float s = 0.0, dp = 0.0;
+                for (uint d = 0u; d < D; ++d) {
+                    s += Qs[row * DS + d] * Ks[jj * DS + d];
+                    dp += Os[row * DS + d] * Vs[jj * DS + d];
+                }
+                ds = exp(s - row_lse) * (dp - row_delta);
+            }
+            Ss[row * SS + jj] = ds;
+        }
+        barrier();
+        for (uint jj = 0u; jj < BT; ++jj) {
+            float ds = Ss[row * SS + jj];
+            for (uint c = 0u; c < DPT; ++c) {
+                uint d = lane + c * TPR;
+                if (d < D) acc[c] += ds * Ks[jj * DS + d];
+            }
+        }
+    }
+    if (!live) return;
+    uint obase = (head * ROWS + r) * D;
+    for (uint c = 0u; c < DPT; ++c) {
+        uint d = lane + c * TPR;
+        if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
+    }
+}
+)";
+
+const char* const kGradKV = R"(
+shared float Ks[BR * DS];
+shared float Vs[BR * DS];
+shared float Qs[BT * DS];
+shared float Os[BT * DS];
+shared float Ls[BT];
+shared float Dl[BT];
+shared float Ps[BR * SS];
+shared float Gs[BR * SS];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
+    uint blocks = (TK + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, j0 = (g % blocks) * BR, j = j0 + row;
+    bool live = j < TK;
+    int s0 = query_start();
+    uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
+
+    uint kbase = (head * TK + j0) * D;
+    for (uint e = lid; e < BR * D; e += WG) {
+        uint jj = e / D;
+        bool in_range = j0 + jj < TK;
+        Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
+        Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
+    }
+    float dk_acc[DPT], dv_acc[DPT];
+    for (uint c = 0u; c < DPT; ++c) { dk_acc[c] = 0.0; dv_acc[c] = 0.0; }
+    for (uint gh = 0u; gh < G; ++gh) {
+        for (uint t0 = queries.x; t0 < queries.y; t0 += BT) {
+            barrier();
+            uint rbase = head * ROWS + gh * TQ + t0;  // the tile's first row
+            for (uint e = lid; e < BT * D; e += WG) {
+                uint i = e / D;
+                bool in_range = t0 + i < queries.y;
+                Qs[i * DS + e % D] = in_range ? float(q.d[rbase * D + e]) * scale() : 0.0;
+                Os[i * DS + e % D] = in_range ? float(dout.d[rbase * D + e]) : 0.0;
+            }
+            for (uint i = lid; i < BT; i += WG) {
+                bool in_range = t0 + i < queries.y;
+                Ls[i] = in_range ? lse.d[rbase + i] : 0.0;
+                Dl[i] = in_range ? delta.d[rbase + i] : 0.0;
+            }
+            barrier();
+            for (uint i = lane; i < BT; i += TPR) {
+                uint t = t0 + i;
+                float p = 0.0, ds = 0.0;
+                if (live && t < queries.y && sees(s0 + int(t), j)) {
+                    float s = 0.0, dp = 0.0;
+                    for (uint d = 0u; d < D; ++d) {
+                        s += Qs[i * DS + d] * Ks[row * DS + d];
+                        dp += Os[i * DS + d] * Vs[row * DS + d];
+                    }
+                    p = exp(s - Ls[i]);
+                    ds = p * (dp - Dl[i]);
+                }
+                Ps[row * SS + i] = p;
+                Gs[row * SS + i] = ds;
+            }
+            barrier();
+            for (uint i = 0u; i < BT; ++i) {
+                float p = Ps[row * SS + i], ds = Gs[row * SS + i];
+                for (uint c = 0u; c < DPT; ++c) {
+                    uint d = lane + c * TPR;
+                    if (d < D) {
+                        dv_acc[c] += p * Os[i * DS + d];
+                        dk_acc[c] += ds * Qs[i * DS + d];  // Qs holds scale * q
+                    }
+                }
+            }
+        }
+    }
+    if (!live) return;
+    uint obase = (head * TK + j) * D;
+    for (uint c = 0u; c < DPT; ++c) {
+        uint d = lane + c * TPR;
+        if (d < D) {
+            dk.d[obase + d] = STORE(dk_acc[c]);
+            dv.d[obase + d] = STORE(dv_acc[c]);
+        }
+    }
+}
+)";
+
+uint32_t pow2_at_least(int64_t v) {
+    uint32_t p = 1;
+    while (p < v && p < (1u << 30)) p *= 2;
+    return p;
+}
+
+// What a kernel stages in shared memory: `owned` arrays of [BR, D+1], `streamed` of [BT, D+1],
+// `scores` of [BR, BT+1] and `vectors` of [BT].
+struct Footprint {
+    uint32_t owned, streamed, scores, vectors;
+    uint64_t bytes(uint64_t br, uint64_t bt, uint64_t dim) const {
+        return 4 * (owned * br * (dim + 1) + streamed * bt * (dim + 1) + scores * br * (bt + 1) + vectors * bt);
+    }
+};
+
+// The tiles for one problem: no larger than the rows there are, halved (the streamed tile
+// first) until the shared arrays fit the device.
+AttentionTiles fit(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stream_rows, const Footprint& fp) {
+    t.rows = std::min(t.rows, pow2_at_least(own_rows));
+    t.tile = std::min(t.tile, pow2_at_least(stream_rows));
+    while (fp.bytes(t.rows, t.tile, static_cast<uint64_t>(dim)) > t.shared_bytes) {
+        if (t.tile > 1 && (t.tile >= t.rows || t.rows == 1)) {
+            t.tile /= 2;
+        } else if (t.rows > 1) {
+            t.rows /= 2;
+        } else {
+            throw Error("[attention] head dim " + std::to_string(dim) + " needs more shared memory than the device's " +
+                        std::to_string(t.shared_bytes) + " bytes");
+        }
+    }
+    return t;
+}
+
+uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
+
+// The interface and the shared GLSL of the three tiled kernels; `bindings` lists the inputs
+// before query_start, `outputs` those after it.
+KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, std::vector<Binding> inputs,
+                          const std::vector<Binding>& outputs, const char* body, uint64_t groups, uint32_t max_groups) {
+    if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
+    KernelSource k;
+    k.label = label;
+    k.iface.local_size = t.rows * t.threads_per_row;
+    k.iface.spec_constants = {"HEADS", "G", "TQ", "TK", "D", "CAUSAL", "WINDOW", "QSTART", "SCALE_BITS"};
+    k.spec_values = {checked_u32(s.batch * s.kv_heads, "attention heads"), checked_u32(s.q_heads / s.kv_heads, "attention group"),
+                     checked_u32(s.q_len, "attention length"), checked_u32(s.kv_len, "attention length"),
+                     checked_u32(s.head_dim, "attention head dim"), s.causal ? 1u : 0u,
+                     checked_u32(s.window, "attention window"),
+                     static_cast<uint32_t>(static_cast<int32_t>(s.query_start)), float_bits(s.scale)};
+    checked_u32(s.batch * s.q_heads * std::max(s.q_len, s.kv_len) * s.head_dim, "attention tensor size");
+    if (s.dynamic_start) inputs.push_back({"start", DType::I32});
+    k.iface.bindings = std::move(inputs);
+    k.iface.bindings.insert(k.iface.bindings.end(), outputs.begin(), outputs.end());
+    const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") +
+                             "#define BR " + std::to_string(t.rows) + "u\n#define TPR " +
+                             std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
+                             "u\n#define STORE " + storage_type(s.dtype) + "\n";
+    k.glsl = glsl_preamble(k.iface) + defs + kFlatGroupId + kCommon + body;
+    k.groups = grid_for(groups, max_groups);
+    return k;
+}
+
+uint64_t blocks_of(int64_t n, uint32_t block) { return static_cast<uint64_t>((n + block - 1) / block); }
+
+}  // namespace
+
+KernelSource attention_forward_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+    const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
+    const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
+    return tiled_kernel("attention", s, t, {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}},
+                        {{"o", s.dtype, true}, {"lse", DType::F32, true}}, kForward,
+                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
+}
+
+KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+    const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
+    const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {2, 2, 1, 0});
+    return tiled_kernel("attention_grad_q", s, t,
+                        {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
+                         {"delta", DType::F32}},
+                        {{"dq", s.dtype, true}}, kGradQ,
+                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
+}
+
+KernelSource attention_grad_kv_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+    const AttentionTiles t = fit(tiles, s.head_dim, s.kv_len, s.q_len, {2, 2, 2, 2});
+    return tiled_kernel("attention_grad_kv", s, t,
+                        {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
+                         {"delta", DType::F32}},
+                        {{"dk", s.dtype, true}, {"dv", s.dtype, true}}, kGradKV,
+                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(s.kv_len, t.rows), max_groups);
+}
+
+KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch) {
+    KernelSource k;
+    k.label = "attention_delta";
+    k.iface.local_size = launch.local_size;
+    k.iface.spec_constants = {"ROWS", "D"};
+    k.spec_values = {checked_u32(rows, "attention rows"), checked_u32(head_dim, "attention head dim")};
+    checked_u32(rows * head_dim, "attention tensor size");
+    k.iface.bindings = {{"o", dtype}, {"dout", dtype}, {"delta", DType::F32, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+             "void main() {\n"
+             "    uint r = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
+             "    if (r >= ROWS) return;\n"
+             "    float s = 0.0;\n"
+             "    for (uint d = 0u; d < D; ++d) s += float(o.d[r * D + d]) * float(dout.d[r * D + d]);\n"
+             "    delta.d[r] = s;\n"
+             "}\n";
+    k.groups = grid_for(blocks_of(rows, launch.local_size), launch.max_groups);
+    return k;
+}
+
+}  // namespace mn::codegen

@@ -1,0 +1,264 @@
+// Attention: the fused op against the float64 reference on the GPU, the reference against the
+// composed formula it replaced (matmul + mask + softmax, kept here only as an oracle), the VJP by
+// finite differences on the reference, and the GPU backward kernels against the reference's.
+#include <cmath>
+#include <memory>
+
+#include "gpu_check.hpp"
+#include "meganeura/autodiff.hpp"
+
+namespace mn::test {
+namespace {
+
+struct Case {
+    std::string name;
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, dim;
+    bool causal = false;
+    int64_t window = 0;
+    std::optional<int32_t> start = std::nullopt;  // fed as the i32 input "start"
+    double scale = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+// The graph's attention inputs; q, k, v are parameters so that grad() can reach them.
+struct Built {
+    std::unique_ptr<Graph> g = std::make_unique<Graph>();
+    Tensor q, k, v;
+    AttentionOptions options;
+};
+
+Built build(const Case& c) {
+    Built b;
+    Graph& g = *b.g;
+    b.q = g.parameter("q", {c.batch, c.q_heads, c.q_len, c.dim});
+    b.k = g.parameter("k", {c.batch, c.kv_heads, c.kv_len, c.dim});
+    b.v = g.parameter("v", {c.batch, c.kv_heads, c.kv_len, c.dim});
+    b.options = {.causal = c.causal, .scale = c.scale, .window = c.window};
+    if (c.start) b.options.query_start = g.input("start", {}, DType::I32);
+    return b;
+}
+
+ref::Feeds feeds_for(const Case& c, const Graph& g, uint64_t seed) {
+    ref::Feeds feeds = random_feeds(g, seed);
+    if (c.start) feeds["start"] = {{}, {static_cast<double>(*c.start)}};
+    return feeds;
+}
+
+// The composition Graph::attention used to be: scores of the G query heads of a kv head stacked
+// as rows, an additive -1e30 mask, softmax, @ v.
+Tensor composed_attention(Graph& g, Tensor q, Tensor k, Tensor v, const AttentionOptions& o) {
+    const Shape qs = q.shape(), ks = k.shape();
+    const int64_t B = qs[0], Hkv = ks[1], Tq = qs[2], Tk = ks[2], D = qs[3], G = qs[1] / ks[1];
+    const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+    Tensor scores = g.matmul(g.reshape(q, {B, Hkv, G * Tq, D}), k, false, true) * scale;
+    if (o.causal) {
+        std::vector<double> key_minus_query;
+        for (int64_t r = 0; r < G * Tq; ++r) {
+            for (int64_t j = 0; j < Tk; ++j) key_minus_query.push_back(static_cast<double>(j - r % Tq));
+        }
+        const Tensor offset = g.constant(std::move(key_minus_query), {G * Tq, Tk});
+        const Tensor start = o.query_start ? g.cast(*o.query_start, DType::F32) : g.scalar(static_cast<double>(Tk - Tq));
+        Tensor hidden = g.greater(offset, start);
+        if (o.window > 0) hidden = g.maximum(hidden, g.greater(start - static_cast<double>(o.window - 1), offset));
+        scores = scores + hidden * -1e30;
+    }
+    return g.reshape(g.matmul(g.softmax(scores, -1), v), qs);
+}
+
+// Every row of these sees at least one key (the composition averages all values where the fused
+// op yields zeros).
+const std::vector<Case> kForwardCases = {
+    {"full_cross_7_of_33_d32", 2, 2, 2, 7, 33, 32},
+    {"causal_50_d64", 1, 3, 3, 50, 50, 64, true},
+    {"causal_gqa_33_d80", 2, 6, 2, 33, 33, 80, true},
+    {"causal_bottom_right_7_of_33_d128", 1, 2, 1, 7, 33, 128, true},
+    {"window_7_gqa_50_d64", 1, 4, 2, 50, 50, 64, true, 7},
+    {"decode_dynamic_start_gqa_d64", 2, 9, 3, 1, 50, 64, true, 0, 20},
+    {"chunk_dynamic_start_window_d32", 1, 2, 2, 7, 33, 32, true, 5, 10},
+    {"decode_full_1500_d64", 1, 2, 1, 1, 1500, 64},
+    {"explicit_scale_odd_dim_d33", 1, 2, 1, 5, 9, 33, false, 0, std::nullopt, 0.3},
+};
+
+class AttentionForward : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(AttentionForward, MatchesReference) {
+    const Case& c = GetParam();
+    Built b = build(c);
+    b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+    expect_matches_reference(*b.g, feeds_for(c, *b.g, 7));
+}
+
+// The reference's loops against the composed formula, both in float64.
+TEST_P(AttentionForward, ReferenceMatchesComposedFormula) {
+    const Case& c = GetParam();
+    if (c.kv_len > 100) GTEST_SKIP() << "the composed scores would be large; the small cases cover the formula";
+    Built b = build(c);
+    Graph& g = *b.g;
+    const Tensor fused = g.attention(b.q, b.k, b.v, b.options);
+    const Tensor composed = composed_attention(g, b.q, b.k, b.v, b.options);
+    const auto values = ref::evaluate(g, feeds_for(c, g, 11));
+    const auto& got = values[static_cast<size_t>(fused.id)].data;
+    const auto& want = values[static_cast<size_t>(composed.id)].data;
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LE(worst, 1e-12);
+}
+
+const auto case_name = [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; };
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionForward, ::testing::ValuesIn(kForwardCases), case_name);
+
+TEST(AttentionReference, RowThatSeesNoKeyIsZero) {
+    // Causal with more queries than keys: rows 0 and 1 sit at positions -2 and -1.
+    Built b = build({"", 1, 2, 1, 5, 3, 4, true});
+    Graph& g = *b.g;
+    const Tensor out = g.attention(b.q, b.k, b.v, b.options);
+    const Tensor composed = composed_attention(g, b.q, b.k, b.v, b.options);
+    const auto values = ref::evaluate(g, random_feeds(g, 3));
+    const auto& got = values[static_cast<size_t>(out.id)].data;
+    const auto& want = values[static_cast<size_t>(composed.id)].data;
+    for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t i = 0; i < 5; ++i) {
+            for (int64_t d = 0; d < 4; ++d) {
+                const size_t at = static_cast<size_t>((h * 5 + i) * 4 + d);
+                if (i < 2) EXPECT_EQ(got[at], 0.0) << h << " " << i;
+                else EXPECT_NEAR(got[at], want[at], 1e-12) << h << " " << i;
+            }
+        }
+    }
+}
+
+using AttentionGpu = GpuTest;
+
+TEST_F(AttentionGpu, RowThatSeesNoKeyIsZero) {
+    Built b = build({"", 1, 2, 1, 5, 3, 32, true});
+    b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+    expect_matches_reference(*b.g, random_feeds(*b.g, 5));
+}
+
+// The forward kernel's second output, the row logsumexp the backward kernels read.
+TEST_F(AttentionGpu, LogsumexpMatchesReference) {
+    Built b = build({"", 1, 4, 2, 33, 33, 64, true, 9});
+    Graph& g = *b.g;
+    const Tensor out = g.attention(b.q, b.k, b.v, b.options);
+    const Node n = g.node(out);
+    const Tensor lse = g.emit({.op = Op::AttentionLse, .inputs = n.inputs, .shape = {1, 4, 33}, .dtype = DType::F32,
+                               .ints = n.ints, .data = n.data});
+    g.output("out", out);
+    g.output("lse", lse);
+    expect_matches_reference(g, random_feeds(g, 9));
+}
+
+// ---- gradients ----
+
+// loss = sum(attention(q, k, v) * w), w random so the upstream gradient is not uniform.
+struct Loss {
+    Built b;
+    Tensor out, loss;
+    std::vector<Tensor> grads;
+    ref::Feeds feeds;
+};
+
+Loss loss_of(const Case& c, uint64_t seed) {
+    Loss l{build(c)};
+    Graph& g = *l.b.g;
+    l.out = g.attention(l.b.q, l.b.k, l.b.v, l.b.options);
+    const Tensor w = g.input("w", l.out.shape());
+    l.loss = g.sum(l.out * w);
+    l.feeds = feeds_for(c, g, seed);
+    l.grads = grad(l.loss, {l.b.q, l.b.k, l.b.v});
+    return l;
+}
+
+const std::vector<Case> kSmallGradCases = {
+    {"full_cross", 1, 2, 2, 3, 5, 4},
+    {"causal_gqa", 1, 4, 2, 5, 5, 3, true},
+    {"window_dynamic_start", 1, 2, 1, 3, 6, 4, true, 2, 2},
+    {"decode_gqa", 2, 3, 1, 1, 4, 3, true, 0, 3},
+};
+
+class AttentionGrad : public ::testing::TestWithParam<Case> {};
+
+// Every element of dq, dk, dv against central differences of the reference's loss.
+TEST_P(AttentionGrad, MatchesFiniteDifferences) {
+    Loss l = loss_of(GetParam(), 21);
+    const auto values = ref::evaluate(*l.b.g, l.feeds);
+    const auto loss_at = [&] { return ref::evaluate(*l.b.g, l.feeds)[static_cast<size_t>(l.loss.id)].data[0]; };
+    constexpr double h = 1e-6;
+    const char* names[] = {"q", "k", "v"};
+    for (size_t p = 0; p < 3; ++p) {
+        const auto& got = values[static_cast<size_t>(l.grads[p].id)].data;
+        std::vector<double>& x = l.feeds[names[p]].data;
+        ASSERT_EQ(got.size(), x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double saved = x[i];
+            x[i] = saved + h;
+            const double up = loss_at();
+            x[i] = saved - h;
+            const double down = loss_at();
+            x[i] = saved;
+            const double want = (up - down) / (2 * h);
+            EXPECT_NEAR(got[i], want, 1e-6 * (1 + std::fabs(want))) << "d" << names[p] << "[" << i << "]";
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionGrad, ::testing::ValuesIn(kSmallGradCases), case_name);
+
+const std::vector<Case> kGpuGradCases = {
+    {"causal_gqa_33_d64", 1, 4, 2, 33, 33, 64, true},
+    {"full_cross_7_of_50_d80", 2, 2, 2, 7, 50, 80},
+    {"window_dynamic_start_gqa_d32", 1, 3, 1, 33, 50, 32, true, 9, 17},
+    {"causal_50_d128", 1, 1, 1, 50, 50, 128, true},
+    {"decode_gqa_d64", 1, 6, 2, 1, 33, 64, true},
+};
+
+class AttentionBackward : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(AttentionBackward, MatchesReference) {
+    Loss l = loss_of(GetParam(), 31);
+    Graph& g = *l.b.g;
+    g.output("out", l.out);
+    g.output("dq", l.grads[0]);
+    g.output("dk", l.grads[1]);
+    g.output("dv", l.grads[2]);
+    expect_matches_reference(g, l.feeds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionBackward, ::testing::ValuesIn(kGpuGradCases), case_name);
+
+// ---- errors ----
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(AttentionErrors, BadOperandsAreNamed) {
+    Graph g;
+    const Tensor q = g.input("q", {1, 4, 5, 8});
+    const Tensor k = g.input("k", {1, 2, 7, 8});
+    const Tensor v = g.input("v", {1, 2, 7, 8});
+    EXPECT_EQ(error_of([&] { g.attention(q, k, g.input("v3", {1, 2, 7})); }),
+              "[attention] q, k, v must be [B, H, T, D]; got (1,4,5,8), (1,2,7,8), (1,2,7)");
+    EXPECT_EQ(error_of([&] { g.attention(q, k, g.input("v6", {1, 2, 6, 8})); }),
+              "[attention] k is (1,2,7,8) but v is (1,2,6,8)");
+    EXPECT_EQ(error_of([&] { g.attention(g.input("q9", {1, 4, 5, 9}), k, v); }),
+              "[attention] q is (1,4,5,9), k is (1,2,7,8): batch or head dim differ");
+    EXPECT_EQ(error_of([&] { g.attention(g.input("q3", {1, 3, 5, 8}), k, v); }),
+              "[attention] query heads 3 are not a multiple of kv heads 2");
+    EXPECT_EQ(error_of([&] { g.attention(q, k, g.input("vh", {1, 2, 7, 8}, DType::F16)); }),
+              "[attention] q, k, v must share a float dtype; got f32, f32, f16");
+    EXPECT_EQ(error_of([&] { g.attention(q, k, v, {.window = 3}); }),
+              "[attention] a sliding window needs causal attention and window > 0");
+    EXPECT_EQ(error_of([&] { g.attention(q, k, v, {.causal = true, .query_start = g.input("s", {1}, DType::I32)}); }),
+              "[attention] query_start must be an i32 scalar");
+}
+
+}  // namespace
+}  // namespace mn::test
