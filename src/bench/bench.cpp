@@ -117,20 +117,27 @@ private:
 // memory and a new device, so every shader goes through glslang and every pipeline through the
 // driver. Warm: what the next process sees, the SPIR-V and pipeline caches the cold compile left on
 // disk (a device saves its pipeline cache when it closes), again with nothing in memory.
+// Each also says where its shaders came from (glslang, the disk cache, memory), so a warm compile
+// that recompiled anything shows.
 json compile_times(const BenchOptions& o, const models::ModelRequest& r, Mode mode, json& messages) {
     FreshCacheFolder cache;
-    double times[2];
-    for (double& t : times) {
+    json result;
+    for (const char* kind : {"cold", "warm"}) {
         codegen::clear_shader_memory_cache();
+        const codegen::ShaderCacheStats before = codegen::shader_cache_stats();
         const Device device = Device::open();
         {
             const auto t0 = Clock::now();
             const models::PreparedModel p = prepare(device, o, r, mode, false);
-            t = ms_since(t0);
+            result[std::string(kind) + "_ms"] = ms_since(t0);
         }
+        const codegen::ShaderCacheStats after = codegen::shader_cache_stats();
+        result[std::string(kind) + "_shaders"] = {{"compiled", after.compiled - before.compiled},
+                                                  {"disk_hits", after.disk_hits - before.disk_hits},
+                                                  {"memory_hits", after.memory_hits - before.memory_hits}};
         collect_validation(*device.context(), messages);
     }
-    return {{"cold_ms", times[0]}, {"warm_ms", times[1]}};
+    return result;
 }
 
 void load_and_feed(models::PreparedModel& p, const std::string& weights, const io::TensorMap& inputs) {
