@@ -96,7 +96,8 @@ class Runner:
             raise RuntimeError(f"weights.safetensors lacks {len(missing)} parameters, e.g. {missing[:3]}")
         module.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
         unused = sorted(k for k in weights if k not in own)
-        unset = sorted(k for k in own if k not in weights)
+        # num_batches_tracked only counts training-mode batch-norm calls; nothing here reads it.
+        unset = sorted(k for k in own if k not in weights and not k.endswith("num_batches_tracked"))
         if unused:
             self.notes.append(f"weights not in the PyTorch model: {unused[:5]}")
         if unset:
