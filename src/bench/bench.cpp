@@ -318,9 +318,10 @@ std::string summarize(const json& r) {
     s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical\n";
     for (const auto& [name, w] : r["workloads"].items()) {
         const json& wall = w["wall_ms"];
-        const std::string gpu = w["gpu_ms"].is_null() ? "-" : std::to_string(w["gpu_ms"]["median"].get<double>());
+        char gpu[32] = "-";
+        if (!w["gpu_ms"].is_null()) std::snprintf(gpu, sizeof gpu, "%.3f", w["gpu_ms"]["median"].get<double>());
         std::snprintf(line, sizeof line, "%-10s %10.3f (%.3f, %.3f) %15s %12zu %8zu   %s / %s\n", name.c_str(),
-                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu.c_str(),
+                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu,
                       w["dispatches"].get<size_t>(), w["barriers"].get<size_t>(),
                       mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str());
         s += line;
