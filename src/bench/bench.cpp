@@ -316,7 +316,9 @@ std::string summarize(const json& r) {
         s += line;
     }
     s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical\n";
-    for (const auto& [name, w] : r["workloads"].items()) {
+    for (const Workload& wl : kWorkloads) {
+        const std::string name = wl.name;
+        const json& w = r["workloads"][name];
         const json& wall = w["wall_ms"];
         char gpu[32] = "-";
         if (!w["gpu_ms"].is_null()) std::snprintf(gpu, sizeof gpu, "%.3f", w["gpu_ms"]["median"].get<double>());
@@ -326,7 +328,9 @@ std::string summarize(const json& r) {
                       mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str());
         s += line;
     }
-    for (const auto& [name, w] : r["workloads"].items()) {
+    for (const Workload& wl : kWorkloads) {
+        const std::string name = wl.name;
+        const json& w = r["workloads"][name];
         if (!w.contains("top_kernels")) continue;
         s += "top kernels (" + name + "):";
         for (const auto& k : w["top_kernels"]) {
