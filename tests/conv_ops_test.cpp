@@ -1,7 +1,11 @@
 // The convolution family's forward ops on the GPU against the float64 reference (their backward
 // graphs and finite-difference checks are in autodiff_test.cpp), batch norm's running-stat update,
-// and the builders' shape errors.
+// and the builders' shape errors; the derivatives on every kernel path (1x1 as matmuls, split-K,
+// each tile) against the reference too.
+#include <cstdlib>
+
 #include "gpu_check.hpp"
+#include "schedule/schedule.hpp"
 
 namespace mn::test {
 namespace {
@@ -35,6 +39,80 @@ TEST_F(ConvOpsTest, Conv2dMatchesReference) {
         g.output("y", g.conv2d(g.input("x", c.x), g.input("w", c.w), bias, c.o));
         expect_matches_reference(g, random_feeds(g, seed++));
     }
+}
+
+// Sets a tuning variable (MEGANEURA_MATMUL_TILE, MEGANEURA_MATMUL_SPLITS) for one scope; ""
+// leaves the choice to the heuristic.
+class Forced {
+public:
+    Forced(const char* name, const std::string& value) : name_(name) {
+        if (value.empty()) unsetenv(name); else setenv(name, value.c_str(), 1);
+    }
+    ~Forced() { unsetenv(name_); }
+
+private:
+    const char* name_;
+};
+
+// The forward and both derivatives of one convolution, as outputs "y", "gx", "gw".
+void add_conv_and_derivatives(Graph& g, const ConvCase& c) {
+    Tensor x = g.input("x", c.x), w = g.input("w", c.w);
+    Tensor y = g.conv2d(x, w, std::nullopt, c.o);
+    const std::vector<int64_t> attrs = g.node(y.id).ints;
+    const Shape ys = y.shape();
+    Tensor gy = g.input("gy", ys);
+    g.output("y", y);
+    g.output("gx", g.conv2d_grad_input(gy, w, c.x, attrs));
+    g.output("gw", g.conv2d_grad_weight(x, gy, c.w, attrs));
+}
+
+// 1x1 stride-1 convolutions (lowered to matmuls: batched, transposed, the weight gradient summed
+// over images) next to implicit GEMMs, with K split into 3 pieces (the last one short) and every
+// tile; odd channel counts and images, batch 1 and more.
+TEST_F(ConvOpsTest, DerivativesOnEveryPathMatchReference) {
+    const std::vector<ConvCase> cases = {
+        {{3, 67, 5, 7}, {37, 67, 1, 1}, {}, false},
+        {{1, 9, 6, 5}, {70, 9, 1, 1}, {}, false},
+        {{2, 5, 4, 3}, {1, 5, 1, 1}, {}, false},
+        {{2, 6, 9, 7}, {9, 2, 3, 3}, {.stride = 2, .padding = 1, .groups = 3}, false},
+        {{3, 35, 5, 5}, {33, 35, 3, 3}, {.padding = 1}, false},
+        {{2, 3, 5, 5}, {7, 3, 1, 1}, {.stride = 2}, false},
+    };
+    const std::vector<std::pair<const char*, const char*>> settings = {{"", ""}, {"32", "3"}, {"128", "3"}, {"64", "1"}};
+    uint64_t seed = 600;
+    for (const auto& [tile, splits] : settings) {
+        Forced forced_tile("MEGANEURA_MATMUL_TILE", tile), forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        for (const ConvCase& c : cases) {
+            SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w) + " stride " + std::to_string(c.o.stride) + " groups " +
+                         std::to_string(c.o.groups) + " tile '" + tile + "' splits '" + splits + "'");
+            Graph g;
+            add_conv_and_derivatives(g, c);
+            expect_matches_reference(g, random_feeds(g, seed++));
+        }
+    }
+}
+
+// The kernels each derivative lowers to: matmuls for 1x1 stride 1 (the weight gradient's images
+// summed by the split-sum pass), the implicit GEMM otherwise, split where K is forced to split.
+TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {
+    auto labels = [](const ConvCase& c) {
+        Graph g;
+        add_conv_and_derivatives(g, c);
+        std::vector<int32_t> roots;
+        for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+        const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
+        std::vector<std::string> out;
+        for (const sched::Step& step : s.steps) out.push_back(step.kernel.label);
+        return out;
+    };
+    using L = std::vector<std::string>;
+    EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 1, 1}, {}, false}), (L{"matmul", "matmul", "matmul", "matmul_split_sum"}));
+    EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 1, 1}, {.stride = 2}, false}),
+              (L{"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}));
+    Forced forced("MEGANEURA_MATMUL_SPLITS", "2");
+    EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}),
+              (L{"conv2d", "matmul_split_sum", "conv2d_grad_input", "matmul_split_sum", "conv2d_grad_weight",
+                 "matmul_split_sum"}));
 }
 
 TEST_F(ConvOpsTest, Conv1dMatchesReference) {

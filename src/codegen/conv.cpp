@@ -11,10 +11,20 @@
 //   grad weight  gw[o, c, t] = sum_(n,p)   gy[n, o, p]      * x[n, c, p*s - pad + t*d]
 //                M = Og, N = Cg * KH * KW,  K = batch * OH * OW
 // The tile loop is the matmul family's: BK-deep slices of A and B staged in shared memory, a TM x TN
-// register tile per thread. Staging walks whichever index is contiguous in memory (A is always
-// contiguous along K; B along N except for the weight gradient). All sizes are specialization
-// constants, so the index arithmetic divides by constants the driver folds.
-#include "codegen/families.hpp"
+// register tile per thread, the next slice's gathers in registers while the current one is
+// multiplied out. Staging walks whichever index is contiguous in memory (A is always contiguous
+// along K; B along N except for the weight gradient). All sizes are specialization constants, so
+// the index arithmetic divides by constants the driver folds. The tile and split-K follow the
+// matmul family's choice for the same GEMM (matmul.cpp): the late layers' grids (7x7 images) and
+// every weight gradient (K = batch * OH * OW, up to 50176 in ResNet-50's stem) are far too small
+// to fill a large GPU unsplit. Split pieces write f32 partial outputs in the output's layout,
+// summed by the matmul family's split-sum pass.
+//
+// A 1x1 convolution with stride 1, no padding and one group is a plain matmul per image, and goes
+// to the matmul family itself (its vector loads and cooperative-matrix path): see as_matmul.
+#include <optional>
+
+#include "codegen/matmul_common.hpp"
 
 namespace mn::codegen {
 
@@ -38,18 +48,18 @@ int in_col(uint ow, uint kw) { return int(ow * SW + kw * DW) - int(PW); }
 
 // Per mode: GEMM sizes, A(m, k), B(k, n) and the store of C(m, n), for group g.
 const char* const kForward = R"(
-const uint M = OG, N = BATCH * OHW, K = CG * KK;
+const uint M = OG, N = BATCH * OHW, K = CG * KK, OUT_ELEMS = BATCH * O * OHW;
 #define B_K_MAJOR 0
 float load_a(uint g, uint m, uint k) { return float(Wt.d[(g * OG + m) * K + k]); }
 float load_b(uint g, uint k, uint n) {
     uint c = k / KK, t = k % KK, b = n / OHW, p = n % OHW;
     return x_at(b, g * CG + c, in_row(p / OW, t / KW), in_col(p % OW, t % KW));
 }
-void store_c(uint g, uint m, uint n, float v) { Y.d[((n / OHW) * O + g * OG + m) * OHW + n % OHW] = STORE(v); }
+void store_c(uint off, uint g, uint m, uint n, float v) { Y.d[off + ((n / OHW) * O + g * OG + m) * OHW + n % OHW] = STORE(v); }
 )";
 
 const char* const kGradInput = R"(
-const uint M = CG, N = BATCH * HW, K = OG * KK;
+const uint M = CG, N = BATCH * HW, K = OG * KK, OUT_ELEMS = BATCH * C * HW;
 #define B_K_MAJOR 0
 float load_a(uint g, uint m, uint k) { return float(Wt.d[((g * OG + k / KK) * CG + m) * KK + k % KK]); }
 // the output coordinate whose tap t lands on input coordinate i, or -1
@@ -65,121 +75,197 @@ float load_b(uint g, uint k, uint n) {
     if (oh < 0 || ow < 0) return 0.0;
     return float(GY.d[((b * O + g * OG + o) * OH + uint(oh)) * OW + uint(ow)]);
 }
-void store_c(uint g, uint m, uint n, float v) { GX.d[((n / HW) * C + g * CG + m) * HW + n % HW] = STORE(v); }
+void store_c(uint off, uint g, uint m, uint n, float v) { GX.d[off + ((n / HW) * C + g * CG + m) * HW + n % HW] = STORE(v); }
 )";
 
 const char* const kGradWeight = R"(
-const uint M = OG, N = CG * KK, K = BATCH * OHW;
+const uint M = OG, N = CG * KK, K = BATCH * OHW, OUT_ELEMS = O * N;
 #define B_K_MAJOR 1
 float load_a(uint g, uint m, uint k) { return float(GY.d[((k / OHW) * O + g * OG + m) * OHW + k % OHW]); }
 float load_b(uint g, uint k, uint n) {
     uint c = n / KK, t = n % KK, b = k / OHW, p = k % OHW;
     return x_at(b, g * CG + c, in_row(p / OW, t / KW), in_col(p % OW, t % KW));
 }
-void store_c(uint g, uint m, uint n, float v) { GW.d[(g * OG + m) * N + n] = STORE(v); }
+void store_c(uint off, uint g, uint m, uint n, float v) { GW.d[off + (g * OG + m) * N + n] = STORE(v); }
 )";
 
+// z = split * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
+// partial output OUT_ELEMS further on per split.
 const char* const kTileLoop = R"(
 shared float As[BK][BM + 1];
 shared float Bs[BK][BN + 1];
 const uint TX = BN / TN;   // threads along n
 const uint TY = BM / TM;   // threads along m
+const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
+float ra[LA], rb[LB];
+uint lid, m0, n0, g, k_end;
+
+void fetch(uint k0) {
+    [[unroll]] for (uint p = 0u; p < LA; ++p) {
+        uint e = lid + p * WG, row = e / BK, gm = m0 + row, gk = k0 + e % BK;
+        ra[p] = gm < M && gk < k_end ? load_a(g, gm, gk) : 0.0;
+    }
+    [[unroll]] for (uint p = 0u; p < LB; ++p) {
+        uint e = lid + p * WG, col, kk;
+        if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
+        uint gn = n0 + col, gk = k0 + kk;
+        rb[p] = gn < N && gk < k_end ? load_b(g, gk, gn) : 0.0;
+    }
+}
+
+void stash() {
+    [[unroll]] for (uint p = 0u; p < LA; ++p) {
+        uint e = lid + p * WG;
+        As[e % BK][e / BK] = ra[p];
+    }
+    [[unroll]] for (uint p = 0u; p < LB; ++p) {
+        uint e = lid + p * WG;
+        if (B_K_MAJOR == 1) Bs[e % BK][e / BK] = rb[p]; else Bs[e / BN][e % BN] = rb[p];
+    }
+}
 
 void main() {
-    uint lid = gl_LocalInvocationID.x;
+    lid = gl_LocalInvocationID.x;
     uint tx = lid % TX, ty = lid / TX;
-    uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, g = gl_WorkGroupID.z;
+    m0 = gl_WorkGroupID.y * BM;
+    n0 = gl_WorkGroupID.x * BN;
+    g = gl_WorkGroupID.z % GROUPS;
+    uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
+    k_end = min(K, k_begin + KSPLIT);
 
     float acc[TM][TN];
-    for (uint i = 0u; i < TM; ++i) for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
+    [[unroll]] for (uint i = 0u; i < TM; ++i) [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
 
-    for (uint k0 = 0u; k0 < K; k0 += BK) {
-        for (uint e = lid; e < BM * BK; e += WG) {
-            uint row = e / BK, kk = e % BK, gm = m0 + row, gk = k0 + kk;
-            As[kk][row] = gm < M && gk < K ? load_a(g, gm, gk) : 0.0;
-        }
-        for (uint e = lid; e < BN * BK; e += WG) {
-            uint col, kk;
-            if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
-            uint gn = n0 + col, gk = k0 + kk;
-            Bs[kk][col] = gn < N && gk < K ? load_b(g, gk, gn) : 0.0;
-        }
-        barrier();
-        for (uint kk = 0u; kk < BK; ++kk) {
+    fetch(k_begin);
+    stash();
+    barrier();
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
+        if (more) fetch(k0 + BK);
+        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
             float av[TM], bv[TN];
-            for (uint i = 0u; i < TM; ++i) av[i] = As[kk][ty + i * TY];
-            for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
-            for (uint i = 0u; i < TM; ++i) for (uint j = 0u; j < TN; ++j) acc[i][j] += av[i] * bv[j];
+            [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[kk][ty + i * TY];
+            [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
+            [[unroll]] for (uint i = 0u; i < TM; ++i) [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] += av[i] * bv[j];
         }
         barrier();
+        if (more) {
+            stash();
+            barrier();
+        }
     }
-    for (uint i = 0u; i < TM; ++i) {
+    [[unroll]] for (uint i = 0u; i < TM; ++i) {
         uint gm = m0 + ty + i * TY;
         if (gm >= M) continue;
-        for (uint j = 0u; j < TN; ++j) {
+        [[unroll]] for (uint j = 0u; j < TN; ++j) {
             uint gn = n0 + tx + j * TX;
-            if (gn < N) store_c(g, gm, gn, acc[i][j]);
+            if (gn < N) store_c(split * OUT_ELEMS, g, gm, gn, acc[i][j]);
         }
     }
 }
 )";
 
+// A 1x1 convolution with stride 1, no padding and one group, as matmuls over images n (P = H * W):
+//   forward      y[n]  = W[O, C] @ x[n][C, P]
+//   grad input   gx[n] = W^T @ gy[n][O, P]
+//   grad weight  gw    = sum_n gy[n][O, P] @ x[n]^T: a batched product into f32 partials
+//                [split][n][O][C], all summed by the split-sum pass (so only f32 unless batch 1)
+// The weight is the left operand each time: the product binds the node's inputs swapped.
+std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning& t) {
+    const std::vector<int64_t>& a = spec.attrs;
+    const bool pointwise = spec.weight[2] == 1 && spec.weight[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 &&
+                           a[3] == 0 && a[6] == 1;
+    const int64_t batch = spec.x[0], c = spec.x[1], o = spec.weight[0], p = spec.x[2] * spec.x[3];
+    if (!pointwise || (spec.mode == ConvMode::GradWeight && batch > 1 && spec.dtype != DType::F32)) return std::nullopt;
+    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}};
+    switch (spec.mode) {
+        case ConvMode::Forward:
+            m.m = o, m.n = p, m.k = c, m.a_batch_strides = {0}, m.b_batch_strides = {c * p};
+            break;
+        case ConvMode::GradInput:
+            m.m = c, m.n = p, m.k = o, m.trans_a = true, m.a_batch_strides = {0}, m.b_batch_strides = {o * p};
+            break;
+        case ConvMode::GradWeight:
+            m.m = o, m.n = c, m.k = p, m.trans_b = true, m.a_batch_strides = {o * p}, m.b_batch_strides = {c * p};
+            break;
+    }
+    MatmulKernels k = matmul_kernels(m, t);
+    if (spec.mode == ConvMode::GradWeight && batch > 1) {
+        const int64_t splits = k.sum ? k.partial_elements / (batch * o * c) : 1;
+        k.partial_elements = splits * batch * o * c;
+        k.sum = matmul_detail::split_sum_kernel(spec.dtype, o * c, checked_u32(splits * batch, "conv2d partial count"),
+                                                t.max_groups);
+    }
+    return k;
+}
+
 }  // namespace
 
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning) {
-    // A 64x64 tile, 16 deep; on a CPU driver an 8x8 register tile per thread measured faster.
-    struct {
-        uint32_t bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
-    } t;
-    if (tuning.cpu) t.tm = t.tn = 8;
-    const uint32_t max_groups = tuning.max_groups;
+ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
+    if (auto k = as_matmul(spec, tuning)) return {std::move(*k), true};
     const Shape& x = spec.x;
     const Shape& w = spec.weight;
     const Shape& y = spec.y;
     const std::vector<int64_t>& a = spec.attrs;
     KernelSource k;
-    k.iface.local_size = (t.bm / t.tm) * (t.bn / t.tn);
-    k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
-                              "SH", "SW", "PH", "PW", "DH", "DW", "GROUPS"};
-    for (int64_t v : {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]}) {
-        k.spec_values.push_back(checked_u32(v, "conv2d size"));
-    }
     const int64_t groups = a[6], cg = x[1] / groups, og = w[0] / groups, kk = w[2] * w[3];
-    int64_t m = 0, n = 0;
+    int64_t m = 0, n = 0, depth = 0, out_elems = 0;
     const char* mode = nullptr;
     switch (spec.mode) {
         case ConvMode::Forward:
             k.label = "conv2d";
             k.iface.bindings = {{"X", spec.dtype}, {"Wt", spec.dtype}, {"Y", spec.dtype, true}};
-            m = og, n = x[0] * y[2] * y[3], mode = kForward;
+            m = og, n = x[0] * y[2] * y[3], depth = cg * kk, out_elems = numel(y), mode = kForward;
             break;
         case ConvMode::GradInput:
             k.label = "conv2d_grad_input";
             k.iface.bindings = {{"GY", spec.dtype}, {"Wt", spec.dtype}, {"GX", spec.dtype, true}};
-            m = cg, n = x[0] * x[2] * x[3], mode = kGradInput;
+            m = cg, n = x[0] * x[2] * x[3], depth = og * kk, out_elems = numel(x), mode = kGradInput;
             break;
         case ConvMode::GradWeight:
             k.label = "conv2d_grad_weight";
             k.iface.bindings = {{"X", spec.dtype}, {"GY", spec.dtype}, {"GW", spec.dtype, true}};
-            m = og, n = cg * kk, mode = kGradWeight;
+            m = og, n = cg * kk, depth = x[0] * y[2] * y[3], out_elems = numel(w), mode = kGradWeight;
             break;
     }
     checked_u32(numel(x), "conv2d input size");
     checked_u32(numel(y), "conv2d output size");
     checked_u32(x[0] * y[2] * y[3] * std::max(cg, og) * kk, "conv2d GEMM size");
-    const std::string defs = "#define BM " + std::to_string(t.bm) + "u\n#define BN " + std::to_string(t.bn) +
-                             "u\n#define BK " + std::to_string(t.bk) + "u\n#define TM " + std::to_string(t.tm) +
-                             "u\n#define TN " + std::to_string(t.tn) + "u\n#define STORE " +
-                             storage_type(spec.dtype) + "\n";
+    // The tile and K pieces the matmul family would pick for this GEMM, one batch entry per group.
+    const MatmulSpec gemm{.dtype = spec.dtype, .m = m, .n = n, .k = depth, .batch = {groups}};
+    const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning);
+    const uint32_t k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, t.bm, t.bn));
+    const int64_t splits = (depth + k_split - 1) / k_split;
+    k.iface.local_size = t.threads();
+    if (t.bm % t.tm || t.bn % t.tn || (t.bm * t.bk) % k.iface.local_size || (t.bn * t.bk) % k.iface.local_size) {
+        throw Error("conv2d tiles must divide evenly");
+    }
+    k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
+                              "SH", "SW", "PH", "PW", "DH", "DW", "GROUPS", "KSPLIT"};
+    for (int64_t v : {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]}) {
+        k.spec_values.push_back(checked_u32(v, "conv2d size"));
+    }
+    k.spec_values.push_back(k_split);
+    using matmul_detail::define;
+    const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
+                             define("TN", t.tn) + "#define STORE " + storage_type(spec.dtype) + "\n";
     const char* read_x = spec.mode == ConvMode::GradInput ? "" : kReadX;  // grad input has no X binding
-    k.glsl = glsl_preamble(k.iface) + defs + kDims + read_x + mode + kTileLoop;
-    const int64_t gx = (n + t.bn - 1) / t.bn, gy = (m + t.bm - 1) / t.bm;
-    if (gx > max_groups || gy > max_groups || groups > max_groups) {
-        throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(groups) +
+    k.glsl = matmul_detail::preamble(k.iface, "") + defs + kDims + read_x + mode + kTileLoop;
+    const int64_t gx = (n + t.bn - 1) / t.bn, gy = (m + t.bm - 1) / t.bm, gz = groups * splits;
+    if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
+        throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +
                     " exceeds the device's workgroup limit");
     }
-    k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(groups)};
-    return k;
+    k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz)};
+    ConvKernels out{.operands_swapped = false};
+    out.kernels.product = std::move(k);
+    if (splits > 1) {
+        out.kernels.partial_elements = splits * out_elems;
+        checked_u32(out.kernels.partial_elements, "conv2d split-K partial outputs");
+        out.kernels.sum = matmul_detail::split_sum_kernel(spec.dtype, out_elems, static_cast<uint32_t>(splits),
+                                                          tuning.max_groups);
+    }
+    return out;
 }
 
 }  // namespace mn::codegen

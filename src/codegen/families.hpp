@@ -99,7 +99,15 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
 };
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
+// `kernels` as the matmul family's: the product, and where K is split (or a 1x1 weight gradient
+// sums over images) an f32 scratch of partial_elements it writes and `sum` reduces into the output.
+// operands_swapped: the product binds the node's two inputs in reverse order (a 1x1 convolution
+// lowered to a matmul, weight first).
+struct ConvKernels {
+    MatmulKernels kernels;
+    bool operands_swapped = false;
+};
+ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
 struct PoolSpec {

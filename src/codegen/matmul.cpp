@@ -154,15 +154,11 @@ void main() {
     return k;
 }
 
-}  // namespace matmul_detail
-
-namespace {
-
-using namespace matmul_detail;
-
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {
     return ((spec.m + bm - 1) / bm) * ((spec.n + bn - 1) / bn) * std::max<int64_t>(numel(spec.batch), 1);
 }
+
+namespace {
 
 int64_t compute_units(const MatmulTuning& t) { return t.compute_units ? t.compute_units : 32; }  // unknown: mid-size
 
@@ -192,6 +188,8 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
     return *chosen;
 }
 
+}  // namespace
+
 // Split-K: a grid too small to fill the device walks K serially, one memory round trip per slice,
 // so its time grows with K however few the flops (on the H200, 128 x 49152 x 576: 2.9 ms unsplit,
 // 0.31 ms split). Splitting K into pieces (each a multiple of 32, both kernels' K-slice)
@@ -214,7 +212,23 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
     return checked_u32(std::min(piece, k), "matmul K piece");
 }
 
-}  // namespace
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t) {
+    // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
+    // (8x8 measured 1.6x faster than 4x4 on lavapipe).
+    const std::vector<TiledGeometry> tiled =
+        t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
+                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
+                                                           {32, 32, 16, 4, 4, 0.7}};
+    TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
+        return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
+    });
+    if (t.forced_bk) g.bk = t.forced_bk;
+    return g;
+}
+
+}  // namespace matmul_detail
+
+using namespace matmul_detail;
 
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     MatmulKernels out;
@@ -232,16 +246,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
         out.product = coop_kernel(spec, g, t.coop_subgroup, k_split, t.max_groups);
     } else {
-        // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
-        // (8x8 measured 1.6x faster than 4x4 on lavapipe).
-        const std::vector<TiledGeometry> tiled =
-            t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                                  : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
-                                                               {32, 32, 16, 4, 4, 0.7}};
-        TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
-            return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
-        });
-        if (t.forced_bk) g.bk = t.forced_bk;
+        const TiledGeometry g = choose_tiled_geometry(spec, t);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
         out.product = tiled_kernel(spec, g, k_split, t.max_groups);
     }

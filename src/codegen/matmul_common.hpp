@@ -49,6 +49,13 @@ struct TiledGeometry {
 };
 KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups);
 
+// The choices matmul_kernels makes, shared with the convolution family's implicit GEMMs: the
+// workgroup count of a BM x BN tiling, the register tile for the grid on this device, and the K
+// piece of split-K (K: no split; a multiple of 32 otherwise).
+int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn);
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t);
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups);
+
 // Cooperative matrix: a BM x BN tile per workgroup, one WM x WN piece per subgroup (multiples of
 // 16), K staged 32 deep as f16.
 struct CoopGeometry {

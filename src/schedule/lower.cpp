@@ -349,7 +349,12 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        auto kernels = codegen::matmul_kernels(spec, t_.matmul);
+        emit_product(codegen::matmul_kernels(spec, t_.matmul), a, b, out);
+    }
+
+    // A matmul or convolution product of a and b into out, through f32 partials and their sum
+    // where the kernels split the reduction.
+    void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, int32_t out) {
         if (!kernels.sum) return emit(std::move(kernels.product), {a, b, out});
         const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
         emit(std::move(kernels.product), {a, b, partial});
@@ -366,7 +371,9 @@ private:
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
-        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
+        auto [kernels, swapped] = codegen::conv2d_kernels(spec, t_.matmul);
+        if (swapped) std::swap(a, b);
+        emit_product(std::move(kernels), a, b, out);
     }
 
     // The attention ops come in families that one kernel computes together: Attention with its
