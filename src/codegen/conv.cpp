@@ -92,8 +92,10 @@ void store_c(uint off, uint g, uint m, uint n, float v) { GW.d[off + (g * OG + m
 // z = split * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
 // partial output OUT_ELEMS further on per split.
 const char* const kTileLoop = R"(
-shared float As[BK][BM + 1];
-shared float Bs[BK][BN + 1];
+// The matmul family's shared layout (matmul_tiled.cpp): k-major vec4 rows padded by one vec4; a
+// thread owns TM rows x TN columns in groups of 4 strided across the tile, read as vec4s.
+shared vec4 As[BK][BM / 4u + 1u];
+shared vec4 Bs[BK][BN / 4u + 1u];
 const uint TX = BN / TN;   // threads along n
 const uint TY = BM / TM;   // threads along m
 const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
@@ -115,12 +117,13 @@ void fetch(uint k0) {
 
 void stash() {
     [[unroll]] for (uint p = 0u; p < LA; ++p) {
-        uint e = lid + p * WG;
-        As[e % BK][e / BK] = ra[p];
+        uint e = lid + p * WG, row = e / BK;
+        As[e % BK][row >> 2][row & 3u] = ra[p];
     }
     [[unroll]] for (uint p = 0u; p < LB; ++p) {
-        uint e = lid + p * WG;
-        if (B_K_MAJOR == 1) Bs[e % BK][e / BK] = rb[p]; else Bs[e / BN][e % BN] = rb[p];
+        uint e = lid + p * WG, col, kk;
+        if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
+        Bs[kk][col >> 2][col & 3u] = rb[p];
     }
 }
 
@@ -133,8 +136,8 @@ void main() {
     uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
 
-    float acc[TM][TN];
-    [[unroll]] for (uint i = 0u; i < TM; ++i) [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
+    vec4 acc[TM][TN / 4u];
+    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
 
     fetch(k_begin);
     stash();
@@ -143,10 +146,11 @@ void main() {
         bool more = k0 + BK < k_end;
         if (more) fetch(k0 + BK);
         [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
-            float av[TM], bv[TN];
-            [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[kk][ty + i * TY];
-            [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
-            [[unroll]] for (uint i = 0u; i < TM; ++i) [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] += av[i] * bv[j];
+            vec4 av[TM / 4u], bv[TN / 4u];
+            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
+            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
+            [[unroll]] for (uint r = 0u; r < TM; ++r)
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
         }
         barrier();
         if (more) {
@@ -154,12 +158,12 @@ void main() {
             barrier();
         }
     }
-    [[unroll]] for (uint i = 0u; i < TM; ++i) {
-        uint gm = m0 + ty + i * TY;
+    [[unroll]] for (uint r = 0u; r < TM; ++r) {
+        uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
         if (gm >= M) continue;
-        [[unroll]] for (uint j = 0u; j < TN; ++j) {
-            uint gn = n0 + tx + j * TX;
-            if (gn < N) store_c(split * OUT_ELEMS, g, gm, gn, acc[i][j]);
+        [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) [[unroll]] for (uint q = 0u; q < 4u; ++q) {
+            uint gn = n0 + j * TX * 4u + tx * 4u + q;
+            if (gn < N) store_c(split * OUT_ELEMS, g, gm, gn, acc[r][j][q]);
         }
     }
 }
@@ -237,7 +241,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const uint32_t k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, t.bm, t.bn));
     const int64_t splits = (depth + k_split - 1) / k_split;
     k.iface.local_size = t.threads();
-    if (t.bm % t.tm || t.bn % t.tn || (t.bm * t.bk) % k.iface.local_size || (t.bn * t.bk) % k.iface.local_size) {
+    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % k.iface.local_size || (t.bn * t.bk) % k.iface.local_size) {
         throw Error("conv2d tiles must divide evenly");
     }
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
