@@ -34,26 +34,30 @@ const char* const kDims = R"(
 const uint CG = C / GROUPS, OG = O / GROUPS, KK = KH * KW, OHW = OH * OW, HW = H * W;
 )";
 
-// Reads of x through a tap (the forward and the weight gradient).
+// x[base + (c * H + ih) * W + iw] (base: the image's and group's offset), zero outside the image;
+// the forward and the weight gradient read x through a tap.
 const char* const kReadX = R"(
-// x[b, c, ih, iw], zero outside the image
-float x_at(uint b, uint c, int ih, int iw) {
+float x_at(uint base, uint c, int ih, int iw) {
     if (ih < 0 || iw < 0 || ih >= int(H) || iw >= int(W)) return 0.0;
-    return float(X.d[((b * C + c) * H + uint(ih)) * W + uint(iw)]);
+    return float(X.d[base + (c * H + uint(ih)) * W + uint(iw)]);
 }
-// input row of output row oh through tap kh (and likewise for columns)
-int in_row(uint oh, uint kh) { return int(oh * SH + kh * DH) - int(PH); }
-int in_col(uint ow, uint kw) { return int(ow * SW + kw * DW) - int(PW); }
 )";
 
-// Per mode: GEMM sizes, A(m, k), B(k, n) and the store of C(m, n), for group g.
+// Per mode: GEMM sizes, A(m, k), B(k, n) and the store of C(m, n), for group g. B is read as
+// load_b(col_of(g, n), k): Col holds what depends on n only, which the tile loop computes once
+// per thread where a thread's column is the same in every slice (B_K_MAJOR 0).
 const char* const kForward = R"(
 const uint M = OG, N = BATCH * OHW, K = CG * KK, OUT_ELEMS = BATCH * O * OHW;
 #define B_K_MAJOR 0
 float load_a(uint g, uint m, uint k) { return float(Wt.d[(g * OG + m) * K + k]); }
-float load_b(uint g, uint k, uint n) {
-    uint c = k / KK, t = k % KK, b = n / OHW, p = n % OHW;
-    return x_at(b, g * CG + c, in_row(p / OW, t / KW), in_col(p % OW, t % KW));
+struct Col { uint base; int ih, iw; };  // x offset of the image and group; input origin of the window
+Col col_of(uint g, uint n) {
+    uint b = n / OHW, p = n % OHW;
+    return Col((b * C + g * CG) * HW, int((p / OW) * SH) - int(PH), int((p % OW) * SW) - int(PW));
+}
+float load_b(Col col, uint k) {
+    uint c = k / KK, t = k % KK;
+    return x_at(col.base, c, col.ih + int((t / KW) * DH), col.iw + int((t % KW) * DW));
 }
 void store_c(uint off, uint g, uint m, uint n, float v) { Y.d[off + ((n / OHW) * O + g * OG + m) * OHW + n % OHW] = STORE(v); }
 )";
@@ -62,18 +66,23 @@ const char* const kGradInput = R"(
 const uint M = CG, N = BATCH * HW, K = OG * KK, OUT_ELEMS = BATCH * C * HW;
 #define B_K_MAJOR 0
 float load_a(uint g, uint m, uint k) { return float(Wt.d[((g * OG + k / KK) * CG + m) * KK + k % KK]); }
-// the output coordinate whose tap t lands on input coordinate i, or -1
-int tapped(uint i, uint pad, uint t, uint d, uint s, uint extent) {
-    int u = int(i + pad) - int(t * d);
+struct Col { uint base; int ih, iw; };  // gy offset of the image and group; padded input coordinates
+Col col_of(uint g, uint n) {
+    uint b = n / HW, q = n % HW;
+    return Col((b * O + g * OG) * OHW, int(q / W + PH), int(q % W + PW));
+}
+// the output coordinate whose tap at offset `reach` lands on padded input coordinate i, or -1
+int tapped(int i, uint reach, uint s, uint extent) {
+    int u = i - int(reach);
     if (u < 0 || u % int(s) != 0) return -1;
     u /= int(s);
     return u < int(extent) ? u : -1;
 }
-float load_b(uint g, uint k, uint n) {
-    uint o = k / KK, t = k % KK, b = n / HW, q = n % HW;
-    int oh = tapped(q / W, PH, t / KW, DH, SH, OH), ow = tapped(q % W, PW, t % KW, DW, SW, OW);
+float load_b(Col col, uint k) {
+    uint o = k / KK, t = k % KK;
+    int oh = tapped(col.ih, (t / KW) * DH, SH, OH), ow = tapped(col.iw, (t % KW) * DW, SW, OW);
     if (oh < 0 || ow < 0) return 0.0;
-    return float(GY.d[((b * O + g * OG + o) * OH + uint(oh)) * OW + uint(ow)]);
+    return float(GY.d[col.base + (o * OH + uint(oh)) * OW + uint(ow)]);
 }
 void store_c(uint off, uint g, uint m, uint n, float v) { GX.d[off + ((n / HW) * C + g * CG + m) * HW + n % HW] = STORE(v); }
 )";
@@ -82,9 +91,14 @@ const char* const kGradWeight = R"(
 const uint M = OG, N = CG * KK, K = BATCH * OHW, OUT_ELEMS = O * N;
 #define B_K_MAJOR 1
 float load_a(uint g, uint m, uint k) { return float(GY.d[((k / OHW) * O + g * OG + m) * OHW + k % OHW]); }
-float load_b(uint g, uint k, uint n) {
-    uint c = n / KK, t = n % KK, b = k / OHW, p = k % OHW;
-    return x_at(b, g * CG + c, in_row(p / OW, t / KW), in_col(p % OW, t % KW));
+struct Col { uint base; int dh, dw; };  // x offset of the group's channel; the tap's offset from the window origin
+Col col_of(uint g, uint n) {
+    uint c = n / KK, t = n % KK;
+    return Col((g * CG + c) * HW, int((t / KW) * DH) - int(PH), int((t % KW) * DW) - int(PW));
+}
+float load_b(Col col, uint k) {
+    uint b = k / OHW, p = k % OHW;
+    return x_at(b * C * HW + col.base, 0u, int((p / OW) * SH) + col.dh, int((p % OW) * SW) + col.dw);
 }
 void store_c(uint off, uint g, uint m, uint n, float v) { GW.d[off + (g * OG + m) * N + n] = STORE(v); }
 )";
@@ -101,6 +115,9 @@ const uint TY = BM / TM;   // threads along m
 const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
 float ra[LA], rb[LB];
 uint lid, m0, n0, g, k_end;
+#if B_K_MAJOR == 0
+Col bcol;  // this thread's column of B, the same in every slice (WG is a multiple of BN)
+#endif
 
 void fetch(uint k0) {
     [[unroll]] for (uint p = 0u; p < LA; ++p) {
@@ -111,7 +128,11 @@ void fetch(uint k0) {
         uint e = lid + p * WG, col, kk;
         if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
         uint gn = n0 + col, gk = k0 + kk;
-        rb[p] = gn < N && gk < k_end ? load_b(g, gk, gn) : 0.0;
+#if B_K_MAJOR == 1
+        rb[p] = gn < N && gk < k_end ? load_b(col_of(g, gn), gk) : 0.0;
+#else
+        rb[p] = gn < N && gk < k_end ? load_b(bcol, gk) : 0.0;
+#endif
     }
 }
 
@@ -135,6 +156,9 @@ void main() {
     g = gl_WorkGroupID.z % GROUPS;
     uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
+#if B_K_MAJOR == 0
+    bcol = col_of(g, n0 + lid % BN);
+#endif
 
     vec4 acc[TM][TN / 4u];
     [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
@@ -241,7 +265,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const uint32_t k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, t.bm, t.bn));
     const int64_t splits = (depth + k_split - 1) / k_split;
     k.iface.local_size = t.threads();
-    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % k.iface.local_size || (t.bn * t.bk) % k.iface.local_size) {
+    const uint32_t wg = k.iface.local_size;
+    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg || wg % t.bn) {
         throw Error("conv2d tiles must divide evenly");
     }
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
