@@ -87,19 +87,23 @@ float load_b(Col col, uint k) {
 void store_c(uint off, uint g, uint m, uint n, float v) { GX.d[off + ((n / HW) * C + g * CG + m) * HW + n % HW] = STORE(v); }
 )";
 
+// k-major staging: a thread's k is the same for all its elements of a slice, so what depends on k
+// only (Row) is computed once per slice, and its columns' Cols once per thread.
 const char* const kGradWeight = R"(
 const uint M = OG, N = CG * KK, K = BATCH * OHW, OUT_ELEMS = O * N;
 #define B_K_MAJOR 1
-float load_a(uint g, uint m, uint k) { return float(GY.d[((k / OHW) * O + g * OG + m) * OHW + k % OHW]); }
+struct Row { uint gy, x; int ih, iw; };  // gy offset of (image, pixel); x offset of the image; window origin
+Row row_of(uint k) {
+    uint b = k / OHW, p = k % OHW;
+    return Row(b * O * OHW + p, b * C * HW, int((p / OW) * SH), int((p % OW) * SW));
+}
+float load_a(uint g, uint m, Row r) { return float(GY.d[r.gy + (g * OG + m) * OHW]); }
 struct Col { uint base; int dh, dw; };  // x offset of the group's channel; the tap's offset from the window origin
 Col col_of(uint g, uint n) {
     uint c = n / KK, t = n % KK;
     return Col((g * CG + c) * HW, int((t / KW) * DH) - int(PH), int((t % KW) * DW) - int(PW));
 }
-float load_b(Col col, uint k) {
-    uint b = k / OHW, p = k % OHW;
-    return x_at(b * C * HW + col.base, 0u, int((p / OW) * SH) + col.dh, int((p % OW) * SW) + col.dw);
-}
+float load_b(Col col, Row r) { return x_at(r.x + col.base, 0u, r.ih + col.dh, r.iw + col.dw); }
 void store_c(uint off, uint g, uint m, uint n, float v) { GW.d[off + (g * OG + m) * N + n] = STORE(v); }
 )";
 
@@ -115,26 +119,38 @@ const uint TY = BM / TM;   // threads along m
 const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
 float ra[LA], rb[LB];
 uint lid, m0, n0, g, k_end;
-#if B_K_MAJOR == 0
+#if B_K_MAJOR == 1
+// k-major staging of both operands: element e of a slice is row / column e / BK at depth e % BK, so
+// a thread's depth is lid % BK in every slice (WG is a multiple of BK) and its columns never change.
+Col bcols[LB];
+
+void fetch(uint k0) {
+    uint gk = k0 + lid % BK;
+    bool in_k = gk < k_end;
+    Row r = row_of(gk);
+    [[unroll]] for (uint p = 0u; p < LA; ++p) {
+        uint gm = m0 + (lid + p * WG) / BK;
+        ra[p] = gm < M && in_k ? load_a(g, gm, r) : 0.0;
+    }
+    [[unroll]] for (uint p = 0u; p < LB; ++p) {
+        uint gn = n0 + (lid + p * WG) / BK;
+        rb[p] = gn < N && in_k ? load_b(bcols[p], r) : 0.0;
+    }
+}
+#else
 Col bcol;  // this thread's column of B, the same in every slice (WG is a multiple of BN)
-#endif
 
 void fetch(uint k0) {
     [[unroll]] for (uint p = 0u; p < LA; ++p) {
-        uint e = lid + p * WG, row = e / BK, gm = m0 + row, gk = k0 + e % BK;
+        uint e = lid + p * WG, gm = m0 + e / BK, gk = k0 + e % BK;
         ra[p] = gm < M && gk < k_end ? load_a(g, gm, gk) : 0.0;
     }
     [[unroll]] for (uint p = 0u; p < LB; ++p) {
-        uint e = lid + p * WG, col, kk;
-        if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
-        uint gn = n0 + col, gk = k0 + kk;
-#if B_K_MAJOR == 1
-        rb[p] = gn < N && gk < k_end ? load_b(col_of(g, gn), gk) : 0.0;
-#else
-        rb[p] = gn < N && gk < k_end ? load_b(bcol, gk) : 0.0;
-#endif
+        uint e = lid + p * WG, gk = k0 + e / BN;
+        rb[p] = n0 + e % BN < N && gk < k_end ? load_b(bcol, gk) : 0.0;
     }
 }
+#endif
 
 void stash() {
     [[unroll]] for (uint p = 0u; p < LA; ++p) {
@@ -156,7 +172,9 @@ void main() {
     g = gl_WorkGroupID.z % GROUPS;
     uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
-#if B_K_MAJOR == 0
+#if B_K_MAJOR == 1
+    [[unroll]] for (uint p = 0u; p < LB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / BK);
+#else
     bcol = col_of(g, n0 + lid % BN);
 #endif
 
@@ -266,7 +284,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const int64_t splits = (depth + k_split - 1) / k_split;
     k.iface.local_size = t.threads();
     const uint32_t wg = k.iface.local_size;
-    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg || wg % t.bn) {
+    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg || wg % t.bn || wg % t.bk) {
         throw Error("conv2d tiles must divide evenly");
     }
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
