@@ -45,6 +45,7 @@ struct Schedule {
 struct Tuning {
     codegen::Launch pointwise, reduction;
     codegen::MatmulTiles matmul;
+    int64_t conv_target_groups = 512;  // the weight gradient splits K below this many workgroups
 };
 Tuning tune_for(const rt::DeviceCaps& caps);
 
