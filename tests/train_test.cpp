@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
 #include "gpu_check.hpp"
 #include "io/safetensors.hpp"
 
@@ -70,26 +71,14 @@ TEST_F(TrainTest, LossDecreasesWithEveryOptimizer) {
 
 // ---- helpers for the optimizer and checkpoint tests ---------------------------------------------
 
-// A unique path under the temp directory, removed when the object goes.
+// A unique file path under the temp directory, removed (with its directory) when the object goes.
 class TempPath {
 public:
-    explicit TempPath(const std::string& tag) {
-        static std::atomic<int> counter{0};
-        std::random_device rd;
-        path_ = (std::filesystem::temp_directory_path() /
-                 ("meganeura_train_" + tag + "_" + std::to_string(rd()) + "_" + std::to_string(counter++) +
-                  ".safetensors"))
-                    .string();
-    }
-    ~TempPath() {
-        std::error_code ec;
-        std::filesystem::remove(path_, ec);
-    }
-    TempPath(const TempPath&) = delete;
-    TempPath& operator=(const TempPath&) = delete;
+    explicit TempPath(const std::string& tag) : dir_(tag), path_(dir_.path(tag + ".safetensors")) {}
     const std::string& str() const { return path_; }
 
 private:
+    mn::test::TempDir dir_;
     std::string path_;
 };
 

@@ -177,7 +177,8 @@ public:
     // Training state that persists across runs (optimizer moments), zero-initialized by default.
     Tensor state(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
     // Writes `value` into a parameter's or state's storage once everything else in the program
-    // has read the old contents. Returns a handle to the written value.
+    // has read the old contents (so every other reader of `target`, before or after this call,
+    // sees the old value). Returns a handle to the written value.
     Tensor assign(Tensor target, Tensor value);
 
     // data movement

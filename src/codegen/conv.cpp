@@ -133,9 +133,16 @@ void main() {
 }
 )";
 
-// A GEMM with few rows (a layer with few channels) would leave most of a tall tile idle: halve
-// the tile's height, and each thread's share of it, while the rows still fit (same thread count).
-MatmulTiles fit_rows(MatmulTiles t, int64_t m) {
+struct Tiles {
+    uint32_t bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;  // workgroup tile, per-thread tile
+};
+
+// A 64x64 tile, 16 deep (on a CPU driver an 8x8 register tile per thread measured faster). A GEMM
+// with few rows (a layer with few channels) would leave most of that tile idle: halve its height,
+// and each thread's share of it, while the rows still fit (the thread count stays).
+Tiles tiles_for(const MatmulTuning& tuning, int64_t m) {
+    Tiles t;
+    if (tuning.cpu) t.tm = t.tn = 8;
     while (t.bm > 16 && t.bm / 2 >= m && t.tm % 2 == 0) t.bm /= 2, t.tm /= 2;
     return t;
 }
@@ -160,24 +167,26 @@ int64_t k_per_split(int64_t k, int64_t splits, uint32_t bk) {
 
 }  // namespace
 
-int64_t conv2d_weight_splits(const ConvSpec& spec, const MatmulTiles& tiles, int64_t target_groups) {
+int64_t conv2d_weight_splits(const ConvSpec& spec, const MatmulTuning& tuning) {
     if (spec.mode != ConvMode::GradWeight) return 1;
     const auto [m, n, k] = gemm_dims(spec);
-    const MatmulTiles t = fit_rows(tiles, m);
+    const Tiles t = tiles_for(tuning, m);
     const int64_t groups = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn) * spec.attrs[6];
+    // two workgroups per compute unit, as the matmul family aims for
+    const int64_t target_groups = 2 * static_cast<int64_t>(tuning.compute_units ? tuning.compute_units : 32);
     // Each split keeps at least 16 K-tiles of work; no split is left empty.
     const int64_t most = std::max<int64_t>(1, k / (16 * static_cast<int64_t>(t.bk)));
     const int64_t splits = std::clamp<int64_t>(target_groups / groups, 1, most);
     return (k + k_per_split(k, splits, t.bk) - 1) / k_per_split(k, splits, t.bk);
 }
 
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTiles& tiles, uint32_t max_groups, int64_t splits) {
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning, int64_t splits) {
     const Shape &x = spec.x, &w = spec.weight, &y = spec.y;
     const std::vector<int64_t>& a = spec.attrs;
     const auto [m, n, depth] = gemm_dims(spec);
     if (splits > 1 && spec.mode != ConvMode::GradWeight) throw Error("conv2d: only the weight gradient splits K");
-    const MatmulTiles t = fit_rows(tiles, m);
-    if (t.bm % t.tm || t.bn % t.tn) throw Error("conv tiles must divide evenly");
+    const Tiles t = tiles_for(tuning, m);
+    const uint32_t max_groups = tuning.max_groups;
     KernelSource k;
     k.iface.local_size = (t.bm / t.tm) * (t.bn / t.tn);
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",

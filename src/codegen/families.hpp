@@ -11,10 +11,17 @@ struct Launch {
     uint32_t max_groups = 65535;    // per grid dimension
 };
 
-// out[i] = op(in0[..], in1[..]) over out_shape; in_strides[k] has out rank entries, 0 where
-// input k is broadcast. Unary ops take one input.
+// A fused pointwise kernel: out[i] = the program's last value at element i of out_shape. The
+// program is a list of steps in evaluation order; a step either loads input `a` (op == Op::Input,
+// read through in_strides[a], which has out rank entries, 0 where the input is broadcast) or
+// applies a pointwise op to earlier steps `a` (and `b`). A single op is the one-step program.
 struct PointwiseSpec {
-    Op op;
+    struct Step {
+        Op op;
+        int32_t a = -1, b = -1;
+        DType dtype;  // of the step's result
+    };
+    std::vector<Step> program;
     std::vector<DType> in_dtypes;
     DType out_dtype;
     Shape out_shape;
@@ -53,11 +60,23 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
 };
-struct MatmulTiles {
-    uint32_t bm = 64, bn = 64, bk = 16;  // workgroup tile
-    uint32_t tm = 4, tn = 4;             // per-thread tile
+// What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
+struct MatmulTuning {
+    uint32_t max_groups = 65535;         // per grid dimension
+    uint32_t max_invocations = 256;      // per workgroup
+    uint32_t max_shared_memory = 32768;  // bytes per workgroup
+    uint32_t compute_units = 0;          // multiprocessors; 0: unknown
+    bool cpu = false;                    // a CPU driver: one big register tile, few threads
+    // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
+    // subgroup size the coop kernel is built for (required at pipeline creation).
+    uint32_t coop_subgroup = 0;
+    uint32_t forced_bm = 0;  // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
 };
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+
+// Chooses the kernel for one matmul: a GEMV (K-split dot products) when M or N is 1, the
+// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and
+// the dtype is f32, otherwise the register-tiled f32 kernel with a tile chosen for the grid size.
+KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 
 // conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
 // Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
@@ -68,11 +87,11 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
 };
-// The weight gradient splits its long K over `splits` workgroups per tile when it would launch
-// fewer than `target_groups` otherwise; conv2d_weight_splits picks the count (1: no split). With
-// splits > 1 the kernel writes [splits, weight] f32 partials and conv2d_split_sum_kernel adds them.
-int64_t conv2d_weight_splits(const ConvSpec& spec, const MatmulTiles& tiles, int64_t target_groups);
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTiles& tiles, uint32_t max_groups, int64_t splits = 1);
+// The weight gradient splits its long K over `splits` workgroups per tile when its tiles alone
+// would not fill the device; conv2d_weight_splits picks the count (1: no split). With splits > 1
+// the kernel writes [splits, weight] f32 partials and conv2d_split_sum_kernel adds them up.
+int64_t conv2d_weight_splits(const ConvSpec& spec, const MatmulTuning& tuning);
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning, int64_t splits = 1);
 KernelSource conv2d_split_sum_kernel(DType dtype, int64_t count, int64_t splits, const Launch& launch);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.

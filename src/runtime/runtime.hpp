@@ -36,6 +36,7 @@ struct DeviceCaps {
     uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
     uint32_t max_shared_memory = 0;          // bytes per workgroup
     uint32_t max_workgroup_invocations = 0;
+    uint32_t compute_units = 0;              // multiprocessors (VK_NV_shader_sm_builtins); 0: unknown
     std::array<uint32_t, 3> max_workgroup_size{};
     std::array<uint32_t, 3> max_workgroup_count{};
     uint64_t max_storage_buffer_range = 0;
