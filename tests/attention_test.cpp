@@ -77,6 +77,9 @@ const std::vector<Case> kForwardCases = {
     {"decode_dynamic_start_gqa_d64", 2, 9, 3, 1, 50, 64, true, 0, 20},
     {"chunk_dynamic_start_window_d32", 1, 2, 2, 7, 33, 32, true, 5, 10},
     {"decode_full_1500_d64", 1, 2, 1, 1, 1500, 64},
+    {"self_full_1500_d64", 1, 1, 1, 1500, 1500, 64},
+    // Lavapipe ends long loops silently (see codegen/attention.cpp): this sweep once lost its tail.
+    {"decode_long_8000_d128", 1, 2, 2, 1, 8000, 128},
     {"explicit_scale_odd_dim_d33", 1, 2, 1, 5, 9, 33, false, 0, std::nullopt, 0.3},
 };
 

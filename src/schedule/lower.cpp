@@ -341,6 +341,16 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
     while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
+    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile likewise (tiles still shrink to fit shared memory).
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES")) {
+        codegen::AttentionTiles a = t.attention;
+        if (std::sscanf(e, "%u,%u,%u", &a.rows, &a.threads_per_row, &a.tile) != 3 || !a.rows || !a.threads_per_row ||
+            !a.tile || a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
+            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile within the device's "
+                                    "workgroup size, got '") + e + "'");
+        }
+        t.attention = a;
+    }
     // MEGANEURA_MATMUL_TILES=bm,bn,bk,tm,tn overrides the choice (for tuning on a new device).
     if (const char* e = std::getenv("MEGANEURA_MATMUL_TILES")) {
         codegen::MatmulTiles m;
