@@ -186,12 +186,45 @@ std::vector<Case> op_cases() {
         {"expand", {{{3, 1}}}, [](Graph& g, Params p) { return g.expand(p[0], {2, 3, 4}); }},
         {"expand_scalar", {{{}}}, [](Graph& g, Params p) { return g.expand(p[0], {3, 5}); }},
         {"flatten", {{{2, 3, 4}}}, [](Graph& g, Params p) { return g.flatten(p[0]); }},
+        // convolution: strides 1 and 2, padding 0 and 1, dilation 2, groups 1 and > 1, odd sizes
+        {"conv2d_bias", {{{2, 3, 5, 7}}, {{4, 3, 3, 3}}, {{4}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], p[2]); }},
+        {"conv2d_stride2_pad1", {{{2, 3, 7, 5}}, {{4, 3, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.stride = 2, .padding = 1}); }},
+        {"conv2d_dilation2_pad1", {{{1, 2, 7, 7}}, {{3, 2, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 1, .dilation = 2}); }},
+        {"conv2d_groups2_stride2", {{{2, 4, 5, 5}}, {{6, 2, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.stride = 2, .groups = 2}); }},
+        {"conv2d_depthwise_pad1", {{{1, 3, 5, 5}}, {{3, 1, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 1, .groups = 3}); }},
+        {"conv2d_1x1_stride2", {{{2, 3, 5, 5}}, {{2, 3, 1, 1}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.stride = 2}); }},
+        {"conv1d_stride2_pad1_groups2", {{{2, 4, 9}}, {{6, 2, 3}}, {{6}}},
+         [](Graph& g, Params p) { return g.conv1d(p[0], p[1], p[2], {.stride = 2, .padding = 1, .groups = 2}); }},
+        // pooling, normalization, upsampling
+        {"max_pool2d_k3_s2_p1", {{{2, 3, 7, 7}}}, [](Graph& g, Params p) { return g.max_pool2d(p[0], 3, 2, 1); }},
+        {"max_pool2d_k2", {{{1, 2, 6, 5}}}, [](Graph& g, Params p) { return g.max_pool2d(p[0], 2); }},
+        {"avg_pool2d_k3_s2_p1", {{{1, 2, 7, 5}}}, [](Graph& g, Params p) { return g.avg_pool2d(p[0], 3, 2, 1); }},
+        {"global_avg_pool2d", {{{2, 3, 3, 5}}}, [](Graph& g, Params p) { return g.global_avg_pool2d(p[0]); }},
+        {"upsample_nearest2x", {{{1, 2, 3, 5}}}, [](Graph& g, Params p) { return g.upsample_nearest2x(p[0]); }},
+        {"batch_norm_train", {{{3, 4, 3, 5}}, {{4}}, {{4}}},
+         [](Graph& g, Params p) { return g.batch_norm(p[0], p[1], p[2], std::nullopt, std::nullopt, true); }},
+        {"batch_norm_eval", {{{2, 3, 3, 3}}, {{3}}, {{3}}, {{3}}, {{3}, 0.5, 2}},
+         [](Graph& g, Params p) { return g.batch_norm(p[0], p[1], p[2], p[3], p[4], false); }},
+        {"group_norm", {{{2, 6, 3, 5}}, {{6}}, {{6}}}, [](Graph& g, Params p) { return g.group_norm(p[0], 3, p[1], p[2]); }},
         // attention (more cases in attention_test.cpp)
         {"attention_causal_gqa", {{{1, 4, 3, 2}}, {{1, 2, 3, 2}}, {{1, 2, 3, 2}}},
          [](Graph& g, Params p) { return g.attention(p[0], p[1], p[2], {.causal = true}); }},
         // a value used more than once: its gradients add up
         {"fan_out", {kAny}, [](Graph& g, Params p) { return p[0] * p[0] + g.exp(p[0]) - p[0]; }},
         {"concat_of_itself", {{{2, 3}}, {{1, 3}}}, [](Graph& g, Params p) { return g.concat({p[0], p[1], p[0]}, 0); }},
+        // transformer ops (ids repeat, so the embedding gradient sums rows)
+        {"embedding", {{{5, 3}}}, [](Graph& g, Params p) { return g.embedding(g.input("ids", {2, 3}, DType::I32), p[0]); },
+         {{"ids", {{2, 3}, {4, 0, 4, 1, 4, 2}}}}},
+        {"rms_norm", {{{2, 3, 5}}, {{5}}}, [](Graph& g, Params p) { return g.rms_norm(p[0], p[1], 1e-5); }},
+        {"layer_norm", {{{2, 3, 5}}, {{5}}, {{5}}}, [](Graph& g, Params p) { return g.layer_norm(p[0], p[1], p[2], 1e-5); }},
+        {"rope", {{{2, 3, 6}}}, [](Graph& g, Params p) { return g.rope(p[0], g.input("positions", {3}, DType::I32), 100.0); },
+         {{"positions", {{3}, {0, 5, 17}}}}},
         {"mlp", {{{4, 5}}, {{6, 5}}, {{6}}, {{3, 6}}, {{3}}},
          [](Graph& g, Params p) { return cross_entropy_of(g, g.linear(g.relu(g.linear(p[0], p[1], p[2])), p[3], p[4])); },
          {{"labels", labels({2, 0, 1, 2})}}},
@@ -333,6 +366,8 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
 const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
+                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad, Op::SliceScatter,
+                                         Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad,
                                          Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 
 TEST(AutodiffCoverage, EveryDifferentiableOpHasARule) {
@@ -389,6 +424,22 @@ std::vector<Case> gpu_cases() {
          }},
         {"softmax", {{{5, 257}, -5, 5}}, [](Graph& g, Params p) { return g.softmax(p[0]) * g.log_softmax(p[0], 0); }},
         {"cross_entropy", {{{33, 257}, -5, 5}}, kCrossEntropy, {{"labels", labels(label_values)}}},
+        {"transformer_ops", {{{11, 34}}, {{34}, 0.5, 2}, {{34}}, {{34}}}, [](Graph& g, Params p) {
+             Tensor h = g.rms_norm(g.embedding(g.input("ids", {2, 7}, DType::I32), p[0]), p[1], 1e-5);
+             h = g.rope(g.reshape(h, {2, 1, 7, 34}), g.input("positions", {7}, DType::I32), 1000.0);
+             return g.layer_norm(h, p[2], p[3], 1e-5);
+         }, {{"ids", {{2, 7}, {3, 0, 3, 10, 5, 3, 0, 1, 2, 3, 4, 5, 6, 10}}}, {"positions", {{7}, {0, 1, 2, 3, 40, 41, 900}}}}},
+        {"conv2d_groups2_stride2_pad1", {{{2, 4, 9, 11}}, {{6, 2, 3, 3}}, {{6}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], p[2], {.stride = 2, .padding = 1, .groups = 2}); }},
+        {"conv2d_dilation2_wide", {{{2, 37, 7, 9}}, {{67, 37, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 2, .dilation = 2}); }},
+        {"conv1d", {{{2, 5, 17}}, {{7, 5, 3}}}, [](Graph& g, Params p) { return g.conv1d(p[0], p[1], std::nullopt, {.stride = 2}); }},
+        {"max_pool2d", {{{2, 3, 9, 7}}}, [](Graph& g, Params p) { return g.max_pool2d(p[0], 3, 2, 1); }},
+        {"norms_and_pools", {{{2, 6, 6, 5}}, {{6}}, {{6}}}, [](Graph& g, Params p) {
+             Tensor h = g.batch_norm(p[0], p[1], p[2], std::nullopt, std::nullopt, true);
+             h = g.group_norm(g.silu(h), 2, p[1], p[2]);
+             return g.upsample_nearest2x(g.avg_pool2d(h, 2)) + g.global_avg_pool2d(h);
+         }},
         {"data_movement", {{{2, 7, 33}}, {{2, 3, 33}}, {{1, 33}}}, [](Graph& g, Params p) {
              Tensor a = g.slice(p[0], 1, 1, 6, 2);
              Tensor b = g.permute(g.reshape(p[1], {2, 33, 3}), {0, 2, 1});

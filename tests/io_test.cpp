@@ -14,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.hpp"
 #include "io/idx.hpp"
 #include "io/safetensors.hpp"
 #include "meganeura/error.hpp"
@@ -26,19 +27,11 @@ namespace {
 
 class IoTest : public ::testing::Test {
 protected:
-    void SetUp() override {
-        static int counter = 0;
-        dir_ = fs::temp_directory_path() /
-               ("mn-io-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-        fs::create_directories(dir_);
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    std::string path(const std::string& name) const { return (dir_ / name).string(); }
+    std::string path(const std::string& name) const { return tmp_.path(name); }
 
     std::vector<std::string> listing() const {
         std::vector<std::string> names;
-        for (auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+        for (auto& entry : fs::directory_iterator(tmp_.dir())) names.push_back(entry.path().filename().string());
         std::sort(names.begin(), names.end());
         return names;
     }
@@ -57,7 +50,7 @@ protected:
         return path(name);
     }
 
-    fs::path dir_;
+    mn::test::TempDir tmp_{"io"};
 };
 
 template <typename T>

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "meganeura/error.hpp"
 #include "runtime/runtime.hpp"
@@ -293,11 +294,9 @@ TEST_F(Runtime, ZeroSizeBufferIsUsable) {
 
 TEST(RuntimeCache, PipelineCacheIsSavedAndReloaded) {
     namespace fs = std::filesystem;
-    fs::path dir = fs::temp_directory_path() / ("meganeura-runtime-test-" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    const char* old = std::getenv("MEGANEURA_CACHE_DIR");
-    std::string saved = old ? old : "";
-    setenv("MEGANEURA_CACHE_DIR", dir.c_str(), 1);
+    mn::test::TempDir tmp("pipeline-cache");
+    const fs::path& dir = tmp.dir();
+    mn::test::ScopedEnv cache_env("MEGANEURA_CACHE_DIR", dir.string());
     auto list = [&] {
         std::vector<fs::path> files;
         if (fs::exists(dir))
@@ -315,8 +314,6 @@ TEST(RuntimeCache, PipelineCacheIsSavedAndReloaded) {
         if (round == 1) std::ofstream(files[0], std::ios::binary) << "corrupt";  // must be ignored, rewritten
     }
     EXPECT_GE(fs::file_size(list()[0]), 32u);  // lavapipe keeps only the header; real drivers keep more
-    fs::remove_all(dir);
-    if (old) setenv("MEGANEURA_CACHE_DIR", saved.c_str(), 1); else unsetenv("MEGANEURA_CACHE_DIR");
 }
 
 }  // namespace

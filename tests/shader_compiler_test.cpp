@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 
+#include "temp_dir.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "meganeura/error.hpp"
 
@@ -39,29 +40,15 @@ bool contains_word(const Spirv& spirv, uint32_t word) {
 
 class ShaderCompiler : public ::testing::Test {
 protected:
-    void SetUp() override {
-        static int counter = 0;
-        dir_ = fs::temp_directory_path() /
-               ("mn-shader-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-        fs::create_directories(dir_);
-        if (const char* old = std::getenv("MEGANEURA_CACHE_DIR")) old_dir_ = old;
-        setenv("MEGANEURA_CACHE_DIR", dir_.c_str(), 1);
-    }
-    void TearDown() override {
-        if (old_dir_)
-            setenv("MEGANEURA_CACHE_DIR", old_dir_->c_str(), 1);
-        else
-            unsetenv("MEGANEURA_CACHE_DIR");
-        fs::remove_all(dir_);
-    }
     fs::path only_cache_file() const {
         std::vector<fs::path> files;
         for (auto& entry : fs::directory_iterator(dir_ / "spirv")) files.push_back(entry.path());
         EXPECT_EQ(files.size(), 1u);
         return files.empty() ? fs::path() : files[0];
     }
-    fs::path dir_;
-    std::optional<std::string> old_dir_;
+    mn::test::TempDir tmp_{"shader-cache"};
+    const fs::path& dir_ = tmp_.dir();
+    mn::test::ScopedEnv cache_env_{"MEGANEURA_CACHE_DIR", tmp_.dir().string()};
 };
 
 }  // namespace

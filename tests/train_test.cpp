@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
 #include "gpu_check.hpp"
+#include "host_tools.hpp"
 #include "io/safetensors.hpp"
 
 namespace mn::test {
@@ -70,26 +72,14 @@ TEST_F(TrainTest, LossDecreasesWithEveryOptimizer) {
 
 // ---- helpers for the optimizer and checkpoint tests ---------------------------------------------
 
-// A unique path under the temp directory, removed when the object goes.
+// A unique file path under the temp directory, removed (with its directory) when the object goes.
 class TempPath {
 public:
-    explicit TempPath(const std::string& tag) {
-        static std::atomic<int> counter{0};
-        std::random_device rd;
-        path_ = (std::filesystem::temp_directory_path() /
-                 ("meganeura_train_" + tag + "_" + std::to_string(rd()) + "_" + std::to_string(counter++) +
-                  ".safetensors"))
-                    .string();
-    }
-    ~TempPath() {
-        std::error_code ec;
-        std::filesystem::remove(path_, ec);
-    }
-    TempPath(const TempPath&) = delete;
-    TempPath& operator=(const TempPath&) = delete;
+    explicit TempPath(const std::string& tag) : dir_(tag), path_(dir_.path(tag + ".safetensors")) {}
     const std::string& str() const { return path_; }
 
 private:
+    mn::test::TempDir dir_;
     std::string path_;
 };
 
@@ -140,11 +130,6 @@ std::map<std::string, std::vector<float>> snapshot(const Session& s, const std::
     std::map<std::string, std::vector<float>> out;
     for (const auto& n : names) out[n] = s.get(n);
     return out;
-}
-
-bool torch_available() {
-    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0;
-    return ok;
 }
 
 // Command-line arguments for tests/torch/optim_steps.py that describe `o`.

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "temp_dir.hpp"
 #include "meganeura/error.hpp"
 #include "train/curve.hpp"
 #include "train/dataset.hpp"
@@ -32,15 +33,7 @@ const char* const kFashionDir = "/usr/share/datasets/fashion-mnist";
 
 class TrainUtilsTest : public ::testing::Test {
 protected:
-    void SetUp() override {
-        static int counter = 0;
-        dir_ = fs::temp_directory_path() /
-               ("mn-train-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-        fs::create_directories(dir_);
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    std::string path(const std::string& name) const { return (dir_ / name).string(); }
+    std::string path(const std::string& name) const { return tmp_.path(name); }
 
     // A gzip IDX file of unsigned bytes with the given shape.
     void write_idx(const std::string& name, const std::vector<uint32_t>& shape, const std::vector<uint8_t>& data) {
@@ -70,7 +63,7 @@ protected:
         return "";
     }
 
-    fs::path dir_;
+    mn::test::TempDir tmp_{"train-utils"};
 };
 
 // count examples of two features; example i holds (i, i + 0.5) and label i % 10.
@@ -208,7 +201,7 @@ TEST_F(TrainUtilsTest, DefaultDirectoryFollowsEnvironment) {
 
 TEST_F(TrainUtilsTest, LoadsASmallSplit) {
     write_split(3, {0, 9, 4});
-    const Dataset data = mn::train::load_fashion_mnist("test", dir_.string());
+    const Dataset data = mn::train::load_fashion_mnist("test", tmp_.dir().string());
     EXPECT_EQ(data.count, 3);
     EXPECT_EQ(data.features, 784);
     EXPECT_EQ(data.labels, (std::vector<int32_t>{0, 9, 4}));
@@ -222,25 +215,25 @@ TEST_F(TrainUtilsTest, LoadErrorsNameThePathAndTheFix) {
     EXPECT_NE(message.find("dataset-fashion-mnist"), std::string::npos) << message;
 
     write_idx("t10k-images-idx3-ubyte.gz", {2, 28, 28}, std::vector<uint8_t>(2 * 784));
-    message = load_error(dir_.string());
+    message = load_error(tmp_.dir().string());
     EXPECT_NE(message.find(path("t10k-labels-idx1-ubyte.gz")), std::string::npos) << message;
     EXPECT_NE(message.find("make setup"), std::string::npos) << message;
 
     write_split(3, {1, 2});
-    message = load_error(dir_.string());
+    message = load_error(tmp_.dir().string());
     EXPECT_NE(message.find("3 images but"), std::string::npos) << message;
     EXPECT_NE(message.find("2 labels"), std::string::npos) << message;
 
     write_split(2, {1, 10});
-    message = load_error(dir_.string());
+    message = load_error(tmp_.dir().string());
     EXPECT_NE(message.find("label 10 at index 1"), std::string::npos) << message;
 
     std::ofstream(path("t10k-labels-idx1-ubyte.gz")) << "garbage";
-    message = load_error(dir_.string());
+    message = load_error(tmp_.dir().string());
     EXPECT_NE(message.find("t10k-labels-idx1-ubyte.gz"), std::string::npos) << message;
     EXPECT_NE(message.find("dataset-fashion-mnist"), std::string::npos) << message;
 
-    EXPECT_THROW(mn::train::load_fashion_mnist("validation", dir_.string()), mn::Error);
+    EXPECT_THROW(mn::train::load_fashion_mnist("validation", tmp_.dir().string()), mn::Error);
 }
 
 // ---------------------------------------------------------------- batching
@@ -410,7 +403,7 @@ TEST_F(TrainUtilsTest, CurveCsvIsExact) {
     curve.add_eval(3, 0.8125f);
     curve.write_csv(path("curve.csv"));
     EXPECT_EQ(read_text(path("curve.csv")), "step,loss,eval_accuracy\n1,2.5,\n2,0.1,0.75\n3,,0.8125\n");
-    EXPECT_EQ(std::vector<fs::path>(fs::directory_iterator(dir_), {}), std::vector<fs::path>{dir_ / "curve.csv"});
+    EXPECT_EQ(std::vector<fs::path>(fs::directory_iterator(tmp_.dir()), {}), std::vector<fs::path>{tmp_.dir() / "curve.csv"});
 
     const LossCurve back = LossCurve::read_csv(path("curve.csv"));
     back.write_csv(path("again.csv"));

@@ -23,7 +23,7 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 int64_t numel(const Shape& s);
 
-enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, Attention, DataMovement };
+enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, Conv, Attention, DataMovement };
 
 enum class Op : uint8_t {
 #define X(e, n, a, ar) e,
@@ -140,6 +140,26 @@ public:
     // weight [O, C / groups, K, K]; optional bias [O].
     Tensor conv1d(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt, const ConvOptions& o = {});
     Tensor conv2d(Tensor x, Tensor weight, std::optional<Tensor> bias = std::nullopt, const ConvOptions& o = {});
+    // conv2d's derivatives, which autodiff builds; `attrs` are the Conv2d node's ints (ops.def).
+    Tensor conv2d_grad_input(Tensor gy, Tensor weight, Shape x_shape, std::vector<int64_t> attrs);
+    Tensor conv2d_grad_weight(Tensor x, Tensor gy, Shape weight_shape, std::vector<int64_t> attrs);
+
+    // normalization over x [N, C, ...] (torch.nn.functional semantics). batch_norm in training mode
+    // normalizes with the batch's statistics and, when running stats are given, assigns their
+    // momentum update (unbiased variance) into those State/Parameter tensors; in eval mode it uses
+    // the running stats. group_norm: `groups` divides C; weight and bias [C].
+    Tensor batch_norm(Tensor x, Tensor weight, Tensor bias, std::optional<Tensor> running_mean,
+                      std::optional<Tensor> running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+    Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps = 1e-5);
+
+    // pooling over x [N, C, H, W]; stride 0 means stride = kernel. max_pool2d pads with -inf,
+    // avg_pool2d counts the zero padding (count_include_pad). global_avg_pool2d -> [N, C, 1, 1].
+    Tensor max_pool2d(Tensor x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+    Tensor max_pool2d_grad(Tensor x, Tensor gy, int64_t kernel, int64_t stride, int64_t padding);
+    Tensor avg_pool2d(Tensor x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+    Tensor global_avg_pool2d(Tensor x);
+    // nearest-neighbour upsampling by 2 in both spatial dims: [N, C, H, W] -> [N, C, 2H, 2W]
+    Tensor upsample_nearest2x(Tensor x);
 
     // reductions; empty axes = all axes; negative axes count from the end
     Tensor sum(Tensor x, std::vector<int64_t> axes = {}, bool keepdim = false);
@@ -154,10 +174,30 @@ public:
     // d cross_entropy(logits, labels) / d logits, times the scalar `upstream`.
     Tensor cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream);
 
+    // transformer ops (torch.nn.functional names). embedding: rows of weight [V, D] by i32 ids
+    // [...] -> [..., D]. rms_norm and layer_norm normalize over the last dim (Llama / nn.LayerNorm).
+    // rope: x [..., T, D] rotated by position (positions i32 [T]) with Hugging Face Llama's
+    // rotate-half pairing (i, i + D/2) and frequencies theta^(-2i/D).
+    Tensor embedding(Tensor ids, Tensor weight);
+    Tensor rms_norm(Tensor x, Tensor weight, double eps = 1e-6);
+    Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps = 1e-5);
+    Tensor rope(Tensor x, Tensor positions, double theta = 10000.0);
+    // x with src written at [start, start + src length) along axis; start is an i32 scalar tensor
+    // (a KV-cache position known at run time). The GPU clamps start into range; the reference
+    // rejects a start out of range.
+    Tensor slice_scatter(Tensor x, Tensor src, int64_t axis, Tensor start);
+    // derivatives the VJP rules use: d embedding / d weight (summed per id, deterministic), the
+    // norms' d / d x, and rope with explicit frequencies, turning the other way when `inverse`
+    Tensor embedding_grad(Tensor ids, Tensor upstream, int64_t vocab);
+    Tensor rms_norm_grad(Tensor x, Tensor weight, Tensor upstream, double eps);
+    Tensor layer_norm_grad(Tensor x, Tensor weight, Tensor upstream, double eps);
+    Tensor rope_rotate(Tensor x, Tensor positions, Tensor inv_freq, bool inverse);
+
     // Training state that persists across runs (optimizer moments), zero-initialized by default.
     Tensor state(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
     // Writes `value` into a parameter's or state's storage once everything else in the program
-    // has read the old contents. Returns a handle to the written value.
+    // has read the old contents (so every other reader of `target`, before or after this call,
+    // sees the old value). Returns a handle to the written value.
     Tensor assign(Tensor target, Tensor value);
 
     // data movement
@@ -191,6 +231,10 @@ private:
     void check(Tensor t, const char* op) const;
     void check_cross_entropy(Tensor logits, Tensor labels) const;
     void check_unique_name(const std::string& name, const char* op) const;
+    Tensor norm(Op op, Tensor x, Tensor weight, std::optional<Tensor> third, double eps);
+    Shape conv2d_shape(const char* op, const Shape& x, const Shape& w, const std::vector<int64_t>& attrs) const;
+    Tensor conv2d_node(Tensor x, Tensor weight, std::vector<int64_t> attrs, const char* op);
+    Tensor add_channel_bias(Tensor y, std::optional<Tensor> bias, const char* op);
 
     std::vector<Node> nodes_;
     std::vector<std::pair<std::string, int32_t>> outputs_;

@@ -45,6 +45,10 @@ struct CompileOptions {
     bool plan_memory = true;      // let transient values share arena bytes
     bool poison_outputs = false;  // fill outputs and the arena with NaN before every run (tests)
     bool profile = false;         // per-dispatch GPU timestamps
+    // The outputs copied to host memory at the end of every run, by name; unset: all of them. Session::get
+    // reads any other output on demand with a submit of its own, so a benchmark can leave large outputs
+    // (logits, gradients) on the device as a framework's training loop does.
+    std::optional<std::vector<std::string>> read_back;
     uint64_t seed = 0;            // parameter initialization
 };
 

@@ -91,6 +91,12 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             return {only(0, [&] { return sum_to(g, ta ? g.matmul(b, gy, tb, true) : g.matmul(gy, b, false, !tb), a.shape()); }),
                     only(1, [&] { return sum_to(g, tb ? g.matmul(gy, a, true, ta) : g.matmul(a, gy, !ta, false), b.shape()); })};
         }
+        case Op::Conv2d: {
+            Tensor x = in(0), w = in(1);
+            return {only(0, [&] { return g.conv2d_grad_input(gy, w, x.shape(), n.ints); }),
+                    only(1, [&] { return g.conv2d_grad_weight(x, gy, w.shape(), n.ints); })};
+        }
+        case Op::MaxPool2d: return {g.max_pool2d_grad(in(0), gy, n.ints[0], n.ints[1], n.ints[2])};
         case Op::Sum: return {unreduce(g, gy, n, in(0).shape())};
         case Op::Mean: {
             int64_t count = 1;
@@ -136,6 +142,24 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             return out;
         }
         case Op::Expand: return {sum_to(g, gy, in(0).shape())};
+        case Op::Embedding: return {std::nullopt, g.embedding_grad(in(0), gy, in(1).shape()[0])};
+        case Op::RmsNorm: case Op::LayerNorm: {
+            // d / d weight (and bias) sum over rows: the normalized x with unit weight, times gy.
+            const Shape d{in(0).shape().back()};
+            const double eps = n.data[0];
+            const bool layer = n.op == Op::LayerNorm;
+            Grads out = {only(0, [&] { return layer ? g.layer_norm_grad(in(0), in(1), gy, eps)
+                                                    : g.rms_norm_grad(in(0), in(1), gy, eps); }),
+                         only(1, [&] {
+                             const Tensor ones = g.full(d, 1.0, n.dtype);
+                             const Tensor xhat = layer ? g.layer_norm(in(0), ones, g.full(d, 0.0, n.dtype), eps)
+                                                       : g.rms_norm(in(0), ones, eps);
+                             return sum_to(g, gy * xhat, d);
+                         })};
+            if (layer) out.push_back(only(2, [&] { return sum_to(g, gy, d); }));
+            return out;
+        }
+        case Op::Rope: return {g.rope_rotate(gy, in(1), in(2), !n.flag), std::nullopt, std::nullopt};  // R^T = R(-angle)
         default:
             throw Error(std::string("[grad] no VJP rule for op ") + op_info(n.op).name);
     }
@@ -201,6 +225,9 @@ bool has_vjp_rule(Op op) {
     switch (op) {
         case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:  // leaves
         case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
+        case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad:
+        case Op::SliceScatter:  // a cache write in inference graphs; its VJP would need a dynamic slice
+        case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
         case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
             return false;
         default: return true;

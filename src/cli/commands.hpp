@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "meganeura/session.hpp"
+
 namespace mn::cli {
 
 using Args = std::vector<std::string>;
@@ -12,5 +14,10 @@ int cmd_devices(const Args& args);
 int cmd_train(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_forward(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_bench(const Args& args);
+
+// "strict" or "fast"; anything else is an mn::Error (cmd_forward.cpp).
+Precision parse_precision(const std::string& s);
 
 }  // namespace mn::cli

@@ -22,6 +22,10 @@ const Command kCommands[] = {
     {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp]"},
     {"forward", mn::cli::cmd_forward, "forward --model NAME [--size tiny|full] [--config config.json] [--weights W] "
                                       "--inputs I --out O [--backward] [--precision strict|fast]"},
+    {"generate", mn::cli::cmd_generate, "generate --model smollm2 [--weights W] --tokens 1,2,3 [--max-new 20] "
+                                        "[--size tiny|full] [--config config.json]: greedy token ids"},
+    {"bench", mn::cli::cmd_bench, "bench --model NAME [--precision strict|fast] [--size full|tiny] [--json FILE] "
+                                  "[--repeat 20] [--warmup 3] [--out-dir DIR] [--seed 0]"},
 };
 
 int usage(FILE* out) {

@@ -2,6 +2,8 @@
 // The kernel families. Each function returns one dispatchable kernel; the GLSL text depends only
 // on the family's variant (op, dtypes, tile sizes), never on shapes, which travel as
 // specialization constants.
+#include <optional>
+
 #include "codegen/kernel.hpp"
 
 namespace mn::codegen {
@@ -11,10 +13,17 @@ struct Launch {
     uint32_t max_groups = 65535;    // per grid dimension
 };
 
-// out[i] = op(in0[..], in1[..]) over out_shape; in_strides[k] has out rank entries, 0 where
-// input k is broadcast. Unary ops take one input.
+// A fused pointwise kernel: out[i] = the program's last value at element i of out_shape. The
+// program is a list of steps in evaluation order; a step either loads input `a` (op == Op::Input,
+// read through in_strides[a], which has out rank entries, 0 where the input is broadcast) or
+// applies a pointwise op to earlier steps `a` (and `b`). A single op is the one-step program.
 struct PointwiseSpec {
-    Op op;
+    struct Step {
+        Op op;
+        int32_t a = -1, b = -1;
+        DType dtype;  // of the step's result
+    };
+    std::vector<Step> program;
     std::vector<DType> in_dtypes;
     DType out_dtype;
     Shape out_shape;
@@ -53,11 +62,52 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
 };
-struct MatmulTiles {
-    uint32_t bm = 64, bn = 64, bk = 16;  // workgroup tile
-    uint32_t tm = 4, tn = 4;             // per-thread tile
+// What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
+struct MatmulTuning {
+    uint32_t max_groups = 65535;         // per grid dimension
+    uint32_t max_invocations = 256;      // per workgroup
+    uint32_t max_shared_memory = 32768;  // bytes per workgroup
+    uint32_t compute_units = 0;          // multiprocessors; 0: unknown
+    bool cpu = false;                    // a CPU driver: one big register tile, few threads
+    // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
+    // subgroup size the coop kernel is built for (required at pipeline creation).
+    uint32_t coop_subgroup = 0;
+    uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
+    uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
+    uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
 };
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& tiles, uint32_t max_groups);
+
+// The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the
+// cooperative-matrix kernel (f16 tiles, f32 accumulation) when tuning.coop_subgroup is set and the
+// dtype is f32, otherwise the register-tiled f32 kernel, with a tile chosen for the grid size.
+// When even the smallest tile leaves the device underfilled, K is split: `product` writes
+// `partial_elements` f32 partial products into a scratch buffer (its binding c) and `sum` adds
+// them into C.
+struct MatmulKernels {
+    KernelSource product;
+    std::optional<KernelSource> sum;
+    int64_t partial_elements = 0;
+};
+MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
+
+// conv2d (NCHW) and its derivatives as implicit GEMMs over the matmul tiles; see conv.cpp.
+// Bindings: Forward (x, weight, y), GradInput (gy, weight, gx), GradWeight (x, gy, gw).
+enum class ConvMode { Forward, GradInput, GradWeight };
+struct ConvSpec {
+    ConvMode mode;
+    DType dtype;
+    Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
+    std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
+};
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
+
+// max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
+struct PoolSpec {
+    DType dtype;
+    Shape x;
+    int64_t out_h, out_w, kernel, stride, padding;
+};
+KernelSource max_pool2d_kernel(const PoolSpec& spec, bool backward, const Launch& launch);
 
 // Fused attention (flash-style online softmax; scores live only in shared memory), see
 // Graph::attention for the semantics. Query heads of one kv head are processed together: q viewed
@@ -87,5 +137,29 @@ KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionT
 // One workgroup per block of keys of one kv head, looping over every query row of its group, so
 // dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [query_start], d_k, d_v.
 KernelSource attention_grad_kv_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+
+}  // namespace mn::codegen
+
+namespace mn::codegen {
+
+// Transformer family (codegen/transformer.cpp). Rows are the last dim of a [rows, dim] view.
+// embedding: out[n, j] = weight[ids[n], j], NaN for an id outside [0, vocab).
+KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
+// d embedding / d weight, deterministic without atomics: out is zeroed by fill_zero_kernel, then
+// one workgroup per position that holds the first occurrence of its id sums the rows of every
+// position with that id, in position order, into out[id]. Ids out of range are skipped.
+KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch);
+KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
+// RMSNorm / LayerNorm over rows and their d / d x, one workgroup per row, two passes (mean,
+// then centered variance) so large means lose no precision.
+enum class NormMode { Rms, Layer };
+KernelSource norm_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
+KernelSource norm_grad_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
+// RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
+KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch);
+// out = x [outer, dim, inner] with src [outer, len, inner] written at rows [start, start + len),
+// start read from a buffer and clamped into [0, dim - len).
+KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
+                                  const Launch& launch);
 
 }  // namespace mn::codegen

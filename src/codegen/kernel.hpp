@@ -34,6 +34,9 @@ struct KernelSource {
     std::vector<uint32_t> spec_values;
     std::array<uint32_t, 3> groups{1, 1, 1};
     std::string label;
+    // > 0: the pipeline must run with exactly this subgroup size and full subgroups (kernels that
+    // split work by subgroup, such as cooperative-matrix ones).
+    uint32_t required_subgroup_size = 0;
 };
 
 // The GLSL type used to store / compute a dtype.

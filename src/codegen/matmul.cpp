@@ -1,11 +1,19 @@
-// Matmul family: a workgroup computes a BM x BN tile of C, staging BK-deep slices of A and B in
-// shared memory; each thread accumulates a TM x TN register tile whose rows and columns are
-// strided across the workgroup tile (so neighbouring threads read neighbouring shared words).
-// Transposed operands are read in place: the staging loop walks whichever dimension is
-// contiguous in memory, so global reads stay coalesced either way.
-#include "codegen/families.hpp"
+// Matmul family: C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes
+// read in place. This file holds what the kernels share and the choice among them:
+//   - GEMV (matmul_gemv.cpp) when M or N is 1: the product is a matrix-vector product, bound by
+//     reading the matrix once; tiles would leave most threads idle.
+//   - cooperative matrix (matmul_coop.cpp) in precision Fast on devices that have NV f16
+//     cooperative matrices: f16 tiles, f32 accumulation.
+//   - the register-tiled f32 kernel (matmul_tiled.cpp) otherwise.
+// Tile sizes follow the grid and the device's compute-unit count (see pick), and K is split when
+// even the smallest tile leaves the device underfilled (see choose_k_split).
+#include <algorithm>
+
+#include "codegen/matmul_common.hpp"
 
 namespace mn::codegen {
+
+namespace matmul_detail {
 
 namespace {
 
@@ -20,92 +28,231 @@ void add_batch_constants(KernelSource& k, const std::string& prefix, const std::
     }
 }
 
-const char* const kBody = R"(
-shared float As[BK][BM + 1];
-shared float Bs[BK][BN + 1];
-const uint TX = BN / TN;   // threads along n
-const uint TY = BM / TM;   // threads along m
-
-void main() {
-    uint lid = gl_LocalInvocationID.x;
-    uint tx = lid % TX, ty = lid / TX;
-    uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
-
-    // batch offsets: decompose z over the output batch dims, apply each operand's strides
-    uint z = gl_WorkGroupID.z, a_off = 0u, b_off = 0u;
-    uint c3 = z % BD3; z /= BD3; uint c2 = z % BD2; z /= BD2; uint c1 = z % BD1; z /= BD1; uint c0 = z;
-    a_off = c0 * AS0 + c1 * AS1 + c2 * AS2 + c3 * AS3;
-    b_off = c0 * BS0 + c1 * BS1 + c2 * BS2 + c3 * BS3;
-    uint c_off = gl_WorkGroupID.z * M * N;
-
-    float acc[TM][TN];
-    for (uint i = 0u; i < TM; ++i) for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
-
-    for (uint k0 = 0u; k0 < K; k0 += BK) {
-        for (uint e = lid; e < BM * BK; e += WG) {
-            uint row, kk;
-            if (TRANS_A == 0u) { row = e / BK; kk = e % BK; } else { kk = e / BM; row = e % BM; }
-            uint gm = m0 + row, gk = k0 + kk;
-            float v = 0.0;
-            if (gm < M && gk < K) v = float(a.d[a_off + (TRANS_A == 0u ? gm * K + gk : gk * M + gm)]);
-            As[kk][row] = v;
-        }
-        for (uint e = lid; e < BN * BK; e += WG) {
-            uint col, kk;
-            if (TRANS_B == 0u) { kk = e / BN; col = e % BN; } else { col = e / BK; kk = e % BK; }
-            uint gn = n0 + col, gk = k0 + kk;
-            float v = 0.0;
-            if (gn < N && gk < K) v = float(b.d[b_off + (TRANS_B == 0u ? gk * N + gn : gn * K + gk)]);
-            Bs[kk][col] = v;
-        }
-        barrier();
-        for (uint kk = 0u; kk < BK; ++kk) {
-            float av[TM], bv[TN];
-            for (uint i = 0u; i < TM; ++i) av[i] = As[kk][ty + i * TY];
-            for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
-            for (uint i = 0u; i < TM; ++i) for (uint j = 0u; j < TN; ++j) acc[i][j] += av[i] * bv[j];
-        }
-        barrier();
-    }
-    for (uint i = 0u; i < TM; ++i) {
-        uint gm = m0 + ty + i * TY;
-        if (gm >= M) continue;
-        for (uint j = 0u; j < TN; ++j) {
-            uint gn = n0 + tx + j * TX;
-            if (gn < N) c.d[c_off + gm * N + gn] = STORE(acc[i][j]);
-        }
-    }
+// The operand's contiguous dimension: K for A and for B^T, M for A^T, N for B.
+int64_t inner_dim(const MatmulSpec& spec, char operand) {
+    if (operand == 'a') return spec.trans_a ? spec.m : spec.k;
+    return spec.trans_b ? spec.k : spec.n;
 }
-)";
 
 }  // namespace
 
-KernelSource matmul_kernel(const MatmulSpec& spec, const MatmulTiles& t, uint32_t max_groups) {
-    if (t.bm % t.tm || t.bn % t.tn) throw Error("matmul tiles must divide evenly");
+std::string define(const std::string& name, int64_t value) {
+    return "#define " + name + " " + std::to_string(value) + "u\n";
+}
+
+std::string preamble(const KernelInterface& iface, const std::string& extensions) {
+    std::string s = glsl_preamble(iface);
+    s.insert(s.find('\n') + 1, "#extension GL_EXT_control_flow_attributes : require\n" + extensions);
+    return s;
+}
+
+KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std::string& label, uint32_t k_split) {
     KernelSource k;
-    k.label = "matmul";
-    k.iface.local_size = (t.bm / t.tm) * (t.bn / t.tn);
-    k.iface.spec_constants = {"M", "N", "K", "TRANS_A", "TRANS_B"};
-    k.spec_values = {checked_u32(spec.m, "matmul M"), checked_u32(spec.n, "matmul N"), checked_u32(spec.k, "matmul K"),
-                     spec.trans_a ? 1u : 0u, spec.trans_b ? 1u : 0u};
+    k.label = label;
+    k.iface.local_size = local_size;
+    k.iface.spec_constants = {"M", "N", "K"};
+    k.spec_values = {checked_u32(spec.m, "matmul M"), checked_u32(spec.n, "matmul N"), checked_u32(spec.k, "matmul K")};
     add_batch_constants(k, "BD", spec.batch, 1);
     add_batch_constants(k, "AS", spec.a_batch_strides, 0);
     add_batch_constants(k, "BS", spec.b_batch_strides, 0);
+    k.iface.spec_constants.insert(k.iface.spec_constants.end(), {"NB", "KSPLIT"});
+    k.spec_values.insert(k.spec_values.end(), {checked_u32(std::max<int64_t>(numel(spec.batch), 1), "matmul batch"), k_split});
     k.iface.bindings = {{"a", spec.dtype}, {"b", spec.dtype}, {"c", spec.dtype, true}};
-    std::string defs = "#define BM " + std::to_string(t.bm) + "u\n#define BN " + std::to_string(t.bn) +
-                       "u\n#define BK " + std::to_string(t.bk) + "u\n#define TM " + std::to_string(t.tm) +
-                       "u\n#define TN " + std::to_string(t.tn) + "u\n#define STORE " + storage_type(spec.dtype) + "\n";
-    k.glsl = glsl_preamble(k.iface) + defs + kBody;
-    const int64_t batch = numel(spec.batch);
-    const int64_t gx = (spec.n + t.bn - 1) / t.bn, gy = (spec.m + t.bm - 1) / t.bm;
+    checked_u32(numel(spec.batch) * spec.m * spec.n, "matmul output size");
+    return k;
+}
+
+bool vec4_operand(const MatmulSpec& spec, char operand) { return inner_dim(spec, operand) % 4 == 0; }
+
+std::string common_glsl(const MatmulSpec& spec) {
+    const std::string s4 = spec.dtype == DType::F16 ? "f16vec4" : "vec4";
+    std::string g = "#define STORE " + std::string(storage_type(spec.dtype)) + "\n#define STORE4 " + s4 + "\n";
+    // Second views of the same bindings, 4 elements wide (Vulkan allows aliased descriptors).
+    g += "layout(std430, set = 0, binding = 0) readonly buffer B_a4 { STORE4 d[]; } a4;\n"
+         "layout(std430, set = 0, binding = 1) readonly buffer B_b4 { STORE4 d[]; } b4;\n"
+         "layout(std430, set = 0, binding = 2) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
+    g += R"(
+void batch_offsets(uint z, out uint a_off, out uint b_off) {
+    uint c3 = z % BD3; z /= BD3; uint c2 = z % BD2; z /= BD2; uint c1 = z % BD1; z /= BD1; uint c0 = z;
+    a_off = c0 * AS0 + c1 * AS1 + c2 * AS2 + c3 * AS3;
+    b_off = c0 * BS0 + c1 * BS1 + c2 * BS2 + c3 * BS3;
+}
+void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off) {
+    k_begin = (gl_WorkGroupID.z / NB) * KSPLIT;
+    k_end = min(K, k_begin + KSPLIT);
+    batch_offsets(gl_WorkGroupID.z % NB, a_off, b_off);
+}
+)";
+    return g;
+}
+
+std::string loader_glsl(const MatmulSpec& spec, char operand) {
+    const bool a = operand == 'a';
+    const bool trans = a ? spec.trans_a : spec.trans_b;
+    const std::string x(1, operand), X(1, static_cast<char>(operand - 'a' + 'A'));
+    // Memory order: A is [M][K] (A^T: [K][M]); B is [K][N] (B^T: [N][K]).
+    const char* outer = a ? (trans ? "K" : "M") : (trans ? "N" : "K");
+    const char* inner = a ? (trans ? "M" : "K") : (trans ? "K" : "N");
+    std::string g = "#define " + X + "_OUTER " + outer + "\n#define " + X + "_INNER " + inner + "\n";
+    g += "vec4 load_" + x + "(uint off, uint o, uint i) {\n"
+         "    vec4 v = vec4(0.0);\n"
+         "    if (o >= " + X + "_OUTER) return v;\n"
+         "    uint at = off + o * " + X + "_INNER + i;\n";
+    if (vec4_operand(spec, operand)) {
+        // i is a multiple of 4 and so is the row length: the 4 elements are all in or all out.
+        g += "    if (i < " + X + "_INNER) v = vec4(" + x + "4.d[at >> 2]);\n";
+    } else {
+        g += "    for (uint q = 0u; q < 4u; ++q) if (i + q < " + X + "_INNER) v[q] = float(" + x + ".d[at + q]);\n";
+    }
+    return g + "    return v;\n}\n";
+}
+
+std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t k_split,
+                                  uint32_t max_groups) {
+    const int64_t batch = std::max<int64_t>(numel(spec.batch), 1) * ((spec.k + k_split - 1) / k_split);
+    const int64_t gx = (spec.n + bn - 1) / bn, gy = (spec.m + bm - 1) / bm;
     if (gx > max_groups || gy > max_groups || batch > max_groups) {
         throw Error("matmul grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(batch) +
                     " exceeds the device's workgroup limit");
     }
-    checked_u32(batch * spec.m * spec.n, "matmul output size");
-    k.groups = {static_cast<uint32_t>(std::max<int64_t>(gx, 1)), static_cast<uint32_t>(std::max<int64_t>(gy, 1)),
-                static_cast<uint32_t>(std::max<int64_t>(batch, 1))};
+    return {static_cast<uint32_t>(std::max<int64_t>(gx, 1)), static_cast<uint32_t>(std::max<int64_t>(gy, 1)),
+            static_cast<uint32_t>(batch)};
+}
+
+KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups) {
+    KernelSource k;
+    k.label = "matmul_split_sum";
+    k.iface.local_size = 256;
+    k.iface.spec_constants = {"T", "S"};
+    k.spec_values = {checked_u32(elements, "matmul output size"), splits};
+    k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
+    const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
+    std::string g = glsl_preamble(k.iface) + kFlatGroupId + "#define STORE " + storage_type(out_dtype) +
+                    "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
+    g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
+         "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
+    g += vec ? R"(
+void main() {
+    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (i >= T / 4u) return;
+    vec4 s = vec4(0.0);
+    for (uint q = 0u; q < S; ++q) s += p4.d[q * (T / 4u) + i];
+    c4.d[i] = STORE4(s);
+}
+)"
+             : R"(
+void main() {
+    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (i >= T) return;
+    float s = 0.0;
+    for (uint q = 0u; q < S; ++q) s += p.d[q * T + i];
+    c.d[i] = STORE(s);
+}
+)";
+    k.glsl = g;
+    k.groups = grid_for((static_cast<uint64_t>(vec ? elements / 4 : elements) + 255) / 256, max_groups);
     return k;
+}
+
+}  // namespace matmul_detail
+
+namespace {
+
+using namespace matmul_detail;
+
+int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {
+    return ((spec.m + bm - 1) / bm) * ((spec.n + bn - 1) / bn) * std::max<int64_t>(numel(spec.batch), 1);
+}
+
+int64_t compute_units(const MatmulTuning& t) { return t.compute_units ? t.compute_units : 32; }  // unknown: mid-size
+
+// The tile with the least estimated time, `forced_bm` (tests, tuning) picking by height instead.
+// Time ~ waves x work per workgroup / efficiency: a grid runs in ceil(groups / compute units)
+// rounds of one tile's flops each, and a larger tile does more per shared-memory load. So a large
+// tile wins while the grid fills the device, and loses when its last round would leave most
+// compute units idle (1500 x 1536 in 128-tiles: 144 groups on 132 units, two rounds).
+template <typename G, typename Fits>
+G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits) {
+    const G* chosen = nullptr;
+    double best = 0;
+    for (const G& g : candidates) {
+        if (!fits(g)) continue;
+        if (t.forced_bm) {
+            if (g.bm == t.forced_bm) return g;
+            continue;
+        }
+        const int64_t waves = (workgroups(spec, g.bm, g.bn) + compute_units(t) - 1) / compute_units(t);
+        const double cost = static_cast<double>(waves) * g.bm * g.bn / g.efficiency;
+        if (!chosen || cost < best) chosen = &g, best = cost;
+    }
+    if (!chosen) {
+        throw Error("matmul: no tile fits this device" +
+                    (t.forced_bm ? " with MEGANEURA_MATMUL_TILE=" + std::to_string(t.forced_bm) : std::string()));
+    }
+    return *chosen;
+}
+
+// Split-K: a grid too small to fill the device walks K serially, one memory round trip per slice,
+// so its time grows with K however few the flops (on the H200, 128 x 49152 x 576: 2.9 ms unsplit,
+// 0.31 ms split). Splitting K into pieces (each a multiple of 32, both kernels' K-slice)
+// multiplies the workgroups, until the grid has about two per compute unit or a piece would be
+// shorter than kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split
+// regardless. The pieces are summed by one more dispatch. Returns the k range of a piece (K: no
+// split).
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups) {
+    constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
+    const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
+    if (spec.dtype != DType::F32) return checked_u32(k, "matmul K");  // partial sums are f32
+    int64_t splits = 1;
+    if (t.forced_splits) {
+        splits = t.forced_splits;
+    } else if (!t.cpu && groups < target) {
+        splits = std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece);
+    }
+    splits = std::max<int64_t>(splits, 1);
+    const int64_t piece = ((k + splits - 1) / splits + 31) / 32 * 32;
+    return checked_u32(std::min(piece, k), "matmul K piece");
+}
+
+}  // namespace
+
+MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
+    MatmulKernels out;
+    if (spec.m == 1 || spec.n == 1) {
+        out.product = gemv_kernel(spec, t.max_groups);
+        return out;
+    }
+    uint32_t k_split;
+    if (t.coop_subgroup && spec.dtype == DType::F32) {
+        // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200.
+        const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 1.0}, {64, 64, 32, 32, 0.82}, {32, 32, 16, 16, 0.47}};
+        const CoopGeometry g = pick(coop, spec, t, [&](const CoopGeometry& c) {
+            return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
+        });
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
+        out.product = coop_kernel(spec, g, t.coop_subgroup, k_split, t.max_groups);
+    } else {
+        // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
+        // (8x8 measured 1.6x faster than 4x4 on lavapipe).
+        const std::vector<TiledGeometry> tiled =
+            t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
+                                  : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
+                                                               {32, 32, 16, 4, 4, 0.7}};
+        TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
+            return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
+        });
+        if (t.forced_bk) g.bk = t.forced_bk;
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
+        out.product = tiled_kernel(spec, g, k_split, t.max_groups);
+    }
+    if (k_split < spec.k) {
+        const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
+        const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
+        out.partial_elements = elements * splits;
+        checked_u32(out.partial_elements, "matmul split-K partial products");
+        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups);
+    }
+    return out;
 }
 
 }  // namespace mn::codegen

@@ -33,38 +33,38 @@ float mn_pow(float x, float y) {
 }
 )";
 
-// The expression of each op over x0 (and x1), in the compute type.
-std::string expression(Op op, DType in, DType out) {
+// The expression of each op over operands x0 (and x1), in the compute type.
+std::string expression(Op op, const std::string& x0, const std::string& x1, DType in, DType out) {
     const bool i = in == DType::I32;
     switch (op) {
-        case Op::Neg: return "-x0";
-        case Op::Exp: return "exp(x0)";
-        case Op::Log: return "log(x0)";
-        case Op::Sqrt: return "sqrt(x0)";
-        case Op::Rsqrt: return "inversesqrt(x0)";
-        case Op::Abs: return "abs(x0)";
-        case Op::Relu: return i ? "max(x0, 0)" : "max(x0, 0.0)";
-        case Op::Sigmoid: return "1.0 / (1.0 + exp(-x0))";
-        case Op::Tanh: return "tanh(clamp(x0, -15.0, 15.0))";
-        case Op::Silu: return "x0 / (1.0 + exp(-x0))";
-        case Op::GeluErf: return "0.5 * x0 * mn_one_plus_erf(x0 * 0.70710678118654752)";
+        case Op::Neg: return "-" + x0;
+        case Op::Exp: return "exp(" + x0 + ")";
+        case Op::Log: return "log(" + x0 + ")";
+        case Op::Sqrt: return "sqrt(" + x0 + ")";
+        case Op::Rsqrt: return "inversesqrt(" + x0 + ")";
+        case Op::Abs: return "abs(" + x0 + ")";
+        case Op::Relu: return i ? "max(" + x0 + ", 0)" : "max(" + x0 + ", 0.0)";
+        case Op::Sigmoid: return "1.0 / (1.0 + exp(-" + x0 + "))";
+        case Op::Tanh: return "tanh(clamp(" + x0 + ", -15.0, 15.0))";
+        case Op::Silu: return x0 + " / (1.0 + exp(-" + x0 + "))";
+        case Op::GeluErf: return "0.5 * " + x0 + " * mn_one_plus_erf(" + x0 + " * 0.70710678118654752)";
         case Op::GeluTanh:
-            return "0.5 * x0 * (1.0 + tanh(clamp(0.79788456080286536 * (x0 + 0.044715 * x0 * x0 * x0), -15.0, 15.0)))";
-        case Op::Cast: return std::string(compute_type(out)) + "(x0)";
-        case Op::Sign: return "sign(x0)";
+            return "0.5 * " + x0 + " * (1.0 + tanh(clamp(0.79788456080286536 * (" + x0 + " + 0.044715 * " + x0 + " * " + x0 + " * " + x0 + "), -15.0, 15.0)))";
+        case Op::Cast: return std::string(compute_type(out)) + "(" + x0 + ")";
+        case Op::Sign: return "sign(" + x0 + ")";
         case Op::GeluErfDeriv:
-            return "0.5 * mn_one_plus_erf(x0 * 0.70710678118654752) + x0 * exp(-0.5 * x0 * x0) * 0.39894228040143268";
+            return "0.5 * mn_one_plus_erf(" + x0 + " * 0.70710678118654752) + " + x0 + " * exp(-0.5 * " + x0 + " * " + x0 + ") * 0.39894228040143268";
         case Op::GeluTanhDeriv:
-            return "mn_gelu_tanh_deriv(x0)";
-        case Op::Add: return "x0 + x1";
-        case Op::Sub: return "x0 - x1";
-        case Op::Mul: return "x0 * x1";
-        case Op::Div: return "x0 / x1";
-        case Op::Maximum: return "max(x0, x1)";
-        case Op::Minimum: return "min(x0, x1)";
-        case Op::Pow: return "mn_pow(x0, x1)";
-        case Op::Greater: return std::string(compute_type(out)) + "(x0 > x1)";
-        case Op::Equal: return std::string(compute_type(out)) + "(x0 == x1)";
+            return "mn_gelu_tanh_deriv(" + x0 + ")";
+        case Op::Add: return x0 + " + " + x1;
+        case Op::Sub: return x0 + " - " + x1;
+        case Op::Mul: return x0 + " * " + x1;
+        case Op::Div: return x0 + " / " + x1;
+        case Op::Maximum: return "max(" + x0 + ", " + x1 + ")";
+        case Op::Minimum: return "min(" + x0 + ", " + x1 + ")";
+        case Op::Pow: return "mn_pow(" + x0 + ", " + x1 + ")";
+        case Op::Greater: return std::string(compute_type(out)) + "(" + x0 + " > " + x1 + ")";
+        case Op::Equal: return std::string(compute_type(out)) + "(" + x0 + " == " + x1 + ")";
         default: throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
     }
 }
@@ -73,31 +73,42 @@ std::string expression(Op op, DType in, DType out) {
 
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
     KernelSource k;
-    k.label = op_info(spec.op).name;
     k.iface.local_size = launch.local_size;
     const int64_t total = numel(spec.out_shape);
     k.iface.spec_constants.push_back("N");
     k.spec_values.push_back(checked_u32(total, "element count"));
     add_rank_constants(k, "D", spec.out_shape, 1);
 
-    std::string body;
     std::string funcs;
     for (size_t in = 0; in < spec.in_dtypes.size(); ++in) {
         const std::string n = std::to_string(in);
         k.iface.bindings.push_back({"in" + n, spec.in_dtypes[in]});
         add_rank_constants(k, "S" + n + "_", spec.in_strides[in], 0);
         funcs += strided_offset_fn("offset" + n, "D", "S" + n + "_");
-        body += "    " + std::string(compute_type(spec.in_dtypes[in])) + " x" + n + " = " +
-                compute_type(spec.in_dtypes[in]) + "(in" + n + ".d[offset" + n + "(i)]);\n";
     }
     k.iface.bindings.push_back({"out0", spec.out_dtype, true});
-    const std::string expr = expression(spec.op, spec.in_dtypes[0], spec.out_dtype);
 
+    // One register per step, typed by the step's dtype.
+    std::string body;
+    for (size_t i = 0; i < spec.program.size(); ++i) {
+        const PointwiseSpec::Step& st = spec.program[i];
+        const std::string type = compute_type(st.dtype);
+        const std::string r = "r" + std::to_string(i);
+        if (st.op == Op::Input) {
+            const std::string n = std::to_string(st.a);
+            body += "    " + type + " " + r + " = " + type + "(in" + n + ".d[offset" + n + "(i)]);\n";
+            continue;
+        }
+        const auto reg = [](int32_t x) { return x < 0 ? std::string() : "r" + std::to_string(x); };
+        const DType operand = spec.program[static_cast<size_t>(st.a)].dtype;
+        body += "    " + type + " " + r + " = " + type + "(" + expression(st.op, reg(st.a), reg(st.b), operand, st.dtype) + ");\n";
+        k.label += (k.label.empty() ? "" : "+") + std::string(op_info(st.op).name);
+    }
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs +
              "void main() {\n"
              "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
              "    if (i >= N) return;\n" +
-             body + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(" + expr + ");\n}\n";
+             body + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.program.size() - 1) + ");\n}\n";
     k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
     return k;
 }

@@ -1,7 +1,8 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
-//   lower (schedule/) -> plan memory (memory/) -> compile shaders (codegen/) -> allocate and
-//   initialize -> record (runtime/)
+//   lower (schedule/, with pointwise fusion) -> order by level -> plan memory (memory/) ->
+//   compile shaders (codegen/) -> allocate and initialize -> record (runtime/)
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -81,8 +82,11 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
     }
     if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
-    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps));
+    impl->schedule = sched::lower(graph, roots, sched::tune_for(caps, options.precision));
     sched::Schedule& s = impl->schedule;
+
+    // ---- pass: order by level (independent steps share a barrier) ----
+    sched::order_by_level(s);
     const size_t nv = s.values.size();
 
     // Leaves no output depends on stay known by name (-1) so that setting them is harmless.
@@ -92,14 +96,15 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     }
     for (const auto& [name, id] : graph.outputs()) impl->names[name] = s.node_value[static_cast<size_t>(id)];
 
-    // ---- pass: plan memory ----
+    // ---- pass: plan memory (lifetimes in levels, so bytes are shared only across a barrier) ----
     const uint64_t align = std::max<uint64_t>(256, caps.min_storage_buffer_offset_alignment);
     std::vector<int64_t> first(nv, -1), last(nv, -1);
     for (size_t i = 0; i < s.steps.size(); ++i) {
         for (int32_t v : s.steps[i].values) {
             const auto r = static_cast<size_t>(s.root(v));
-            if (first[r] < 0) first[r] = static_cast<int64_t>(i);
-            last[r] = static_cast<int64_t>(i);
+            const int64_t level = s.step_level[i];
+            if (first[r] < 0) first[r] = level;
+            last[r] = level;
         }
     }
     impl->home.assign(nv, nullptr);
@@ -155,6 +160,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         }
     }
     for (const auto& [name, id] : graph.outputs()) {
+        if (options.read_back && std::find(options.read_back->begin(), options.read_back->end(), name) ==
+                                     options.read_back->end()) continue;
         const int32_t r = s.root(s.node_value[static_cast<size_t>(id)]);
         if (impl->readback_at.count(r)) continue;
         impl->readback_at[r] = readback_bytes;
@@ -204,7 +211,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     for (const auto& step : s.steps) {
         const auto& k = step.kernel;
         const auto& sp = spirv[source_index.at(k.glsl)];
-        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0),
+        rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
+                                                      k.required_subgroup_size),
                        .groups = k.groups, .label = k.label};
         pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;

@@ -3,6 +3,11 @@
 #include <random>
 
 #include "models/classifier.hpp"
+#include "models/smollm2.hpp"
+#include "models/smolvla.hpp"
+#include "models/whisper.hpp"
+#include "models/resnet.hpp"
+#include "models/unet.hpp"
 
 namespace mn::models {
 
@@ -10,6 +15,15 @@ const std::vector<ModelEntry>& model_table() {
     static const std::vector<ModelEntry> table = {
         {"mlp", "Fashion-MNIST MLP 784-256-128-10; inputs images [N,784], labels [N]", build_fashion_mlp,
          fashion_mlp_inputs},
+        {"smollm2", "SmolLM2 (Llama) causal LM; inputs input_ids [B,T], labels [B,T] (i32, shifted)", build_smollm2,
+         smollm2_inputs},
+        {"smolvla", "SmolVLA action expert; inputs actions [B,50,32], timestep [B,1,1440], vlm_kv [B,16,320]",
+         build_smolvla, smolvla_inputs},
+        {"whisper", "Whisper-tiny encoder; input input_features [B,80,3000]", build_whisper, whisper_inputs},
+        {"resnet50", "torchvision ResNet-50, eval-mode BN; inputs images [N,3,H,W], labels [N]", build_resnet50,
+         resnet50_inputs},
+        {"sd_unet", "simplified diffusion U-Net; inputs noisy_latent [N,4,H,W], target [N,4,H,W]", build_sd_unet,
+         sd_unet_inputs},
     };
     return table;
 }

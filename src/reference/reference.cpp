@@ -23,6 +23,9 @@
 // the only errors here are about the values: a missing or misshapen feed, a label out of range.
 #include "reference/reference.hpp"
 #include "reference/attention.hpp"
+#include "reference/transformer_ops.hpp"
+
+#include "reference/conv.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -370,6 +373,11 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::CrossEntropyGrad: return cross_entropy_grad(node, *in[0], *in[1], *in[2]);
 
     case Op::MatMul: return matmul(node, *in[0], *in[1]);
+    case Op::Conv2d:
+    case Op::Conv2dGradInput:
+    case Op::Conv2dGradWeight: return conv2d_family(node, *in[0], *in[1]);
+    case Op::MaxPool2d: return max_pool2d_family(node, *in[0], nullptr);
+    case Op::MaxPool2dGrad: return max_pool2d_family(node, *in[0], in[1]);
 
     case Op::Attention:
     case Op::AttentionLse:
@@ -383,6 +391,15 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::Concat: return concat(node, in);
     case Op::Expand: return expand(node, *in[0]);
     case Op::Assign: return *in[1];  // the write into the target's storage is the session's business
+
+    case Op::Embedding: return embedding(node, *in[0], *in[1]);
+    case Op::EmbeddingGrad: return embedding_grad(node, *in[0], *in[1]);
+    case Op::RmsNorm: return norm(node, *in[0], *in[1], nullptr);
+    case Op::LayerNorm:
+    case Op::RmsNormGrad:
+    case Op::LayerNormGrad: return norm(node, *in[0], *in[1], in[2]);
+    case Op::Rope: return rope(node, *in[0], *in[1], *in[2]);
+    case Op::SliceScatter: return slice_scatter(node, *in[0], *in[1], *in[2]);
     }
     fail("no rule for op " + op_name(node.op));
 }

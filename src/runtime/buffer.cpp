@@ -79,6 +79,10 @@ Buffer::Buffer(std::shared_ptr<Context> ctx, uint64_t bytes, MemoryKind kind)
     alloc.memoryTypeIndex = uint32_t(type);
     if (VkResult r = vkAllocateMemory(m.device, &alloc, nullptr, &memory_); r != VK_SUCCESS) fail(vk_result_name(r));
     if (VkResult r = vkBindBufferMemory(m.device, buffer_, memory_, 0); r != VK_SUCCESS) fail(vk_result_name(r));
+    if (kind == MemoryKind::DeviceLocal) {
+        device_bytes_ = req.size;
+        m.count_device_bytes(static_cast<int64_t>(device_bytes_));
+    }
     if (kind != MemoryKind::DeviceLocal)
         if (VkResult r = vkMapMemory(m.device, memory_, 0, VK_WHOLE_SIZE, 0, &mapped_); r != VK_SUCCESS)
             fail(vk_result_name(r));
@@ -96,6 +100,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
         memory_ = std::exchange(other.memory_, VK_NULL_HANDLE);
         size_ = std::exchange(other.size_, 0);
         mapped_ = std::exchange(other.mapped_, nullptr);
+        device_bytes_ = std::exchange(other.device_bytes_, 0);
     }
     return *this;
 }
@@ -106,12 +111,30 @@ void Buffer::release() {
         VkDevice device = ctx_->impl().device;
         vkDestroyBuffer(device, buffer_, nullptr);
         vkFreeMemory(device, memory_, nullptr);
+        if (device_bytes_) ctx_->impl().count_device_bytes(-static_cast<int64_t>(device_bytes_));
     }
     ctx_.reset();
     buffer_ = VK_NULL_HANDLE;
     memory_ = VK_NULL_HANDLE;
     size_ = 0;
     mapped_ = nullptr;
+    device_bytes_ = 0;
+}
+
+void Context::Impl::count_device_bytes(int64_t delta) {
+    std::lock_guard lock(memory_mutex);
+    memory_use.current = static_cast<uint64_t>(static_cast<int64_t>(memory_use.current) + delta);
+    memory_use.peak = std::max(memory_use.peak, memory_use.current);
+}
+
+Context::MemoryUse Context::device_memory() const {
+    std::lock_guard lock(impl_->memory_mutex);
+    return impl_->memory_use;
+}
+
+void Context::reset_peak_memory() {
+    std::lock_guard lock(impl_->memory_mutex);
+    impl_->memory_use.peak = impl_->memory_use.current;
 }
 
 }  // namespace mn::rt

@@ -118,6 +118,8 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     d.api = std::min(instance_api, props.properties.apiVersion);
     if (d.api >= VK_API_VERSION_1_2) { driver.pNext = props.pNext; props.pNext = &driver; }
     if (d.api >= VK_API_VERSION_1_3) { p13.pNext = props.pNext; props.pNext = &p13; }
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    if (d.has(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) { sm.pNext = props.pNext; props.pNext = &sm; }
     vkGetPhysicalDeviceProperties2(handle, &props);
 
     FeatureChain f;
@@ -147,6 +149,7 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     }
     c.max_shared_memory = l.maxComputeSharedMemorySize;
     c.max_workgroup_invocations = l.maxComputeWorkGroupInvocations;
+    c.compute_units = sm.shaderSMCount;
     std::copy_n(l.maxComputeWorkGroupSize, 3, c.max_workgroup_size.begin());
     std::copy_n(l.maxComputeWorkGroupCount, 3, c.max_workgroup_count.begin());
     c.max_storage_buffer_range = l.maxStorageBufferRange;
@@ -245,7 +248,8 @@ std::string describe(const DeviceCaps& c) {
                                                       : std::string("no")) + "\n";
     s += "  workgroup: " + std::to_string(c.max_workgroup_invocations) + " invocations, size " +
          dims(c.max_workgroup_size) + ", count " + dims(c.max_workgroup_count) + ", shared memory " +
-         bytes(c.max_shared_memory) + "\n";
+         bytes(c.max_shared_memory) + (c.compute_units ? ", " + std::to_string(c.compute_units) + " compute units" : "") +
+         "\n";
     s += "  buffers: largest " + bytes(c.max_buffer_size) + ", storage range " + bytes(c.max_storage_buffer_range) +
          ", offset alignment " + std::to_string(c.min_storage_buffer_offset_alignment) + ", " +
          std::to_string(c.max_storage_buffers_per_stage) + " storage buffers per stage, push constants " +

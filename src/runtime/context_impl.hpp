@@ -67,6 +67,10 @@ struct Context::Impl {
     std::map<std::pair<uint32_t, uint32_t>, VkPipelineLayout> pipeline_layouts;  // (bindings, push bytes)
     std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines;  // key: every input's bytes
 
+    std::mutex memory_mutex;
+    Context::MemoryUse memory_use;  // device-local buffer bytes (buffer.cpp)
+    void count_device_bytes(int64_t delta);
+
     Impl() = default;
     Impl(const Impl&) = delete;
     Impl& operator=(const Impl&) = delete;

@@ -36,6 +36,7 @@ struct DeviceCaps {
     uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
     uint32_t max_shared_memory = 0;          // bytes per workgroup
     uint32_t max_workgroup_invocations = 0;
+    uint32_t compute_units = 0;              // multiprocessors (VK_NV_shader_sm_builtins); 0: unknown
     std::array<uint32_t, 3> max_workgroup_size{};
     std::array<uint32_t, 3> max_workgroup_count{};
     uint64_t max_storage_buffer_range = 0;
@@ -91,6 +92,14 @@ public:
                              uint32_t bindings, uint32_t push_constant_bytes,
                              uint32_t required_subgroup_size = 0);
 
+    // Device-local bytes held by this context's buffers: now, and the most held at once since the
+    // context opened or since reset_peak_memory(). The benchmark's peak device memory.
+    struct MemoryUse {
+        uint64_t current = 0, peak = 0;
+    };
+    MemoryUse device_memory() const;
+    void reset_peak_memory();
+
     struct Impl;
     Impl& impl() { return *impl_; }
 
@@ -123,6 +132,7 @@ private:
     VkDeviceMemory memory_ = VK_NULL_HANDLE;
     uint64_t size_ = 0;
     void* mapped_ = nullptr;
+    uint64_t device_bytes_ = 0;  // counted in the context's device_memory()
 };
 
 struct BufferRange {

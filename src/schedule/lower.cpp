@@ -1,10 +1,12 @@
 // Lowering: one or a few kernels per live node, in graph order. Composite ops that need
 // intermediate results (cross-entropy, mse, reductions over scattered axes) get scratch values.
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 
+#include "schedule/fusion.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::sched {
@@ -39,9 +41,26 @@ public:
             if (!live[i]) continue;
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
+        fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
         s_.node_value.assign(live.size(), -1);
+        // Assignments copy last, once every other kernel has read the targets' old contents.
+        std::vector<int32_t> copies;
         for (size_t i = 0; i < live.size(); ++i) {
-            if (live[i]) lower(static_cast<int32_t>(i));
+            if (!live[i]) continue;
+            if (g_.nodes()[i].op == Op::Assign) {
+                const int32_t id = static_cast<int32_t>(i);
+                s_.node_value[i] = value_of(g_.node(id).inputs[1]);  // the node reads as the value
+                if (!fusion_.assign_elided[i]) copies.push_back(id);
+                continue;
+            }
+            lower(static_cast<int32_t>(i));
+        }
+        for (int32_t id : copies) {
+            const int32_t target = value_of(g_.node(id).inputs[0]);
+            const Shape shape = value(target).shape;
+            copy(value_of(g_.node(id).inputs[1]), target,
+                 {.dims = shape, .in_strides = contiguous_strides(shape), .out_strides = contiguous_strides(shape)});
+            s_.steps.back().kernel.label = "assign";
         }
         for (int32_t r : roots) s_.values[static_cast<size_t>(s_.root(s_.node_value[static_cast<size_t>(r)]))].pinned = true;
         return std::move(s_);
@@ -57,17 +76,51 @@ private:
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
     void emit(KernelSource k, std::vector<int32_t> values) { s_.steps.push_back({std::move(k), std::move(values)}); }
 
+    // A single pointwise op over values (the building block composite lowerings use).
     void pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
-        codegen::PointwiseSpec spec{.op = op, .out_dtype = s_.values[static_cast<size_t>(out)].dtype,
-                                    .out_shape = s_.values[static_cast<size_t>(out)].shape};
-        for (int32_t v : ins) {
-            spec.in_dtypes.push_back(s_.values[static_cast<size_t>(v)].dtype);
-            spec.in_strides.push_back(broadcast_strides(s_.values[static_cast<size_t>(v)].shape, spec.out_shape));
+        codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+        for (size_t k = 0; k < ins.size(); ++k) {
+            add_leaf(spec, ins[k]);
+            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(k), .dtype = value(ins[k]).dtype});
         }
+        spec.program.push_back({.op = op, .a = 0, .b = ins.size() > 1 ? 1 : -1, .dtype = value(out).dtype});
         std::vector<int32_t> bind = ins;
         bind.push_back(out);
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
     }
+
+    // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
+    void fused_pointwise(int32_t root, int32_t out) {
+        codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+        std::vector<int32_t> bind;
+        std::map<int32_t, int32_t> leaf_step;  // leaf node -> the step that loaded it
+        auto build = [&](auto& self, int32_t node) -> int32_t {
+            if (node != root && !fusion_.inlined[static_cast<size_t>(node)]) {
+                auto [it, fresh] = leaf_step.emplace(node, static_cast<int32_t>(spec.program.size()));
+                if (fresh) {
+                    bind.push_back(value_of(node));
+                    add_leaf(spec, value_of(node));
+                    spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
+                                            .dtype = value(value_of(node)).dtype});
+                }
+                return it->second;
+            }
+            const Node& n = g_.node(node);
+            const int32_t a = self(self, n.inputs[0]);
+            const int32_t b = n.inputs.size() > 1 ? self(self, n.inputs[1]) : -1;
+            spec.program.push_back({.op = n.op, .a = a, .b = b, .dtype = n.dtype});
+            return static_cast<int32_t>(spec.program.size() - 1);
+        };
+        build(build, root);
+        bind.push_back(out);
+        emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+    }
+
+    void add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
+        spec.in_dtypes.push_back(value(v).dtype);
+        spec.in_strides.push_back(broadcast_strides(value(v).shape, spec.out_shape));
+    }
+    const Value& value(int32_t v) const { return s_.values[static_cast<size_t>(v)]; }
 
     void copy(int32_t in, int32_t out, codegen::CopySpec spec) {
         spec.dtype = s_.values[static_cast<size_t>(in)].dtype;
@@ -136,29 +189,24 @@ private:
             s_.node_value[static_cast<size_t>(id)] = new_value(n.shape, n.dtype, st, id);
             return;
         }
-        if (n.op == Op::Assign) {  // copy the value into the target's bytes; the node reads as the target
-            const int32_t target = in(0);
-            const Shape& shape = shape_of(target);
-            copy(in(1), target, {.dims = shape, .in_strides = contiguous_strides(shape), .out_strides = contiguous_strides(shape)});
-            s_.node_value[static_cast<size_t>(id)] = target;
-            return;
-        }
+        if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
             s_.node_value[static_cast<size_t>(id)] = v;
             return;
         }
+        if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
+            s_.node_value[static_cast<size_t>(id)] = value_of(target);
+            return fused_pointwise(id, value_of(target));
+        }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
+        if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
-            case Archetype::Pointwise: {
-                std::vector<int32_t> ins;
-                for (size_t k = 0; k < n.inputs.size(); ++k) ins.push_back(in(k));
-                pointwise(n.op, ins, out);
-                return;
-            }
+            case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
+            case Archetype::Conv: return lower_conv(n, in(0), in(1), out);
             case Archetype::Attention: return lower_attention(n, out);
             default: break;
         }
@@ -221,12 +269,68 @@ private:
                 }
                 return;
             }
+            case Op::MaxPool2d:
+            case Op::MaxPool2dGrad: {
+                const bool backward = n.op == Op::MaxPool2dGrad;
+                const Shape y = backward ? shape_of(in(1)) : n.shape;
+                const codegen::PoolSpec spec{.dtype = n.dtype, .x = x, .out_h = y[2], .out_w = y[3],
+                                             .kernel = n.ints[0], .stride = n.ints[1], .padding = n.ints[2]};
+                std::vector<int32_t> bind{in(0)};
+                if (backward) bind.push_back(in(1));
+                bind.push_back(out);
+                emit(codegen::max_pool2d_kernel(spec, backward, t_.pointwise), std::move(bind));
+                return;
+            }
             case Op::Expand:
                 copy(in(0), out, {.dims = n.shape, .in_strides = broadcast_strides(x, n.shape),
                                   .out_strides = contiguous_strides(n.shape)});
                 return;
             default:
                 throw Error(std::string("schedule: no lowering for op ") + op_info(n.op).name);
+        }
+    }
+
+    // Embedding, norms, RoPE and the cache write: one kernel each over a [rows, last dim] view
+    // (two for the embedding gradient: zero, then the per-id sums). False for other ops.
+    bool lower_transformer(const Node& n, int32_t out) {
+        std::vector<int32_t> ins;
+        for (int32_t i : n.inputs) ins.push_back(value_of(i));
+        auto bind = [&](std::vector<int32_t> values) {
+            values.push_back(out);
+            return values;
+        };
+        const int64_t dim = n.shape.empty() ? 1 : n.shape.back(), rows = numel(n.shape) / std::max<int64_t>(dim, 1);
+        using codegen::NormMode;
+        switch (n.op) {
+            case Op::Embedding:
+                emit(codegen::embedding_kernel(n.dtype, rows, g_.node(n.inputs[1]).shape[0], dim, t_.pointwise), bind(ins));
+                return true;
+            case Op::EmbeddingGrad:
+                emit(codegen::fill_zero_kernel(n.dtype, numel(n.shape), t_.pointwise), {out});
+                emit(codegen::embedding_grad_kernel(n.dtype, numel(g_.node(n.inputs[0]).shape), n.shape[0], dim, t_.reduction),
+                     bind(ins));
+                return true;
+            case Op::RmsNorm: case Op::LayerNorm:
+                emit(codegen::norm_kernel(n.op == Op::RmsNorm ? NormMode::Rms : NormMode::Layer, n.dtype, rows, dim,
+                                          n.data[0], t_.reduction), bind(ins));
+                return true;
+            case Op::RmsNormGrad: case Op::LayerNormGrad:
+                emit(codegen::norm_grad_kernel(n.op == Op::RmsNormGrad ? NormMode::Rms : NormMode::Layer, n.dtype, rows,
+                                               dim, n.data[0], t_.reduction), bind(ins));
+                return true;
+            case Op::Rope:
+                emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise), bind(ins));
+                return true;
+            case Op::SliceScatter: {
+                const auto axis = static_cast<size_t>(n.ints[0]);
+                int64_t outer = 1, inner = 1;
+                for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
+                for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+                emit(codegen::slice_scatter_kernel(n.dtype, outer, n.shape[axis], g_.node(n.inputs[1]).shape[axis], inner,
+                                                   t_.pointwise), bind(ins));
+                return true;
+            }
+            default: return false;
         }
     }
 
@@ -245,7 +349,24 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        emit(codegen::matmul_kernel(spec, t_.matmul, t_.pointwise.max_groups), {a, b, out});
+        auto kernels = codegen::matmul_kernels(spec, t_.matmul);
+        if (!kernels.sum) return emit(std::move(kernels.product), {a, b, out});
+        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
+        emit(std::move(kernels.product), {a, b, partial});
+        emit(std::move(*kernels.sum), {partial, out});
+    }
+
+    // Bindings in the node's input order, then the output: see codegen::ConvSpec.
+    void lower_conv(const Node& n, int32_t a, int32_t b, int32_t out) {
+        const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
+        codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints};
+        switch (n.op) {
+            case Op::Conv2d: spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape; break;
+            case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
+            case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
+            default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
+        }
+        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
     }
 
     // The attention ops come in families that one kernel computes together: Attention with its
@@ -317,13 +438,28 @@ private:
     const Graph& g_;
     const Tuning& t_;
     Schedule s_;
+    FusionPlan fusion_;
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
 };
 
 }  // namespace
 
-Tuning tune_for(const rt::DeviceCaps& caps) {
+namespace {
+
+// The NV cooperative-matrix shape the coop matmul is written for: f16 x f16 + f32 -> f32, 16x16x16.
+bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
+    for (const auto& s : caps.coop_nv) {
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
+            s.result_type == "f32")
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     Tuning t;
     const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
                                           caps.max_workgroup_count[2]});
@@ -331,9 +467,8 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
     const bool cpu = caps.type == "cpu";
     const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
+    t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
-    // On lavapipe an 8x8 register tile per invocation measured 1.6x faster than 4x4 (MLP training).
-    t.matmul = cpu ? codegen::MatmulTiles{64, 64, 16, 8, 8} : codegen::MatmulTiles{64, 64, 16, 4, 4};
     // Attention: a CPU driver runs a workgroup as one loop, so small groups; a GPU gets 8 threads
     // per row (16 head-dim columns each at D = 128, few enough registers to avoid spills).
     t.attention = {.rows = cpu ? 16u : 32u, .threads_per_row = cpu ? 4u : std::min(8u, std::max(caps.subgroup_size, 1u)),
@@ -341,8 +476,9 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
     while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
-    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile likewise (tiles still shrink to fit shared memory).
-    if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES")) {
+    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile forces the attention tiles (tests, tuning on
+    // a new device); they still shrink to fit shared memory.
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES"); e && *e) {
         codegen::AttentionTiles a = t.attention;
         if (std::sscanf(e, "%u,%u,%u", &a.rows, &a.threads_per_row, &a.tile) != 3 || !a.rows || !a.threads_per_row ||
             !a.tile || a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
@@ -351,13 +487,31 @@ Tuning tune_for(const rt::DeviceCaps& caps) {
         }
         t.attention = a;
     }
-    // MEGANEURA_MATMUL_TILES=bm,bn,bk,tm,tn overrides the choice (for tuning on a new device).
-    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILES")) {
-        codegen::MatmulTiles m;
-        if (std::sscanf(e, "%u,%u,%u,%u,%u", &m.bm, &m.bn, &m.bk, &m.tm, &m.tn) != 5 || !m.tm || !m.tn) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILES must be bm,bn,bk,tm,tn, got '") + e + "'");
+    t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
+                .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu};
+    // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
+    if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
+        caps.vulkan_memory_model && caps.subgroup_size_control) {
+        t.matmul.coop_subgroup = caps.subgroup_size;
+    }
+    // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
+    // new device).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
+        unsigned bm = 0, bk = 0;
+        char extra = 0;
+        const int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, or 64/32, got '") + e + "'");
         }
-        t.matmul = m;
+        t.matmul.forced_bm = bm;
+        t.matmul.forced_bk = bk;
+    }
+    // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
+        t.matmul.forced_splits = static_cast<uint32_t>(v);
     }
     return t;
 }

@@ -10,6 +10,7 @@
 
 #include "codegen/families.hpp"
 #include "meganeura/graph.hpp"
+#include "meganeura/session.hpp"
 #include "runtime/runtime.hpp"
 
 namespace mn::sched {
@@ -35,6 +36,7 @@ struct Schedule {
     std::vector<Value> values;
     std::vector<Step> steps;
     std::vector<int32_t> node_value;  // graph node id -> value id, -1 where the node is dead
+    std::vector<int32_t> step_level;  // after order_by_level: steps of one level need no barrier between them
 
     int32_t root(int32_t v) const {
         while (values[static_cast<size_t>(v)].view_of >= 0) v = values[static_cast<size_t>(v)].view_of;
@@ -44,12 +46,18 @@ struct Schedule {
 
 struct Tuning {
     codegen::Launch pointwise, reduction;
-    codegen::MatmulTiles matmul;
+    codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
+    uint32_t max_fused_inputs = 8;  // distinct inputs of one fused pointwise kernel
 };
-Tuning tune_for(const rt::DeviceCaps& caps);
+// Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
+// has them; every other op stays f32.
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
+
+// Reorders the steps so that independent ones are adjacent (levels.cpp) and fills step_level.
+void order_by_level(Schedule& s);
 
 }  // namespace mn::sched

@@ -1,5 +1,6 @@
 #include "train/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -80,7 +81,10 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
             names.push_back(n.name);
         }
     }
-    g.output(kLossOutput, loss);
+    // A model that already outputs its loss as "loss" (every registry model does) keeps that output.
+    const auto& outs = g.outputs();
+    if (std::none_of(outs.begin(), outs.end(), [&](const auto& o) { return o.first == kLossOutput && o.second == loss.id; }))
+        g.output(kLossOutput, loss);
     std::vector<Tensor> grads = grad(loss, params);
     if (options.clip_grad_norm > 0) clip(g, grads, options.clip_grad_norm);
     const Updater up{g, g.input(kLearningRate, {}), g.input(kBiasCorrection1, {}), g.input(kBiasCorrection2, {})};

@@ -1,0 +1,196 @@
+// Times the matmul shapes of the target workloads in precision strict and fast with Vulkan
+// timestamps. Each run is one submit holding R copies of the matmul, one after another, as in a
+// model step: the GPU stays busy, so its clocks are up, and the readback is small. The time of
+// one matmul is its dispatches' timestamp intervals (product, plus the split-K sum where there is
+// one; each interval starts at the previous timestamp, so it includes the barrier before it),
+// averaged over the R copies of a run; the table gives the median over runs, after warm-up. Operands are parameters filled
+// once with uniform random values, so no upload is timed.
+//
+//   matmul_bench [--runs N] [--tiles]
+//
+// --tiles also times other tile geometries and split-K off (MEGANEURA_MATMUL_TILE,
+// MEGANEURA_MATMUL_SPLITS), to check the heuristic's choice. "fast vs strict" is the relative L2
+// difference of the two results (the f16 rounding of the operands where fast uses cooperative
+// matrices).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "meganeura/meganeura.hpp"
+#include "runtime/runtime.hpp"
+
+namespace {
+
+struct Workload {
+    const char* name;
+    int64_t m, k, n;
+    bool ta, tb;
+};
+
+// Linear layers are x[M,K] @ W[N,K]^T; their backward is dx = dy @ W (plain) and
+// dW = dy^T @ x (A transposed).
+const std::vector<Workload> kWorkloads = {
+    {"SmolLM2 attn proj", 128, 576, 576, false, true},
+    {"SmolLM2 k/v proj", 128, 576, 192, false, true},
+    {"SmolLM2 mlp up", 128, 576, 1536, false, true},
+    {"SmolLM2 mlp down", 128, 1536, 576, false, true},
+    {"SmolLM2 lm head", 128, 576, 49152, false, true},
+    {"SmolLM2 decode proj", 1, 576, 576, false, true},
+    {"SmolLM2 decode mlp up", 1, 576, 1536, false, true},
+    {"SmolLM2 decode lm head", 1, 576, 49152, false, true},
+    {"SmolVLA expert", 50, 720, 2048, false, true},
+    {"Whisper mlp", 1500, 384, 1536, false, true},
+    {"bwd dx mlp up", 128, 1536, 576, false, false},
+    {"bwd dW mlp up", 1536, 128, 576, true, false},
+    {"bwd dx lm head", 128, 49152, 576, false, false},
+    {"bwd dW lm head", 49152, 128, 576, true, false},
+    {"bwd dW Whisper mlp", 1536, 1500, 384, true, false},
+    {"square 4096", 4096, 4096, 4096, false, false},
+    {"layout probe nn", 2048, 2048, 2048, false, false},
+    {"layout probe nt", 2048, 2048, 2048, false, true},
+    {"layout probe tn", 2048, 2048, 2048, true, false},
+    {"layout probe tt", 2048, 2048, 2048, true, true},
+    {"Whisper mlp as nn", 1500, 384, 1536, false, false},
+};
+
+struct Timed {
+    double ms = 0;
+    std::string label;  // the product kernel, "+sum" when K was split
+    std::vector<float> out;
+};
+
+constexpr int kCopies = 10;
+constexpr int kWarmupMs = 200;
+constexpr int kSessions = 2;  // each configuration is compiled and timed twice, to show the spread
+
+// `env` is a list of (variable, value) tuning overrides for this session.
+Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precision,
+                  const std::vector<std::pair<const char*, const char*>>& env, int runs, bool keep_output) {
+    for (const auto& [name, value] : env) setenv(name, value, 1);
+    mn::Graph g;
+    const mn::Shape sa = w.ta ? mn::Shape{w.k, w.m} : mn::Shape{w.m, w.k};
+    const mn::Shape sb = w.tb ? mn::Shape{w.n, w.k} : mn::Shape{w.k, w.n};
+    auto a = g.parameter("a", sa, mn::Init::uniform(-1, 1));
+    auto b = g.parameter("b", sb, mn::Init::uniform(-1, 1));
+    // Copy i + 1 reads a + (x - x) with x one element of copy i's result: exactly a, but only
+    // after copy i, so the copies run one after another (independent ones would share a level
+    // and overlap, and their timestamps would say nothing).
+    auto lhs = a;
+    for (int i = 0; i < kCopies; ++i) {
+        auto c = g.matmul(lhs, b, w.ta, w.tb);
+        if (i == 0 && keep_output) g.output("c", c);
+        auto x = g.slice(g.slice(c, 0, 0, 1), 1, 0, 1);
+        if (i + 1 == kCopies) g.output("last", x);
+        lhs = g.add(a, g.sub(x, x));
+    }
+    mn::CompileOptions options;
+    options.precision = precision;
+    options.profile = true;
+    options.seed = 7;  // the same operands in both precisions
+    mn::Session s = mn::compile(g, dev, options);
+    for (const auto& [name, value] : env) unsetenv(name);
+    // Warm up for a fixed wall time, not a count: the GPU's clocks rise only under sustained load.
+    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWarmupMs);
+    while (std::chrono::steady_clock::now() < warm_until) s.run();
+    std::vector<double> ms;
+    Timed t;
+    for (int i = 0; i < runs; ++i) {
+        s.run();
+        double total = 0;
+        int products = 0;
+        for (const auto& [label, dispatch_ms] : s.profile()) {
+            if (label.rfind("matmul", 0) != 0) continue;
+            total += dispatch_ms;
+            if (label == "matmul_split_sum") t.label += t.label.find("+sum") == std::string::npos ? "+sum" : "";
+            else if (products++ == 0 && t.label.empty()) t.label = label;
+        }
+        ms.push_back(total / kCopies);
+    }
+    std::sort(ms.begin(), ms.end());
+    t.ms = ms[ms.size() / 2];
+    if (keep_output) t.out = s.get("c");
+    return t;
+}
+
+double relative_l2(const std::vector<float>& x, const std::vector<float>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        num += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
+        den += double(ref[i]) * ref[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double tflops(const Workload& w, double ms) { return 2.0 * w.m * w.n * w.k / (ms * 1e-3) / 1e12; }
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    int runs = 20;
+    bool tiles = false;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--tiles")) tiles = true;
+        else throw mn::Error(std::string("unknown argument ") + argv[i] + " (matmul_bench [--runs N] [--tiles])");
+    }
+    auto dev = mn::Device::open();
+    std::printf("%s", mn::rt::describe(dev.context()->caps()).c_str());
+    std::printf("%d copies of the matmul per submit; median over %d runs after %d ms of warm-up runs; GPU time from "
+                "Vulkan timestamps. Each configuration timed in %d sessions: ms is the lower session median, "
+                "'other' the other one.\n\n", kCopies, runs, kWarmupMs, kSessions);
+    std::printf("| workload | M x K x N | strict kernel | strict ms | other | strict TFLOP/s | fast kernel | fast ms "
+                "| other | fast TFLOP/s | fast vs strict |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::vector<std::string> sweep;
+    auto sessions = [&](const Workload& w, mn::Precision p, std::pair<Timed, double>& out) {
+        out.first = time_matmul(dev, w, p, {}, runs, true);
+        out.second = out.first.ms;
+        for (int i = 1; i < kSessions; ++i) {
+            Timed t = time_matmul(dev, w, p, {}, runs, false);
+            if (t.ms < out.first.ms) std::swap(t.ms, out.first.ms);
+            out.second = t.ms;
+        }
+    };
+    for (const auto& w : kWorkloads) {
+        std::pair<Timed, double> strict, fast;
+        sessions(w, mn::Precision::Strict, strict);
+        sessions(w, mn::Precision::Fast, fast);
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%lldx%lldx%lld%s%s", (long long)w.m, (long long)w.k, (long long)w.n,
+                      w.ta ? " A^T" : "", w.tb ? " B^T" : "");
+        std::printf("| %s | %s | %s | %.4f | %.4f | %.2f | %s | %.4f | %.4f | %.2f | %.1e |\n", w.name, shape,
+                    strict.first.label.c_str(), strict.first.ms, strict.second, tflops(w, strict.first.ms),
+                    fast.first.label.c_str(), fast.first.ms, fast.second, tflops(w, fast.first.ms),
+                    relative_l2(fast.first.out, strict.first.out));
+        std::fflush(stdout);
+        if (!tiles || w.m == 1) continue;
+        std::string row = std::string("| ") + w.name + " | " + shape + " |";
+        for (mn::Precision p : {mn::Precision::Strict, mn::Precision::Fast}) {
+            const bool f = p == mn::Precision::Fast;
+            for (const char* tile : f ? std::vector<const char*>{"128", "64", "32"}
+                                      : std::vector<const char*>{"128", "128/32", "64", "64/32", "32", "32/32"}) {
+                char v[32];
+                std::snprintf(v, sizeof v, " %.4f |", time_matmul(dev, w, p, {{"MEGANEURA_MATMUL_TILE", tile}}, runs, false).ms);
+                row += v;
+            }
+            char v[32];
+            std::snprintf(v, sizeof v, " %.4f |", time_matmul(dev, w, p, {{"MEGANEURA_MATMUL_SPLITS", "1"}}, runs, false).ms);
+            row += v;
+        }
+        sweep.push_back(row);
+    }
+    if (tiles) {
+        std::printf("\nms by forced tile (height/K-slice; tiled kernel K-slice 16 unless given) and with split-K off\n\n"
+                    "| workload | M x K x N | strict 128 | 128/32 | 64 | 64/32 | 32 | 32/32 | strict no split "
+                    "| fast 128 | 64 | 32 | fast no split |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (const auto& r : sweep) std::printf("%s\n", r.c_str());
+    }
+    return 0;
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "matmul_bench: %s\n", e.what());
+    return 1;
+}

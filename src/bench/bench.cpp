@@ -1,0 +1,334 @@
+#include "bench/bench.hpp"
+
+#include <stdlib.h>  // mkdtemp, setenv, unsetenv
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "codegen/shader_compiler.hpp"
+#include "meganeura/session.hpp"
+#include "models/runner.hpp"
+#include "runtime/runtime.hpp"
+
+namespace mn::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kSchema = "meganeura-bench/1";
+constexpr size_t kTopKernels = 10;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median, minimum and 90th percentile (nearest rank) of the timed runs.
+json summary(const std::vector<double>& v) {
+    std::vector<double> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t p90 = std::min(sorted.size() - 1, static_cast<size_t>(std::ceil(0.9 * double(sorted.size()))) - 1);
+    return {{"median", median_of(v)}, {"min", sorted.front()}, {"p90", sorted[p90]}, {"runs", v.size()}};
+}
+
+enum class Mode { Inference, Training, Step };
+
+struct Workload {
+    const char* name;
+    Mode mode;
+    bool latency;  // the minimal input instead of the full one
+};
+
+constexpr Workload kWorkloads[] = {{"inference", Mode::Inference, false},
+                                   {"latency", Mode::Inference, true},
+                                   {"training", Mode::Training, false},
+                                   {"step", Mode::Step, false}};
+
+const char* precision_name(Precision p) { return p == Precision::Strict ? "strict" : "fast"; }
+
+// Builds and compiles the model for one mode. Outputs stay on the device (a training step reads back
+// only its loss), so timed runs copy nothing to the host.
+models::PreparedModel prepare(const Device& device, const BenchOptions& o, const models::ModelRequest& r, Mode mode,
+                              bool profile) {
+    CompileOptions c{.precision = o.precision, .profile = profile, .read_back = std::vector<std::string>{},
+                     .seed = o.seed};
+    if (mode != Mode::Step) return models::prepare_model(device, o.model, r, mode == Mode::Training, c);
+    models::BuiltModel m = models::find_model(o.model).build(r);
+    c.loss = m.loss;
+    c.optimizer = AdamW{};
+    c.read_back = std::vector<std::string>{"loss"};  // Session::step returns it
+    Session s = compile(*m.graph, device, c);
+    return {std::move(m), {}, std::move(s)};
+}
+
+// One run: a submit and a wait (a step also writes its scalars and reads the loss, as a training loop does).
+void run_once(Session& s, Mode mode) {
+    if (mode == Mode::Step) {
+        (void)s.step();
+    } else {
+        s.run();
+    }
+}
+
+// Validation-layer messages of a context about to close, kept for the report.
+void collect_validation(rt::Context& ctx, json& messages) {
+    for (std::string& m : ctx.take_validation_messages()) messages.push_back(std::move(m));
+}
+
+// MEGANEURA_CACHE_DIR pointed at a new empty folder while this object lives; the folder is removed after.
+class FreshCacheFolder {
+public:
+    FreshCacheFolder() {
+        std::string dir = (fs::temp_directory_path() / "meganeura-bench-XXXXXX").string();
+        if (!mkdtemp(dir.data())) throw Error("bench: cannot create a temporary cache folder under " +
+                                              fs::temp_directory_path().string());
+        dir_ = dir;
+        if (const char* old = std::getenv("MEGANEURA_CACHE_DIR")) old_ = old;
+        setenv("MEGANEURA_CACHE_DIR", dir_.c_str(), 1);
+    }
+    ~FreshCacheFolder() {
+        if (old_) {
+            setenv("MEGANEURA_CACHE_DIR", old_->c_str(), 1);
+        } else {
+            unsetenv("MEGANEURA_CACHE_DIR");
+        }
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    FreshCacheFolder(const FreshCacheFolder&) = delete;
+    FreshCacheFolder& operator=(const FreshCacheFolder&) = delete;
+
+private:
+    std::string dir_;
+    std::optional<std::string> old_;
+};
+
+// Compile time (build + autodiff + compile) cold, then warm. Cold: an empty cache folder, no SPIR-V in
+// memory and a new device, so every shader goes through glslang and every pipeline through the
+// driver. Warm: what the next process sees, the SPIR-V and pipeline caches the cold compile left on
+// disk (a device saves its pipeline cache when it closes), again with nothing in memory.
+json compile_times(const BenchOptions& o, const models::ModelRequest& r, Mode mode, json& messages) {
+    FreshCacheFolder cache;
+    double times[2];
+    for (double& t : times) {
+        codegen::clear_shader_memory_cache();
+        const Device device = Device::open();
+        {
+            const auto t0 = Clock::now();
+            const models::PreparedModel p = prepare(device, o, r, mode, false);
+            t = ms_since(t0);
+        }
+        collect_validation(*device.context(), messages);
+    }
+    return {{"cold_ms", times[0]}, {"warm_ms", times[1]}};
+}
+
+void load_and_feed(models::PreparedModel& p, const std::string& weights, const io::TensorMap& inputs) {
+    p.session.load(weights);
+    models::set_inputs(p.session, p.model, inputs);
+}
+
+// GPU time per run (the sum of the per-dispatch timestamps) and the kernels that take it: by label
+// (summed medians, dispatch count) and the single dispatches (index in dispatch order, as
+// MEGANEURA_DEBUG=1 lists them).
+json gpu_times(Session& s, Mode mode, const BenchOptions& o) {
+    for (int i = 0; i < o.warmup; ++i) run_once(s, mode);
+    std::vector<double> totals;
+    std::vector<std::string> labels;
+    std::vector<std::vector<double>> per_dispatch;  // [dispatch][run]
+    for (int i = 0; i < o.repeat; ++i) {
+        run_once(s, mode);
+        const auto times = s.profile();
+        if (labels.empty()) {
+            for (const auto& [label, ms] : times) labels.push_back(label);
+            per_dispatch.resize(times.size());
+        }
+        double total = 0;
+        for (size_t d = 0; d < times.size(); ++d) {
+            total += times[d].second;
+            per_dispatch[d].push_back(times[d].second);
+        }
+        totals.push_back(total);
+    }
+    std::map<std::string, std::pair<double, int>> by_label;
+    std::vector<std::pair<double, size_t>> dispatches;
+    for (size_t d = 0; d < labels.size(); ++d) {
+        const double ms = median_of(per_dispatch[d]);
+        by_label[labels[d]].first += ms;
+        by_label[labels[d]].second += 1;
+        dispatches.emplace_back(ms, d);
+    }
+    std::vector<std::pair<double, std::string>> kernels;
+    for (const auto& [label, total] : by_label) kernels.emplace_back(total.first, label);
+    std::sort(kernels.rbegin(), kernels.rend());
+    std::sort(dispatches.begin(), dispatches.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    json top_kernels = json::array(), top_dispatches = json::array();
+    for (size_t i = 0; i < std::min(kTopKernels, kernels.size()); ++i) {
+        top_kernels.push_back({{"label", kernels[i].second}, {"ms", kernels[i].first},
+                               {"dispatches", by_label[kernels[i].second].second}});
+    }
+    for (size_t i = 0; i < std::min(kTopKernels, dispatches.size()); ++i) {
+        const size_t d = dispatches[i].second;
+        top_dispatches.push_back({{"index", d}, {"label", labels[d]}, {"ms", dispatches[i].first}});
+    }
+    return {{"gpu_ms", summary(totals)}, {"top_kernels", top_kernels}, {"top_dispatches", top_dispatches}};
+}
+
+// One workload: wall time and session statistics from an unprofiled compile, then GPU time from a
+// profiled one. Keeps the inference output and the training loss and gradients in `outputs`.
+json measure(const Device& device, const BenchOptions& o, const Workload& w, const io::TensorMap& inputs,
+             const std::string& weights, io::TensorMap& outputs) {
+    rt::Context& ctx = *device.context();
+    const models::ModelRequest r{.size = o.size, .input_shapes = models::shapes_of(inputs)};
+    json result;
+    {
+        ctx.reset_peak_memory();
+        models::PreparedModel p = prepare(device, o, r, w.mode, false);
+        load_and_feed(p, weights, inputs);
+        for (int i = 0; i < o.warmup; ++i) run_once(p.session, w.mode);
+        std::vector<double> wall;
+        for (int i = 0; i < o.repeat; ++i) {
+            const auto t0 = Clock::now();
+            run_once(p.session, w.mode);
+            wall.push_back(ms_since(t0));
+        }
+        const SessionStats& st = p.session.stats();
+        result = {{"wall_ms", summary(wall)},
+                  {"dispatches", st.dispatches},
+                  {"barriers", st.barriers},
+                  {"pipelines", st.pipelines},
+                  {"logical_bytes", st.logical_bytes},
+                  {"physical_bytes", st.physical_bytes},
+                  {"pinned_bytes", st.pinned_bytes},
+                  {"peak_device_bytes", ctx.device_memory().peak},
+                  {"input_shapes", json::object()}};
+        for (const auto& [name, t] : inputs) result["input_shapes"][name] = t.shape;
+        if (w.mode == Mode::Inference && !w.latency) {
+            outputs["output"] = io::TensorData::from_f32(p.session.shape(p.model.output_name),
+                                                         p.session.get(p.model.output_name));
+        }
+        if (w.mode == Mode::Training) {
+            for (auto& [name, t] : models::read_outputs(p)) {
+                if (name != p.model.output_name) outputs[name] = std::move(t);
+            }
+        }
+    }
+    if (ctx.caps().timestamps) {
+        models::PreparedModel p = prepare(device, o, r, w.mode, true);
+        load_and_feed(p, weights, inputs);
+        result.update(gpu_times(p.session, w.mode, o));
+    } else {
+        result["gpu_ms"] = nullptr;
+    }
+    return result;
+}
+
+std::string mib(double bytes) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return s;
+}
+
+}  // namespace
+
+json run_benchmark(const BenchOptions& o) {
+    if (o.size != "tiny" && o.size != "full") throw Error("bench: --size must be tiny or full, got '" + o.size + "'");
+    if (o.repeat < 1) throw Error("bench: --repeat must be at least 1");
+    if (o.warmup < 0) throw Error("bench: --warmup must not be negative");
+    if (o.out_dir.empty()) throw Error("bench: an output folder is required");
+    const models::ModelEntry& entry = models::find_model(o.model);
+    fs::create_directories(o.out_dir);
+    const fs::path out(o.out_dir);
+
+    const models::ModelRequest base{.size = o.size};
+    const io::TensorMap full = entry.example_inputs(base, false, o.seed);
+    const io::TensorMap minimal = entry.example_inputs(base, true, o.seed);
+    const models::ModelRequest full_request{.size = o.size, .input_shapes = models::shapes_of(full)};
+    io::write_safetensors((out / "inputs.safetensors").string(), full);
+    io::write_safetensors((out / "inputs_latency.safetensors").string(), minimal);
+
+    json report = {{"schema", kSchema},
+                   {"framework", "meganeura"},
+                   {"model", o.model},
+                   {"size", o.size},
+                   {"precision", precision_name(o.precision)},
+                   {"repeat", o.repeat},
+                   {"warmup", o.warmup},
+                   {"seed", o.seed},
+                   {"binary_bytes", fs::file_size("/proc/self/exe")},
+                   {"files", {{"weights", "weights.safetensors"}, {"inputs", "inputs.safetensors"},
+                              {"inputs_latency", "inputs_latency.safetensors"}, {"outputs", "outputs.safetensors"}}},
+                   {"notes", json::array()}};
+    json messages = json::array();
+    // Cold compiles first: nothing this process compiled yet can make them warm.
+    report["compile"] = {{"inference", compile_times(o, full_request, Mode::Inference, messages)},
+                         {"step", compile_times(o, full_request, Mode::Step, messages)}};
+
+    const Device device = Device::open();
+    report["device"] = device.name();
+    const std::string weights = (out / "weights.safetensors").string();
+    prepare(device, o, full_request, Mode::Inference, false).session.save(weights);
+
+    io::TensorMap outputs;
+    uint64_t peak = 0;
+    for (const Workload& w : kWorkloads) {
+        json result = measure(device, o, w, w.latency ? minimal : full, weights, outputs);
+        peak = std::max(peak, result["peak_device_bytes"].get<uint64_t>());
+        report["workloads"][w.name] = std::move(result);
+    }
+    report["peak_device_bytes"] = peak;
+    if (!device.context()->caps().timestamps) report["notes"].push_back("no timestamp queries: GPU times are null");
+    io::write_safetensors((out / "outputs.safetensors").string(), outputs);
+    collect_validation(*device.context(), messages);
+    report["validation_messages"] = messages;
+    return report;
+}
+
+std::string summarize(const json& r) {
+    std::string s;
+    char line[256];
+    std::snprintf(line, sizeof line, "%s (%s, %s) on %s; binary %s, peak device memory %s\n",
+                  r["model"].get<std::string>().c_str(), r["size"].get<std::string>().c_str(),
+                  r["precision"].get<std::string>().c_str(), r["device"].get<std::string>().c_str(),
+                  mib(r["binary_bytes"].get<double>()).c_str(), mib(r["peak_device_bytes"].get<double>()).c_str());
+    s += line;
+    for (const char* c : {"inference", "step"}) {
+        const json& t = r["compile"][c];
+        std::snprintf(line, sizeof line, "compile %-9s cold %8.1f ms, warm %8.1f ms\n", c, t["cold_ms"].get<double>(),
+                      t["warm_ms"].get<double>());
+        s += line;
+    }
+    s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical\n";
+    for (const auto& [name, w] : r["workloads"].items()) {
+        const json& wall = w["wall_ms"];
+        const std::string gpu = w["gpu_ms"].is_null() ? "-" : std::to_string(w["gpu_ms"]["median"].get<double>());
+        std::snprintf(line, sizeof line, "%-10s %10.3f (%.3f, %.3f) %15s %12zu %8zu   %s / %s\n", name.c_str(),
+                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu.c_str(),
+                      w["dispatches"].get<size_t>(), w["barriers"].get<size_t>(),
+                      mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str());
+        s += line;
+    }
+    for (const auto& [name, w] : r["workloads"].items()) {
+        if (!w.contains("top_kernels")) continue;
+        s += "top kernels (" + name + "):";
+        for (const auto& k : w["top_kernels"]) {
+            std::snprintf(line, sizeof line, " %s %.3f ms x%d;", k["label"].get<std::string>().c_str(),
+                          k["ms"].get<double>(), k["dispatches"].get<int>());
+            s += line;
+        }
+        s += "\n";
+    }
+    return s;
+}
+
+}  // namespace mn::bench

@@ -1,0 +1,69 @@
+#pragma once
+// Pieces the matmul kernels share (matmul.cpp chooses among them): the interface every matmul
+// kernel has (bindings a, b, c; shapes and batch strides as specialization constants), the batch
+// decomposition, and the loader that stages 4 contiguous elements of an operand at a time.
+#include <string>
+
+#include "codegen/families.hpp"
+
+namespace mn::codegen::matmul_detail {
+
+// Bindings a, b, c and the constants M, N, K, BD0..3 (output batch dims), AS0..3 and BS0..3
+// (operand batch strides, 0 where broadcast), NB (batch count) and KSPLIT (the k range of one
+// split-K piece; K when not split). Checks the output fits 32-bit indices.
+KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std::string& label, uint32_t k_split);
+
+// GLSL: `STORE4` (the 4-wide storage type of the dtype), 4-wide views a4, b4, c4 of the three
+// bindings (16-byte loads and stores where a dimension is a multiple of 4),
+// `void batch_offsets(uint z, out uint a_off, out uint b_off)` and, for tiled grids whose z is
+// split * NB + batch, `void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off)`.
+std::string common_glsl(const MatmulSpec& spec);
+
+// GLSL: `vec4 load_<x>(uint off, uint o, uint i)`, the elements (o, i..i+3) of operand x ("a" or
+// "b") in its memory order (o: the strided dimension, i: the contiguous one), zero outside the
+// matrix; 16-byte loads when the contiguous dimension is a multiple of 4. Also defines
+// <X>_OUTER and <X>_INNER (the operand's two dims in memory order).
+std::string loader_glsl(const MatmulSpec& spec, char operand);
+
+// Whether the contiguous dimension of operand x allows 16-byte access.
+bool vec4_operand(const MatmulSpec& spec, char operand);
+
+std::string define(const std::string& name, int64_t value);
+
+// glsl_preamble with GL_EXT_control_flow_attributes ([[unroll]]: register tiles must stay in
+// registers) and `extensions` right after #version.
+std::string preamble(const KernelInterface& iface, const std::string& extensions);
+
+// Grid for a BM x BN tiling with K split into pieces of k_split, checked against the device's
+// per-dimension limit.
+std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t k_split,
+                                  uint32_t max_groups);
+
+// The three kernels. Tiled: a BM x BN tile per workgroup, BK-deep slices staged in shared memory,
+// a TM x TN register tile per thread (TM, TN multiples of 4).
+struct TiledGeometry {
+    uint32_t bm, bn, bk, tm, tn;
+    double efficiency = 1;  // relative rate when the device is full (for the tile choice)
+    uint32_t threads() const { return (bm / tm) * (bn / tn); }
+    uint32_t shared_bytes() const { return bk * (bm + bn + 8) * 4; }
+};
+KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups);
+
+// Cooperative matrix: a BM x BN tile per workgroup, one WM x WN piece per subgroup (multiples of
+// 16), K staged 32 deep as f16.
+struct CoopGeometry {
+    uint32_t bm, bn, wm, wn;
+    double efficiency = 1;  // relative rate when the device is full (for the tile choice)
+    uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
+};
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, uint32_t subgroup_size, uint32_t k_split,
+                         uint32_t max_groups);
+uint32_t coop_shared_bytes(const CoopGeometry& g);
+
+// M == 1 or N == 1: one output element per group of threads that split K.
+KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups);
+
+// Split-K: C = the sum of the `splits` partial products [splits][elements] (f32).
+KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups);
+
+}  // namespace mn::codegen::matmul_detail

@@ -1,0 +1,138 @@
+// The register-tiled f32 matmul. A workgroup computes a BM x BN tile of C; each BK-deep slice of
+// A and B is read from memory 4 contiguous elements at a time (16-byte loads where the row length
+// allows), into registers first, so that the next slice's loads are in flight while the current
+// one is multiplied out of shared memory. Shared memory holds both slices k-major as vec4 rows,
+// padded by one vec4 (rows stay 16-byte aligned; the padding spreads the transposing stores of
+// row-major operands over the banks). Each thread owns TM rows x TN columns of C, in groups of 4
+// strided across the tile, so its shared reads are vec4 and neighbouring threads read
+// neighbouring vec4s. The arithmetic is plain f32.
+#include "codegen/matmul_common.hpp"
+
+namespace mn::codegen::matmul_detail {
+
+namespace {
+
+const char* const kBody = R"(
+shared vec4 As[BK][BM / 4u + 1u];
+shared vec4 Bs[BK][BN / 4u + 1u];
+const uint TX = BN / TN;   // threads along n
+const uint TY = BM / TM;   // threads along m
+// Each operand's slice in memory order is OUTER x INNER; a thread stages G of its 4-element groups.
+#if TRANS_A
+const uint A_TI = BM;
+#else
+const uint A_TI = BK;
+#endif
+#if TRANS_B
+const uint B_TI = BK;
+#else
+const uint B_TI = BN;
+#endif
+const uint GA = BM * BK / 4u / WG;
+const uint GB = BN * BK / 4u / WG;
+vec4 ra[GA], rb[GB];
+uint lid, m0, n0, a_off, b_off;
+
+void fetch(uint k0) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
+#if TRANS_A
+        ra[p] = load_a(a_off, k0 + o, m0 + i);
+#else
+        ra[p] = load_a(a_off, m0 + o, k0 + i);
+#endif
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
+#if TRANS_B
+        rb[p] = load_b(b_off, n0 + o, k0 + i);
+#else
+        rb[p] = load_b(b_off, k0 + o, n0 + i);
+#endif
+    }
+}
+
+void stash() {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
+#if TRANS_A
+        As[o][i >> 2] = ra[p];
+#else
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[i + q][o >> 2][o & 3u] = ra[p][q];
+#endif
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
+#if TRANS_B
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[i + q][o >> 2][o & 3u] = rb[p][q];
+#else
+        Bs[o][i >> 2] = rb[p];
+#endif
+    }
+}
+
+void main() {
+    lid = gl_LocalInvocationID.x;
+    uint tx = lid % TX, ty = lid / TX;
+    m0 = gl_WorkGroupID.y * BM;
+    n0 = gl_WorkGroupID.x * BN;
+    uint k_begin, k_end;
+    split_range(k_begin, k_end, a_off, b_off);
+
+    vec4 acc[TM][TN / 4u];
+    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
+
+    fetch(k_begin);
+    stash();
+    barrier();
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
+        if (more) fetch(k0 + BK);
+        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
+            vec4 av[TM / 4u], bv[TN / 4u];
+            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
+            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
+            [[unroll]] for (uint r = 0u; r < TM; ++r)
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
+        }
+        barrier();
+        if (more) {
+            stash();
+            barrier();
+        }
+    }
+
+    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
+    [[unroll]] for (uint r = 0u; r < TM; ++r) {
+        uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
+        if (gm >= M) continue;
+        [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) {
+            uint gn = n0 + j * TX * 4u + tx * 4u;
+#if VEC_C
+            if (gn < N) c4.d[(c_off + gm * N + gn) >> 2] = STORE4(acc[r][j]);
+#else
+            [[unroll]] for (uint q = 0u; q < 4u; ++q)
+                if (gn + q < N) c.d[c_off + gm * N + gn + q] = STORE(acc[r][j][q]);
+#endif
+        }
+    }
+}
+)";
+
+}  // namespace
+
+KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32_t split_k, uint32_t max_groups) {
+    const uint32_t wg = t.threads();
+    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk / 4) % wg || (t.bn * t.bk / 4) % wg) {
+        throw Error("matmul tiles must divide evenly");
+    }
+    KernelSource k = base_kernel(spec, wg, "matmul", split_k);
+    std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
+                       define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
+                       (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
+    return k;
+}
+
+}  // namespace mn::codegen::matmul_detail

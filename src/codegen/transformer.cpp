@@ -1,0 +1,226 @@
+// Transformer kernels: embedding gather and its deterministic scatter-add, the row norms
+// (RMSNorm, LayerNorm) and their input gradients, RoPE, and the KV-cache row write.
+//
+// The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
+// a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
+#include <cstring>
+
+#include "codegen/families.hpp"
+
+namespace mn::codegen {
+
+namespace {
+
+const char* const kNaN = "uintBitsToFloat(0x7fc00000u)";
+
+uint32_t pow2_at_most(uint32_t v) {
+    uint32_t p = 1;
+    while (p * 2 <= v) p *= 2;
+    return p;
+}
+
+uint32_t float_bits(double v) {
+    const float f = static_cast<float>(v);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, 4);
+    return bits;
+}
+
+// A kernel of one thread per element of `count`.
+KernelSource elementwise(const char* label, int64_t count, const Launch& launch) {
+    KernelSource k;
+    k.label = label;
+    k.iface.local_size = launch.local_size;
+    k.groups = grid_for((static_cast<uint64_t>(count) + launch.local_size - 1) / launch.local_size, launch.max_groups);
+    return k;
+}
+
+const char* const kThreadIndex =
+    "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n";
+
+// Workgroup sum of a vec2 (every invocation gets the total), for the row kernels.
+const char* const kPairSum = R"(shared vec2 red[WG];
+vec2 wg_sum(vec2 v) {
+    uint lid = gl_LocalInvocationID.x;
+    red[lid] = v;
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier();
+    }
+    vec2 total = red[0];
+    barrier();
+    return total;
+}
+)";
+
+// The head of both norm kernels: leaves the row's mean (0 for RMSNorm) and reciprocal std.
+std::string norm_head(NormMode mode) {
+    std::string s =
+        "void main() {\n"
+        "    uint row = mn_group_id();\n"
+        "    if (row >= ROWS) return;\n"
+        "    uint lid = gl_LocalInvocationID.x;\n"
+        "    uint base = row * D;\n"
+        "    float mean = 0.0;\n";
+    if (mode == NormMode::Layer) {
+        s += "    float s = 0.0;\n"
+             "    for (uint j = lid; j < D; j += WG) s += float(x.d[base + j]);\n"
+             "    mean = wg_sum(vec2(s, 0.0)).x / float(D);\n";
+    }
+    s += "    float q = 0.0;\n"
+         "    for (uint j = lid; j < D; j += WG) { float c = float(x.d[base + j]) - mean; q += c * c; }\n"
+         "    float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(D) + uintBitsToFloat(EPS_BITS));\n";
+    return s;
+}
+
+KernelSource row_kernel(const char* label, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
+    KernelSource k;
+    k.label = label;
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"ROWS", "D", "EPS_BITS"};
+    k.spec_values = {checked_u32(rows, "rows"), checked_u32(dim, "row length"), float_bits(eps)};
+    checked_u32(rows * dim, "norm size");
+    k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
+    return k;
+}
+
+}  // namespace
+
+KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch) {
+    KernelSource k = elementwise("embedding", positions * dim, launch);
+    k.iface.spec_constants = {"N", "VOCAB", "D"};
+    k.spec_values = {checked_u32(positions * dim, "embedding size"), checked_u32(vocab, "vocabulary"),
+                     checked_u32(dim, "embedding dim")};
+    checked_u32(vocab * dim, "embedding table size");
+    k.iface.bindings = {{"ids", DType::I32}, {"weight", dtype}, {"out0", dtype, true}};
+    const std::string st = storage_type(dtype);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
+             "    if (i >= N) return;\n"
+             "    int id = ids.d[i / D];\n"
+             "    out0.d[i] = id >= 0 && uint(id) < VOCAB ? weight.d[uint(id) * D + i % D] : " + st + "(" + kNaN + ");\n"
+             "}\n";
+    return k;
+}
+
+KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch) {
+    KernelSource k = elementwise("fill_zero", count, launch);
+    k.iface.spec_constants = {"N"};
+    k.spec_values = {checked_u32(count, "element count")};
+    k.iface.bindings = {{"out0", dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
+             "    if (i < N) out0.d[i] = " + storage_type(dtype) + "(0.0);\n}\n";
+    return k;
+}
+
+KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch) {
+    KernelSource k;
+    k.label = "embedding_grad";
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"POSITIONS", "VOCAB", "D"};
+    k.spec_values = {checked_u32(positions, "positions"), checked_u32(vocab, "vocabulary"), checked_u32(dim, "embedding dim")};
+    checked_u32(vocab * dim, "embedding table size");
+    checked_u32(positions * dim, "upstream size");
+    k.iface.bindings = {{"ids", DType::I32}, {"up", dtype}, {"grad", dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+             "shared uint seen_before;\n"
+             "void main() {\n"
+             "    uint n = mn_group_id();\n"
+             "    if (n >= POSITIONS) return;\n"
+             "    uint lid = gl_LocalInvocationID.x;\n"
+             "    int id = ids.d[n];\n"
+             "    if (lid == 0u) seen_before = 0u;\n"
+             "    barrier();\n"
+             "    for (uint m = lid; m < n; m += WG) if (ids.d[m] == id) atomicOr(seen_before, 1u);\n"
+             "    barrier();\n"
+             "    if (seen_before != 0u || id < 0 || uint(id) >= VOCAB) return;\n"
+             "    for (uint j = lid; j < D; j += WG) {\n"
+             "        float acc = 0.0;\n"
+             "        for (uint m = n; m < POSITIONS; ++m) if (ids.d[m] == id) acc += float(up.d[m * D + j]);\n"
+             "        grad.d[uint(id) * D + j] = " + storage_type(dtype) + "(acc);\n"
+             "    }\n"
+             "}\n";
+    k.groups = grid_for(static_cast<uint64_t>(positions), launch.max_groups);
+    return k;
+}
+
+KernelSource norm_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
+    const bool layer = mode == NormMode::Layer;
+    KernelSource k = row_kernel(layer ? "layer_norm" : "rms_norm", dtype, rows, dim, eps, launch);
+    k.iface.bindings = {{"x", dtype}, {"w", dtype}};
+    if (layer) k.iface.bindings.push_back({"b", dtype});
+    k.iface.bindings.push_back({"y", dtype, true});
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(mode) +
+             "    for (uint j = lid; j < D; j += WG)\n"
+             "        y.d[base + j] = " + storage_type(dtype) + "((float(x.d[base + j]) - mean) * rstd * float(w.d[j])" +
+             (layer ? " + float(b.d[j])" : "") + ");\n}\n";
+    return k;
+}
+
+// With g = up * w and xhat = (x - mean) * rstd: dx = rstd (g - mean(g) - xhat mean(g xhat)),
+// the mean(g) term only for LayerNorm.
+KernelSource norm_grad_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
+    const bool layer = mode == NormMode::Layer;
+    KernelSource k = row_kernel(layer ? "layer_norm_grad" : "rms_norm_grad", dtype, rows, dim, eps, launch);
+    k.iface.bindings = {{"x", dtype}, {"w", dtype}, {"up", dtype}, {"dx", dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(mode) +
+             "    vec2 acc = vec2(0.0);\n"
+             "    for (uint j = lid; j < D; j += WG) {\n"
+             "        float g = float(up.d[base + j]) * float(w.d[j]);\n"
+             "        acc += vec2(g, g * (float(x.d[base + j]) - mean) * rstd);\n"
+             "    }\n"
+             "    vec2 m = wg_sum(acc) / float(D);\n"
+             "    for (uint j = lid; j < D; j += WG) {\n"
+             "        float g = float(up.d[base + j]) * float(w.d[j]);\n"
+             "        float xhat = (float(x.d[base + j]) - mean) * rstd;\n"
+             "        dx.d[base + j] = " + storage_type(dtype) + "(rstd * (g - " + (layer ? "m.x" : "0.0") +
+             " - xhat * m.y));\n"
+             "    }\n}\n";
+    return k;
+}
+
+// The angle position * inv_freq is one f32 product, as Hugging Face forms it (the reference
+// rounds it the same way), reduced into [-pi, pi] with a two-constant (Cody-Waite) 2 pi before
+// cos/sin: GPU sin/cos lose accuracy on large arguments, and positions run into the thousands.
+KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch) {
+    const int64_t half = dim / 2;
+    KernelSource k = elementwise(inverse ? "rope_inverse" : "rope", rows * half, launch);
+    k.iface.spec_constants = {"PAIRS", "SEQ", "HALF"};
+    k.spec_values = {checked_u32(rows * half, "rope pairs"), checked_u32(seq, "sequence length"), checked_u32(half, "half dim")};
+    checked_u32(rows * dim, "rope size");
+    k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
+    const std::string st = storage_type(dtype);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
+             "    if (i >= PAIRS) return;\n"
+             "    uint r = i / HALF, p = i % HALF;\n"
+             "    float pos = float(positions.d[r % SEQ]), f = float(inv_freq.d[p]);\n"
+             "    precise float angle = pos * f;\n"
+             "    float turns = floor(angle * 0.15915494309189535 + 0.5);\n"
+             "    angle = (angle - turns * 6.28125) - turns * 1.9353071795864769e-3;\n"
+             "    float c = cos(angle), s = " + (inverse ? "-" : "") + "sin(angle);\n"
+             "    uint lo = r * 2u * HALF + p, hi = lo + HALF;\n"
+             "    float a = float(x.d[lo]), b = float(x.d[hi]);\n"
+             "    y.d[lo] = " + st + "(a * c - b * s);\n"
+             "    y.d[hi] = " + st + "(b * c + a * s);\n"
+             "}\n";
+    return k;
+}
+
+KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
+                                  const Launch& launch) {
+    const int64_t total = outer * dim * inner;
+    KernelSource k = elementwise("slice_scatter", total, launch);
+    k.iface.spec_constants = {"N", "DIM", "LEN", "INNER"};
+    k.spec_values = {checked_u32(total, "element count"), checked_u32(dim, "axis length"), checked_u32(len, "rows written"),
+                     checked_u32(inner, "inner size")};
+    k.iface.bindings = {{"x", dtype}, {"src", dtype}, {"start", DType::I32}, {"y", dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
+             "    if (i >= N) return;\n"
+             "    uint s = uint(clamp(start.d[0], 0, int(DIM - LEN)));\n"
+             "    uint c = (i / INNER) % DIM;\n"
+             "    y.d[i] = c >= s && c < s + LEN ? src.d[((i / (INNER * DIM)) * LEN + c - s) * INNER + i % INNER] : x.d[i];\n"
+             "}\n";
+    return k;
+}
+
+}  // namespace mn::codegen

@@ -1,0 +1,119 @@
+#include "schedule/fusion.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace mn::sched {
+
+namespace {
+
+bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::Pointwise; }
+
+class Planner {
+public:
+    Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs)
+        : g_(g), live_(live), max_inputs_(max_inputs), consumers_(g.nodes().size()), is_root_(g.nodes().size(), false) {
+        for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
+        for (size_t i = 0; i < live.size(); ++i) {
+            if (!live[i]) continue;
+            for (int32_t in : g.nodes()[i].inputs) {
+                auto& c = consumers_[static_cast<size_t>(in)];
+                if (c.empty() || c.back() != static_cast<int32_t>(i)) c.push_back(static_cast<int32_t>(i));
+            }
+        }
+        plan_.inlined.assign(g.nodes().size(), false);
+        plan_.in_place_of.assign(g.nodes().size(), -1);
+        plan_.assign_elided.assign(g.nodes().size(), false);
+    }
+
+    FusionPlan run() {
+        // From the last node back: a node's consumers are decided before the node itself.
+        for (size_t i = g_.nodes().size(); i-- > 0;) {
+            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) grow(static_cast<int32_t>(i));
+        }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {
+            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
+        }
+        return std::move(plan_);
+    }
+
+private:
+    bool inlinable(int32_t node, int32_t consumer) const {
+        const Node& n = g_.node(node);
+        return is_pointwise(n) && !is_root_[static_cast<size_t>(node)] &&
+               consumers_[static_cast<size_t>(node)].size() == 1 && n.shape == g_.node(consumer).shape;
+    }
+
+    // Inlines operands of `root`'s tree greedily while the kernel's distinct leaves fit.
+    void grow(int32_t root) {
+        std::set<int32_t> leaves;
+        std::vector<int32_t> stack{root};
+        while (!stack.empty()) {
+            const int32_t n = stack.back();
+            stack.pop_back();
+            for (int32_t in : g_.node(n).inputs) {
+                if (inlinable(in, n)) {
+                    // Inlining replaces one leaf with the operand's own inputs.
+                    std::set<int32_t> grown = leaves;
+                    for (int32_t x : g_.node(in).inputs) grown.insert(x);
+                    if (grown.size() + pending_leaves(stack, n) <= max_inputs_) {
+                        plan_.inlined[static_cast<size_t>(in)] = true;
+                        stack.push_back(in);
+                        continue;
+                    }
+                }
+                leaves.insert(in);
+            }
+        }
+    }
+    // An upper bound on the leaves the still-unvisited part of the tree adds.
+    size_t pending_leaves(const std::vector<int32_t>& stack, int32_t current) const {
+        size_t n = 0;
+        for (int32_t s : stack) n += g_.node(s).inputs.size();
+        return n + g_.node(current).inputs.size();
+    }
+
+    // The node whose kernel evaluates `n`.
+    int32_t kernel_of(int32_t n) const {
+        while (plan_.inlined[static_cast<size_t>(n)]) n = consumers_[static_cast<size_t>(n)].front();
+        return n;
+    }
+
+    void try_in_place(int32_t assign) {
+        const Node& a = g_.node(assign);
+        const int32_t target = a.inputs[0], value = a.inputs[1];
+        const Node& v = g_.node(value);
+        if (!is_pointwise(v) || plan_.inlined[static_cast<size_t>(value)] || v.shape != g_.node(target).shape ||
+            v.dtype != g_.node(target).dtype || plan_.in_place_of[static_cast<size_t>(value)] >= 0) {
+            return;
+        }
+        for (int32_t reader : consumers_[static_cast<size_t>(target)]) {
+            if (reader == assign) continue;
+            const int32_t k = kernel_of(reader);
+            if (k == value) {
+                // Read inside this kernel: only element-for-element (a leaf of the target's shape).
+                if (g_.node(reader).shape != v.shape) return;
+            } else if (k > value) {
+                return;  // a later kernel still needs the old contents
+            }
+        }
+        plan_.in_place_of[static_cast<size_t>(value)] = target;
+        plan_.assign_elided[static_cast<size_t>(assign)] = true;
+    }
+
+    const Graph& g_;
+    const std::vector<bool>& live_;
+    const uint32_t max_inputs_;
+    std::vector<std::vector<int32_t>> consumers_;
+    std::vector<bool> is_root_;
+    FusionPlan plan_;
+};
+
+}  // namespace
+
+FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
+                       uint32_t max_inputs) {
+    return Planner(g, live, roots, max_inputs).run();
+}
+
+}  // namespace mn::sched

@@ -1,0 +1,30 @@
+#pragma once
+// Pointwise fusion: which nodes become one kernel, decided before lowering.
+//
+// A pointwise node is inlined into its consumer when it is that consumer's only use, the consumer
+// is pointwise too and has the same shape (so the inlined node is computed once per output
+// element, never recomputed under broadcasting), and the node is not a root (an output or an
+// assignment). What remains is a set of fused roots, each one kernel that reads its leaves through
+// broadcast strides and evaluates the tree in registers.
+//
+// An assignment whose value is a fused root writes that kernel's result straight into the target
+// (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
+// reader of the target's old contents runs in an earlier kernel or reads it element-for-element
+// inside this one.
+#include <cstdint>
+#include <vector>
+
+#include "meganeura/graph.hpp"
+
+namespace mn::sched {
+
+struct FusionPlan {
+    std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel
+    std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
+    std::vector<bool> assign_elided;    // per Assign node: no copy needed
+};
+
+FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
+                       uint32_t max_inputs);
+
+}  // namespace mn::sched

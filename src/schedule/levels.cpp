@@ -1,0 +1,47 @@
+// Level ordering: barriers cost about ten dispatches on a discrete GPU (DEVICE.md), so steps that
+// do not depend on each other should share one. Each step gets the lowest level after every step
+// it depends on: a read waits for the value's last writer, a write for its last writer and every
+// reader before it. Steps are then stably sorted by level, so a barrier is needed only between
+// levels. The memory planner works on levels too: values that share bytes never share a level.
+#include <algorithm>
+#include <numeric>
+
+#include "schedule/schedule.hpp"
+
+namespace mn::sched {
+
+void order_by_level(Schedule& s) {
+    std::vector<int32_t> last_write(s.values.size(), -1), last_read(s.values.size(), -1);
+    std::vector<int32_t> level(s.steps.size(), 0);
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+        const Step& step = s.steps[i];
+        int32_t l = 0;
+        for (size_t b = 0; b < step.values.size(); ++b) {
+            const auto v = static_cast<size_t>(s.root(step.values[b]));
+            l = std::max(l, last_write[v] + 1);
+            if (step.kernel.iface.bindings[b].writes) l = std::max(l, last_read[v] + 1);
+        }
+        for (size_t b = 0; b < step.values.size(); ++b) {
+            const auto v = static_cast<size_t>(s.root(step.values[b]));
+            if (step.kernel.iface.bindings[b].writes) {
+                last_write[v] = l;
+            } else {
+                last_read[v] = std::max(last_read[v], l);
+            }
+        }
+        level[i] = l;
+    }
+    std::vector<size_t> order(s.steps.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return level[a] < level[b]; });
+    std::vector<Step> steps;
+    steps.reserve(order.size());
+    s.step_level.clear();
+    for (size_t i : order) {
+        steps.push_back(std::move(s.steps[i]));
+        s.step_level.push_back(level[i]);
+    }
+    s.steps = std::move(steps);
+}
+
+}  // namespace mn::sched

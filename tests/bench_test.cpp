@@ -1,0 +1,151 @@
+// The benchmark harness end to end on lavapipe, as bench/README.md runs it: `meganeura bench` on the
+// mlp, bench/torch_bench.py in both modes on the files it wrote, bench/compare.py's table and gates.
+// Two timed runs each: this checks the reports' schema and that the gates are evaluated (and fail
+// when they should), never how fast anything is.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "host_tools.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kSource = MEGANEURA_SOURCE_DIR;
+const char* const kWorkloads[] = {"inference", "latency", "training", "step"};
+
+json read_json(const std::string& path) {
+    std::ifstream f(path);
+    EXPECT_TRUE(f.good()) << path;
+    return f.good() ? json::parse(f) : json();
+}
+
+std::string python(const std::string& script) { return "/usr/bin/python3 '" + kSource + "/bench/" + script + "'"; }
+
+void expect_summary(const json& s, int runs, const std::string& what) {
+    ASSERT_TRUE(s.is_object()) << what;
+    EXPECT_EQ(s["runs"], runs) << what;
+    EXPECT_LE(s["min"].get<double>(), s["median"].get<double>()) << what;
+    EXPECT_LE(s["median"].get<double>(), s["p90"].get<double>()) << what;
+    EXPECT_GT(s["min"].get<double>(), 0.0) << what;
+}
+
+// The fields every report has, whichever framework wrote it.
+void expect_common_schema(const json& r, const std::string& framework, int runs) {
+    EXPECT_EQ(r["schema"], "meganeura-bench/1");
+    EXPECT_EQ(r["framework"], framework);
+    EXPECT_EQ(r["model"], "mlp");
+    EXPECT_EQ(r["size"], "tiny");
+    EXPECT_EQ(r["precision"], "strict");
+    EXPECT_EQ(r["repeat"], runs);
+    EXPECT_TRUE(r["device"].is_string());
+    EXPECT_TRUE(r.contains("compile") && r.contains("peak_device_bytes") && r.contains("binary_bytes"));
+    for (const char* w : kWorkloads) {
+        const json& wl = r["workloads"][w];
+        expect_summary(wl["wall_ms"], runs, framework + " " + w);
+        EXPECT_TRUE(wl.contains("gpu_ms") && wl.contains("dispatches") && wl.contains("peak_device_bytes")) << w;
+        EXPECT_EQ(wl["input_shapes"]["images"][0], std::string(w) == "latency" ? 1 : 64) << w;
+    }
+}
+
+TEST(Bench, MlpEndToEndWithGates) {
+    if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+    const TempDir dir("bench-test");
+    const std::string cell = dir.path("mlp-strict");
+    const int runs = 2;
+    ASSERT_EQ(exit_status(std::string(MEGANEURA_BINARY) + " bench --model mlp --size tiny --precision strict --repeat " +
+                          std::to_string(runs) + " --warmup 1 --out-dir '" + cell + "' --json '" + cell +
+                          "/meganeura.json' > '" + dir.path("bench.log") + "' 2>&1"),
+              0)
+        << std::ifstream(dir.path("bench.log")).rdbuf();
+
+    const json mn = read_json(cell + "/meganeura.json");
+    expect_common_schema(mn, "meganeura", runs);
+    EXPECT_GT(mn["binary_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GT(mn["peak_device_bytes"].get<uint64_t>(), 0u);
+    EXPECT_TRUE(mn["validation_messages"].empty()) << mn["validation_messages"];
+    for (const char* c : {"inference", "step"}) {
+        EXPECT_GT(mn["compile"][c]["cold_ms"].get<double>(), 0.0) << c;
+        EXPECT_GT(mn["compile"][c]["warm_ms"].get<double>(), 0.0) << c;
+    }
+    for (const char* w : kWorkloads) {
+        const json& wl = mn["workloads"][w];
+        EXPECT_GT(wl["dispatches"].get<int>(), 0) << w;
+        EXPECT_GE(wl["logical_bytes"].get<uint64_t>(), wl["physical_bytes"].get<uint64_t>()) << w;
+        EXPECT_GT(wl["peak_device_bytes"].get<uint64_t>(), 0u) << w;
+        if (wl["gpu_ms"].is_null()) continue;  // a device without timestamp queries
+        expect_summary(wl["gpu_ms"], runs, std::string("gpu ") + w);
+        EXPECT_FALSE(wl["top_kernels"].empty()) << w;
+    }
+    // Training has more dispatches than inference, and a step more than training (the update).
+    EXPECT_LT(mn["workloads"]["inference"]["dispatches"], mn["workloads"]["training"]["dispatches"]);
+    EXPECT_LT(mn["workloads"]["training"]["dispatches"], mn["workloads"]["step"]["dispatches"]);
+
+    for (const std::string mode : {"eager", "compile"}) {
+        ASSERT_EQ(exit_status(python("torch_bench.py") + " --mode " + mode + " --repeat 2 --warmup 1 '" + cell +
+                              "' > '" + dir.path("torch.log") + "' 2>&1"),
+                  0)
+            << std::ifstream(dir.path("torch.log")).rdbuf();
+        expect_common_schema(read_json(cell + "/torch-" + mode + ".json"), "pytorch-" + mode, runs);
+    }
+
+    // The gates pass on the real outputs, and compare.py names each parameter's error.
+    ASSERT_EQ(exit_status(python("compare.py") + " '" + cell + "' --check --json '" + dir.path("gates.json") + "' > '" +
+                          dir.path("table.md") + "' 2>&1"),
+              0)
+        << std::ifstream(dir.path("table.md")).rdbuf();
+    const json gates = read_json(dir.path("gates.json"));
+    ASSERT_EQ(gates["cells"].size(), 1u);
+    const json& g = gates["cells"][0]["gates"];
+    EXPECT_TRUE(gates["all_gates_pass"]);
+    EXPECT_TRUE(g["problems"].empty()) << g["problems"];
+    EXPECT_LT(g["values"]["forward"].get<double>(), 1e-5);  // strict f32 on both sides
+    EXPECT_LT(g["values"]["grad"].get<double>(), 1e-5);
+    EXPECT_EQ(g["per_parameter"].size(), 6u);  // fc1..fc3, weight and bias
+    std::stringstream table;
+    table << std::ifstream(dir.path("table.md")).rdbuf();
+    EXPECT_NE(table.str().find("| mlp | strict | step |"), std::string::npos) << table.str();
+
+    // A gradient 20% off must fail the gate and be named as the worst parameter.
+    ASSERT_EQ(exit_status("cd '" + kSource + "/tests/torch' && /usr/bin/python3 -c \"from safetensors_io import *; "
+                          "p='" + cell + "/outputs.safetensors'; d=read_safetensors(p); "
+                          "d['grad.fc2.weight']=d['grad.fc2.weight']*1.2; write_safetensors(p, d)\""),
+              0);
+    EXPECT_EQ(exit_status(python("compare.py") + " '" + cell + "' --check --json '" + dir.path("gates.json") +
+                          "' > /dev/null 2>&1"),
+              1);
+    const json bad = read_json(dir.path("gates.json"))["cells"][0]["gates"];
+    EXPECT_FALSE(bad["pass"]);
+    EXPECT_EQ(bad["worst_parameter"], "fc2.weight");
+    EXPECT_FALSE(bad["passed"]["worst"]);
+    EXPECT_TRUE(bad["passed"]["forward"]);
+}
+
+TEST(Bench, BadOptionsAreOneLineErrors) {
+    const TempDir dir("bench-errors");
+    const std::string log = dir.path("log");
+    auto run = [&](const std::string& args) {
+        return exit_status(std::string(MEGANEURA_BINARY) + " bench " + args + " --out-dir '" + dir.path("out") + "' > '" +
+                           log + "' 2>&1");
+    };
+    auto output = [&] {
+        std::stringstream s;
+        s << std::ifstream(log).rdbuf();
+        return s.str();
+    };
+    EXPECT_EQ(run("--model nosuch --size tiny"), 1);
+    EXPECT_NE(output().find("unknown model 'nosuch'; known: "), std::string::npos) << output();
+    EXPECT_EQ(run("--model mlp --precision medium"), 1);
+    EXPECT_NE(output().find("--precision must be strict or fast"), std::string::npos) << output();
+    EXPECT_EQ(run("--model mlp --size huge"), 1);
+    EXPECT_NE(output().find("--size must be tiny or full"), std::string::npos) << output();
+    EXPECT_EQ(run("--model mlp --repeat 0"), 1);
+    EXPECT_NE(output().find("--repeat must be at least 1"), std::string::npos) << output();
+}
+
+}  // namespace
+}  // namespace mn::test

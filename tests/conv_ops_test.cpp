@@ -1,0 +1,139 @@
+// The convolution family's forward ops on the GPU against the float64 reference (their backward
+// graphs and finite-difference checks are in autodiff_test.cpp), batch norm's running-stat update,
+// and the builders' shape errors.
+#include "gpu_check.hpp"
+
+namespace mn::test {
+namespace {
+
+using ConvOpsTest = GpuTest;
+
+struct ConvCase {
+    Shape x, w;
+    ConvOptions o;
+    bool bias;
+};
+
+// Odd sizes, channel counts past one 64-wide tile, every option on and off.
+TEST_F(ConvOpsTest, Conv2dMatchesReference) {
+    const std::vector<ConvCase> cases = {
+        {{2, 3, 9, 11}, {5, 3, 3, 3}, {}, true},
+        {{1, 5, 13, 7}, {70, 5, 3, 3}, {.stride = 2, .padding = 1}, false},
+        {{2, 4, 11, 11}, {6, 4, 3, 3}, {.padding = 2, .dilation = 2}, true},
+        {{2, 6, 9, 9}, {9, 2, 3, 3}, {.stride = 2, .padding = 1, .groups = 3}, false},
+        {{1, 8, 7, 7}, {8, 1, 5, 5}, {.padding = 2, .groups = 8}, true},
+        {{3, 67, 5, 5}, {3, 67, 1, 1}, {.stride = 2}, false},
+        {{1, 3, 17, 15}, {4, 3, 7, 7}, {.stride = 2, .padding = 3}, false},
+    };
+    uint64_t seed = 500;
+    for (const ConvCase& c : cases) {
+        SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w) + " stride " + std::to_string(c.o.stride) + " pad " +
+                     std::to_string(c.o.padding) + " dil " + std::to_string(c.o.dilation) + " groups " +
+                     std::to_string(c.o.groups));
+        Graph g;
+        auto bias = c.bias ? std::optional<Tensor>(g.input("b", {c.w[0]})) : std::nullopt;
+        g.output("y", g.conv2d(g.input("x", c.x), g.input("w", c.w), bias, c.o));
+        expect_matches_reference(g, random_feeds(g, seed++));
+    }
+}
+
+TEST_F(ConvOpsTest, Conv1dMatchesReference) {
+    Graph g;
+    Tensor x = g.input("x", {2, 6, 23});
+    g.output("y", g.conv1d(x, g.input("w", {4, 3, 5}), g.input("b", {4}), {.stride = 2, .padding = 2, .groups = 2}));
+    g.output("dilated", g.conv1d(x, g.input("w2", {3, 6, 3}), std::nullopt, {.padding = 1, .dilation = 3}));
+    expect_matches_reference(g, random_feeds(g, 7));
+}
+
+TEST_F(ConvOpsTest, PoolingAndUpsamplingMatchReference) {
+    Graph g;
+    Tensor x = g.input("x", {2, 3, 11, 9});
+    g.output("max3", g.max_pool2d(x, 3, 2, 1));
+    g.output("max2", g.max_pool2d(x, 2));
+    g.output("avg", g.avg_pool2d(x, 3, 2, 1));
+    g.output("global", g.global_avg_pool2d(x));
+    g.output("up", g.upsample_nearest2x(x));
+    expect_matches_reference(g, random_feeds(g, 8));
+}
+
+// Equal maxima: the gradient goes to the window's first one only (PyTorch's choice), once.
+TEST_F(ConvOpsTest, MaxPoolBackwardFollowsTheFirstArgmax) {
+    Graph g;
+    Tensor x = g.input("x", {1, 1, 4, 4});
+    g.output("gx", g.max_pool2d_grad(x, g.input("gy", {1, 1, 2, 2}), 2, 2, 0));
+    ref::Feeds feeds{{"x", {{1, 1, 4, 4}, std::vector<double>(16, 1.0)}}, {"gy", {{1, 1, 2, 2}, {1, 2, 3, 4}}}};
+    const auto want = ref::evaluate(g, feeds)[static_cast<size_t>(g.outputs()[0].second)].data;
+    EXPECT_EQ(want, (std::vector<double>{1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0}));
+    expect_matches_reference(g, feeds);
+}
+
+// Training-mode batch norm assigns momentum-updated running stats (unbiased variance).
+TEST_F(ConvOpsTest, BatchNormUpdatesRunningStats) {
+    Graph g;
+    const Shape xs{3, 4, 5, 3};
+    Tensor mean = g.state("bn.running_mean", {4});
+    Tensor var = g.state("bn.running_var", {4});
+    g.output("y", g.batch_norm(g.input("x", xs), g.input("w", {4}), g.input("b", {4}), mean, var, true, 0.1));
+    ref::Feeds feeds = random_feeds(g, 9);
+    feeds["bn.running_mean"] = {{4}, {0.5, -1, 0, 2}};
+    feeds["bn.running_var"] = {{4}, {1, 2, 0.5, 3}};
+    const auto want = ref::evaluate(g, feeds);
+    // the reference of the update, written out: 0.9 * old + 0.1 * batch statistic
+    const auto& x = feeds["x"].data;
+    for (int64_t c = 0; c < 4; ++c) {
+        double sum = 0, sq = 0;
+        const int64_t count = 3 * 5 * 3;
+        for (int64_t n = 0; n < 3; ++n)
+            for (int64_t i = 0; i < 15; ++i) sum += x[static_cast<size_t>((n * 4 + c) * 15 + i)];
+        const double m = sum / count;
+        for (int64_t n = 0; n < 3; ++n)
+            for (int64_t i = 0; i < 15; ++i) sq += std::pow(x[static_cast<size_t>((n * 4 + c) * 15 + i)] - m, 2);
+        for (const Node& node : g.nodes()) {
+            if (node.op != Op::Assign) continue;
+            const auto& got = want[static_cast<size_t>(&node - g.nodes().data())].data;
+            const bool is_mean = g.node(node.inputs[0]).name == "bn.running_mean";
+            const double old = feeds[g.node(node.inputs[0]).name].data[static_cast<size_t>(c)];
+            EXPECT_NEAR(got[static_cast<size_t>(c)], 0.9 * old + 0.1 * (is_mean ? m : sq / (count - 1)), 1e-12);
+        }
+    }
+    CompileOptions options;
+    options.poison_outputs = true;
+    Session s = compile(g, device(), options);
+    set_feeds(s, g, feeds);
+    s.run();
+    for (const Node& node : g.nodes()) {
+        if (node.op != Op::Assign) continue;
+        const std::string& name = g.node(node.inputs[0]).name;
+        EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(&node - g.nodes().data())].data), 1e-6) << name;
+    }
+    EXPECT_LE(relative_l2(s.get("y"), want[static_cast<size_t>(g.outputs()[0].second)].data), 1e-5);
+}
+
+TEST(ConvErrors, ShapesAreCheckedAtBuildTime) {
+    Graph g;
+    Tensor x = g.input("x", {2, 4, 8, 8});
+    auto message = [](auto build) {
+        try {
+            build();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message([&] { g.conv2d(x, g.input("w1", {6, 3, 3, 3})); }).find("[conv2d]"), std::string::npos);
+    EXPECT_NE(message([&] { g.conv2d(x, g.input("w2", {6, 2, 3, 3}), std::nullopt, {.groups = 3}); }).find("groups"),
+              std::string::npos);
+    EXPECT_NE(message([&] { g.conv2d(x, g.input("w3", {6, 4, 9, 9})); }).find("does not fit"), std::string::npos);
+    EXPECT_NE(message([&] { g.conv2d(x, g.input("w4", {6, 4, 3, 3}), g.input("b4", {5})); }).find("bias"), std::string::npos);
+    EXPECT_NE(message([&] { g.conv1d(x, g.input("w5", {6, 4, 3})); }).find("[conv1d]"), std::string::npos);
+    EXPECT_NE(message([&] { g.conv2d(x, g.input("w6", {6, 4, 3, 3}), std::nullopt, {.stride = 0}); }).find("stride"),
+              std::string::npos);
+    EXPECT_NE(message([&] { g.max_pool2d(x, 3, 1, 2); }).find("[max_pool2d]"), std::string::npos);
+    EXPECT_NE(message([&] { g.group_norm(x, 3, g.input("gw", {4}), g.input("gb", {4})); }).find("groups"), std::string::npos);
+    EXPECT_NE(message([&] { g.batch_norm(x, g.input("bw", {3}), g.input("bb", {3}), std::nullopt, std::nullopt, true); })
+                  .find("[batch_norm]"),
+              std::string::npos);
+}
+
+}  // namespace
+}  // namespace mn::test

@@ -1,0 +1,104 @@
+// Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
+#include "gpu_check.hpp"
+
+namespace mn::test {
+namespace {
+
+class FusionTest : public GpuTest {};
+
+size_t dispatches_of(const Graph& g) { return compile(g, device()).stats().dispatches; }
+
+TEST_F(FusionTest, ChainWithBroadcastLeavesIsOneKernel) {
+    Graph g;
+    Tensor a = g.input("a", {3, 33});
+    Tensor b = g.input("b", {33});
+    Tensor c = g.input("c", {3, 1});
+    g.output("y", g.exp(a * b + c) - a / (g.abs(a) + 1.0));
+    EXPECT_EQ(dispatches_of(g), 1u);
+    expect_matches_reference(g, random_feeds(g, 1));
+}
+
+TEST_F(FusionTest, SharedValuesAndOutputsAreMaterialized) {
+    Graph g;
+    Tensor x = g.input("x", {257});
+    Tensor t = g.tanh(x * 3.0);  // two consumers: computed once
+    Tensor e = g.exp(x);
+    g.output("e", e);  // an output inside a chain keeps its own value
+    g.output("y", t + 1.0);
+    g.output("z", t * e);
+    EXPECT_EQ(dispatches_of(g), 4u);
+    expect_matches_reference(g, random_feeds(g, 2));
+}
+
+TEST_F(FusionTest, BroadcastOperandIsNotRecomputedPerElement) {
+    Graph g;
+    Tensor x = g.input("x", {4, 1});
+    Tensor y = g.input("y", {4, 50});
+    g.output("out", g.sigmoid(x) * y);  // sigmoid(x) is [4,1]: its own kernel, then the product
+    EXPECT_EQ(dispatches_of(g), 2u);
+    expect_matches_reference(g, random_feeds(g, 3));
+}
+
+TEST_F(FusionTest, ManyInputsSplitIntoKernelsThatFit) {
+    Graph g;
+    Tensor sum = g.input("x0", {65});
+    for (int i = 1; i < 20; ++i) sum = sum * 0.5 + g.input("x" + std::to_string(i), {65});
+    g.output("y", sum);
+    EXPECT_GT(dispatches_of(g), 1u);
+    expect_matches_reference(g, random_feeds(g, 4));
+}
+
+// assign(s, f(s, x)) runs in place; readers of the old s created before or after it still see
+// the old contents (then the copy stays at the end).
+TEST_F(FusionTest, AssignmentsSeeOldValuesAndUpdateState) {
+    for (bool read_after : {false, true}) {
+        Graph g;
+        Tensor x = g.input("x", {37});
+        Tensor s = g.state("s", {37});
+        Tensor before = g.sum(s * x);
+        Tensor updated = g.assign(s, s * 0.5 + x);
+        g.output("before", before);
+        g.output("updated_plus_one", updated + 1.0);
+        if (read_after) g.output("after", g.sum(s));  // still the old contents
+        Session sess = compile(g, device());
+        std::vector<float> xv(37);
+        for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.25f * static_cast<float>(i) - 3;
+        sess.set("x", xv);
+        std::vector<double> state(37, 0.0);
+        for (int step = 0; step < 3; ++step) {
+            sess.run();
+            double want_before = 0, want_after = 0;
+            for (size_t i = 0; i < xv.size(); ++i) want_before += state[i] * xv[i], want_after += state[i];
+            EXPECT_NEAR(sess.get("before")[0], want_before, 1e-3) << "step " << step;
+            if (read_after) EXPECT_NEAR(sess.get("after")[0], want_after, 1e-3) << "step " << step;
+            for (size_t i = 0; i < xv.size(); ++i) state[i] = state[i] * 0.5 + xv[i];
+            const auto s_now = sess.get("s");
+            const auto plus_one = sess.get("updated_plus_one");
+            for (size_t i = 0; i < xv.size(); ++i) {
+                ASSERT_NEAR(s_now[i], state[i], 1e-5) << "step " << step;
+                ASSERT_NEAR(plus_one[i], state[i] + 1, 1e-5) << "step " << step;
+            }
+        }
+    }
+}
+
+// AdamW's moments and the parameter update are each one kernel written in place: no copies.
+TEST_F(FusionTest, OptimizerUpdatesNeedNoCopies) {
+    Graph g;
+    Tensor x = g.input("x", {8, 16});
+    Tensor w = g.parameter("w", {4, 16}, Init::uniform(-0.5, 0.5));
+    Tensor y = g.linear(x, w);
+    Tensor loss = g.mean(y * y);
+    Session s = compile(g, device(), {.loss = loss, .optimizer = AdamW{.lr = 1e-2, .weight_decay = 0.1}, .profile = true});
+    s.set("x", std::vector<float>(8 * 16, 0.5f));
+    s.step();
+    size_t kernels = 0;
+    for (const auto& [label, ms] : s.profile()) {
+        EXPECT_NE(label, "assign");
+        ++kernels;
+    }
+    EXPECT_EQ(kernels, s.stats().dispatches);
+}
+
+}  // namespace
+}  // namespace mn::test

@@ -1,0 +1,163 @@
+// The matmul kernels (tiled f32 at every tile geometry, GEMV, cooperative matrix) against the
+// float64 reference at odd shapes (1, 7, 33, 50, 129: multiples of no tile), both transposes,
+// broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
+#include <cstdlib>
+
+#include "codegen/families.hpp"
+#include "codegen/shader_compiler.hpp"
+#include "gpu_check.hpp"
+#include "schedule/schedule.hpp"
+
+namespace mn::test {
+namespace {
+
+using MatmulTest = GpuTest;
+
+struct Case {
+    Shape a, b;
+    bool ta = false, tb = false;
+};
+
+// Shapes the tiled and cooperative kernels see (M, N > 1).
+const std::vector<Case> kTiled = {
+    {{129, 33}, {33, 50}},
+    {{33, 129}, {33, 50}, true, false},
+    {{129, 50}, {7, 50}, false, true},
+    {{50, 129}, {33, 50}, true, true},
+    {{2, 3, 33, 50}, {3, 50, 7}},              // broadcast batch dims
+    {{3, 50, 33}, {3, 129, 50}, true, true},   // batched, both transposed
+    {{64, 128}, {128, 132}},                   // 16-byte rows everywhere
+    {{128, 68}, {128, 36}, true, false},       // 16-byte rows of A^T
+    {{2, 36, 96}, {2, 100, 96}, false, true},  // 16-byte rows of B^T, batched
+};
+
+// M == 1 or N == 1: the GEMV kernel, in both of its layouts.
+const std::vector<Case> kGemv = {
+    {{1, 1}, {1, 1}},
+    {{1, 129}, {129, 50}},
+    {{1, 128}, {33, 128}, false, true},  // 16-byte rows of B^T (a linear layer's decode)
+    {{1, 129}, {50, 129}, false, true},
+    {{129, 1}, {129, 7}, true, false},
+    {{129, 33}, {33, 1}},
+    {{33, 129}, {33, 1}, true, false},
+    {{3, 1, 64}, {3, 64, 7}},
+    {{2, 7, 50}, {2, 1, 50}, false, true},
+};
+
+// Long K with few output tiles: where the device is large, the heuristic splits K.
+const std::vector<Case> kLongK = {
+    {{7, 1000}, {1000, 9}},
+    {{1000, 33}, {1000, 50}, true, false},
+    {{50, 2048}, {36, 2048}, false, true},
+};
+
+// Sets a tuning variable (MEGANEURA_MATMUL_TILE, MEGANEURA_MATMUL_SPLITS) for one scope; ""
+// leaves the choice to the heuristic.
+class Forced {
+public:
+    Forced(const char* name, const std::string& value) : name_(name) {
+        if (value.empty()) unsetenv(name); else setenv(name, value.c_str(), 1);
+    }
+    ~Forced() { unsetenv(name_); }
+
+private:
+    const char* name_;
+};
+
+void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, CompileOptions options = {}) {
+    for (const auto& c : cases) {
+        SCOPED_TRACE(shape_str(c.a) + (c.ta ? "^T" : "") + " @ " + shape_str(c.b) + (c.tb ? "^T" : ""));
+        Graph g;
+        g.output("c", g.matmul(g.input("a", c.a), g.input("b", c.b), c.ta, c.tb));
+        expect_matches_reference(g, random_feeds(g, seed++), tol, options);
+    }
+}
+
+bool device_has_coop() {
+    return sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+}
+
+TEST_F(MatmulTest, TiledEveryGeometry) {
+    for (const char* bm : {"", "128", "64", "32"}) {
+        SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
+        Forced forced("MEGANEURA_MATMUL_TILE", bm);
+        check_cases(kTiled, 4000, 1e-5);
+    }
+}
+
+TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
+
+// Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), also with
+// the largest tile, and as the heuristic chooses (no split on a CPU driver).
+TEST_F(MatmulTest, SplitK) {
+    for (const char* splits : {"3", ""}) {
+        SCOPED_TRACE(std::string("splits ") + (*splits ? splits : "chosen"));
+        Forced forced("MEGANEURA_MATMUL_SPLITS", splits);
+        check_cases(kTiled, 4500, 1e-5);
+        check_cases(kLongK, 4600, 1e-5);
+    }
+    Forced splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
+    check_cases(kLongK, 4700, 1e-5);
+}
+
+// Precision Fast: where the device has NV f16 cooperative matrices, matmuls run on them with f16
+// operands and f32 accumulation. Rounding an operand to f16 has relative error <= 2^-11 (4.9e-4),
+// so each product a*b carries about sqrt(2) * 4.9e-4 = 7e-4 relative error, uncorrelated across
+// the terms of the sum; the relative L2 of the result is then about 7e-4 for random inputs, and
+// f32 accumulation adds ~1e-7 * sqrt(K). 2e-3 leaves a factor ~3. Elsewhere Fast must fall back to
+// the f32 kernels and match like Strict.
+TEST_F(MatmulTest, FastPrecision) {
+    const bool coop = device_has_coop();
+    const double tol = coop ? 2e-3 : 1e-5;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    for (const char* bm : {"", "128", "64", "32"}) {
+        SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
+        Forced forced("MEGANEURA_MATMUL_TILE", bm);
+        check_cases(kTiled, 4200, tol, fast);
+    }
+    check_cases(kGemv, 4300, 1e-5, fast);  // M or N == 1 stays on the f32 GEMV
+    check_cases(kLongK, 4310, tol, fast);
+    Forced forced("MEGANEURA_MATMUL_SPLITS", "3");
+    check_cases(kTiled, 4320, tol, fast);
+}
+
+// The cooperative kernel really runs where the device has it, and never where it does not.
+TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
+    Graph g;
+    g.output("c", g.matmul(g.input("a", {33, 50}), g.input("b", {50, 7})));
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    fast.profile = true;
+    if (!device().context()->caps().timestamps) GTEST_SKIP() << "no timestamps to read kernel labels from";
+    Session s = compile(g, device(), fast);
+    set_feeds(s, g, random_feeds(g, 4400));
+    s.run();
+    const auto times = s.profile();
+    ASSERT_EQ(times.size(), 1u);
+    EXPECT_EQ(times[0].first, device_has_coop() ? "matmul_coop" : "matmul");
+}
+
+// The cooperative kernel's GLSL compiles for every transpose and alignment variant, also where no
+// device can run it (CI), so a broken shader is caught before it reaches a GPU.
+TEST(MatmulCoopSource, CompilesWithGlslang) {
+    codegen::MatmulTuning tuning;
+    tuning.max_shared_memory = 48 * 1024;
+    tuning.coop_subgroup = 32;
+    for (const auto& c : kTiled) {
+        for (uint32_t bm : {128u, 64u, 32u}) {
+            tuning.forced_bm = bm;
+            const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
+                                     .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
+            const auto k = codegen::matmul_kernels(spec, tuning).product;
+            EXPECT_EQ(k.label, "matmul_coop");
+            EXPECT_EQ(k.required_subgroup_size, 32u);
+            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+        }
+    }
+}
+
+}  // namespace
+}  // namespace mn::test

@@ -1,0 +1,222 @@
+// The transformer models against PyTorch, and SmolLM2's KV-cache decode against its full forward.
+//
+// tests/torch/transformer_reference.py writes tiny-config weights, inputs and PyTorch's results
+// (float64 on the float32 weights); `meganeura forward --backward` runs on the same files; the
+// issue's gates apply in strict mode: forward relative L2 <= 1e-4, loss relative difference
+// <= 1e-5, and gradient-norm error <= 1e-3 for the total and for every parameter (each
+// parameter's gradient must also match elementwise, relative L2 <= 1e-3).
+#include <cmath>
+#include <cstdio>
+
+#include "gpu_check.hpp"
+#include "io/safetensors.hpp"
+#include "models/runner.hpp"
+#include "models/smollm2.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+bool torch_available() {
+    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0;
+    return ok;
+}
+
+std::string run_command(const std::string& cmd, int* status) {
+    FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+    std::string text;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) text.append(buf, n);
+    *status = pclose(pipe);
+    return text;
+}
+
+double norm(const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s);
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+class TransformerVsTorch : public GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) {
+    if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+    const std::string name = GetParam();
+    TempDir dir("tf-" + name);
+    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/transformer_reference.py";
+    int status = 0;
+    const std::string py = run_command("/usr/bin/python3 '" + script + "' " + name + " '" + dir.dir().string() + "'", &status);
+    ASSERT_EQ(status, 0) << py;
+    const std::string cli = run_command(std::string(MEGANEURA_BINARY) + " forward --model " + name + " --size tiny --weights " +
+                                            dir.path("weights.safetensors") + " --inputs " + dir.path("inputs.safetensors") +
+                                            " --out " + dir.path("got.safetensors") + " --backward --precision strict",
+                                        &status);
+    ASSERT_EQ(status, 0) << cli;
+    const io::TensorMap want = io::read_safetensors(dir.path("expected.safetensors"));
+    const io::TensorMap got = io::read_safetensors(dir.path("got.safetensors"));
+
+    const std::string output = name == "smollm2" ? "logits" : "output";
+    ASSERT_TRUE(got.count(output) && want.count(output)) << output;
+    ASSERT_EQ(got.at(output).shape, want.at(output).shape);
+    const double forward = relative_l2(got.at(output).to_f32(), widen(want.at(output).to_f32()));
+    EXPECT_LE(forward, 1e-4) << name << " forward";
+    const double loss_want = want.at("loss").to_f32()[0], loss_got = got.at("loss").to_f32()[0];
+    EXPECT_LE(std::fabs(loss_got - loss_want) / std::fabs(loss_want), 1e-5) << name << " loss " << loss_got << " vs " << loss_want;
+
+    double total_got = 0, total_want = 0, worst_norm = 0, worst_l2 = 0;
+    std::string worst_norm_name, worst_l2_name;
+    size_t grads = 0;
+    for (const auto& [key, w] : want) {
+        if (key.rfind("grad.", 0) != 0) continue;
+        ++grads;
+        ASSERT_TRUE(got.count(key)) << "meganeura wrote no " << key;
+        ASSERT_EQ(got.at(key).shape, w.shape) << key;
+        const std::vector<float> g = got.at(key).to_f32(), r = w.to_f32();
+        const double ng = norm(g), nr = norm(r);
+        ASSERT_GT(nr, 0) << key << " is zero in PyTorch: the test would not see a wrong gradient";
+        total_got += ng * ng;
+        total_want += nr * nr;
+        const double norm_err = std::fabs(ng - nr) / nr, l2 = relative_l2(g, widen(r));
+        if (!(norm_err <= worst_norm)) worst_norm = norm_err, worst_norm_name = key;
+        if (!(l2 <= worst_l2)) worst_l2 = l2, worst_l2_name = key;
+    }
+    EXPECT_EQ(grads + 2, got.size()) << "meganeura wrote gradients PyTorch has no parameter for";
+    const double total_err = std::fabs(std::sqrt(total_got) - std::sqrt(total_want)) / std::sqrt(total_want);
+    EXPECT_LE(total_err, 1e-3) << name << " total gradient norm";
+    EXPECT_LE(worst_norm, 1e-3) << name << " worst gradient-norm error: " << worst_norm_name;
+    EXPECT_LE(worst_l2, 1e-3) << name << " worst gradient relative L2: " << worst_l2_name;
+    std::printf("%s vs torch: forward rel L2 %.2e, loss rel %.2e, total grad-norm err %.2e, worst param grad-norm err "
+                "%.2e (%s), worst param grad rel L2 %.2e (%s)\n",
+                name.c_str(), forward, std::fabs(loss_got - loss_want) / std::fabs(loss_want), total_err, worst_norm,
+                worst_norm_name.c_str(), worst_l2, worst_l2_name.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TransformerVsTorch, ::testing::Values("smollm2", "smolvla", "whisper"),
+                         [](const auto& info) { return info.param; });
+
+// ---- SmolLM2's KV cache ----
+
+class KvCacheTest : public GpuTest {};
+
+std::vector<float> row(const std::vector<float>& logits, int64_t r, int64_t vocab) {
+    return {logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab};
+}
+
+// A prompt prefilled at once, then one token per decode run: the logits at every position equal
+// those of one forward over the whole sequence.
+TEST_F(KvCacheTest, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
+    TempDir dir("kv");
+    const models::LlamaConfig c = models::LlamaConfig::tiny();
+    const std::vector<int32_t> tokens = {5, 17, 96, 0, 42, 17, 63, 8};
+    const auto total = static_cast<int64_t>(tokens.size());
+    constexpr int64_t kPrompt = 3, kCache = 11;  // a cache longer than the sequence: unused rows stay masked
+
+    const models::ModelRequest request{.input_shapes = {{"input_ids", {1, total}}, {"labels", {1, total}}}};
+    models::PreparedModel full = models::prepare_model(device(), "smollm2", request, false, {.seed = 5});
+    full.session.save(dir.path("weights.safetensors"));
+    full.session.set("input_ids", tokens);
+    full.session.set("labels", tokens);
+    full.session.run();
+    const std::vector<float> want = full.session.get("logits");
+
+    const models::BuiltModel prefill_model = models::build_llama_cached(c, 1, kPrompt, kCache);
+    const models::BuiltModel decode_model = models::build_llama_cached(c, 1, 1, kCache);
+    Session prefill = compile(*prefill_model.graph, device(), {.poison_outputs = true});
+    Session decode = compile(*decode_model.graph, device(), {.poison_outputs = true});
+    prefill.load(dir.path("weights.safetensors"));
+    decode.load(dir.path("weights.safetensors"));
+
+    prefill.set("input_ids", std::vector<int32_t>(tokens.begin(), tokens.begin() + kPrompt));
+    prefill.set("position", std::vector<int32_t>{0});
+    prefill.run();
+    const std::vector<float> prompt_logits = prefill.get("logits");
+    for (int64_t t = 0; t < kPrompt; ++t) {
+        EXPECT_LE(relative_l2(row(prompt_logits, t, c.vocab), widen(row(want, t, c.vocab))), 1e-5) << "prefill position " << t;
+    }
+    for (int64_t l = 0; l < c.layers; ++l) {
+        for (const char* which : {"k", "v"}) decode.set(models::cache_name(l, which), prefill.get(models::cache_name(l, which)));
+    }
+    for (int64_t t = kPrompt; t < total; ++t) {
+        decode.set("input_ids", std::vector<int32_t>{tokens[static_cast<size_t>(t)]});
+        decode.set("position", std::vector<int32_t>{static_cast<int32_t>(t)});
+        decode.run();
+        EXPECT_LE(relative_l2(decode.get("logits"), widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
+    }
+}
+
+// `meganeura generate` prints greedy continuations: each printed token is the argmax of the full
+// forward's logits at the position before it.
+TEST_F(KvCacheTest, GenerateIsGreedyUnderTheFullForward) {
+    TempDir dir("generate");
+    const models::LlamaConfig c = models::LlamaConfig::tiny();
+    const std::vector<int32_t> prompt = {7, 3, 90};
+    constexpr int64_t kNew = 4, kTotal = 7;
+    const models::ModelRequest request{.input_shapes = {{"input_ids", {1, kTotal}}, {"labels", {1, kTotal}}}};
+    models::PreparedModel full = models::prepare_model(device(), "smollm2", request, false, {.seed = 9});
+    full.session.save(dir.path("weights.safetensors"));
+
+    int status = 0;
+    const std::string text = run_command(std::string(MEGANEURA_BINARY) + " generate --model smollm2 --size tiny --weights " +
+                                             dir.path("weights.safetensors") + " --tokens 7,3,90 --max-new 4",
+                                         &status);
+    ASSERT_EQ(status, 0) << text;
+    std::vector<int32_t> sequence = prompt;
+    for (size_t at = 0; sequence.size() < static_cast<size_t>(kTotal);) {
+        const size_t end = text.find_first_of(",\n", at);
+        ASSERT_NE(end, std::string::npos) << text;
+        sequence.push_back(std::stoi(text.substr(at, end - at)));
+        at = end + 1;
+    }
+    full.session.set("input_ids", sequence);
+    full.session.set("labels", sequence);
+    full.session.run();
+    const std::vector<float> logits = full.session.get("logits");
+    for (int64_t t = static_cast<int64_t>(prompt.size()) - 1; t + 1 < kTotal; ++t) {
+        std::vector<float> r = row(logits, t, c.vocab);
+        const auto best = std::max_element(r.begin(), r.end()) - r.begin();
+        const float top = r[static_cast<size_t>(best)];
+        r[static_cast<size_t>(best)] = -INFINITY;
+        if (top - *std::max_element(r.begin(), r.end()) < 1e-4f) continue;  // a near tie: either is greedy
+        EXPECT_EQ(best, sequence[static_cast<size_t>(t + 1)]) << "position " << t + 1 << " of " << text;
+    }
+}
+
+TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
+    TempDir dir("config");
+    {
+        std::FILE* f = std::fopen(dir.path("config.json").c_str(), "w");
+        std::fputs(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_hidden_layers": 30,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
+            "rope_theta": 100000, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+            "max_position_embeddings": 8192, "torch_dtype": "bfloat16"})", f);
+        std::fclose(f);
+    }
+    const models::LlamaConfig c = models::LlamaConfig::from_json(dir.path("config.json"));
+    const models::LlamaConfig d = models::LlamaConfig::smollm2_135m();
+    EXPECT_EQ(c.hidden, d.hidden);
+    EXPECT_EQ(c.layers, d.layers);
+    EXPECT_EQ(c.heads, d.heads);
+    EXPECT_EQ(c.kv_heads, d.kv_heads);
+    EXPECT_EQ(c.head_dim, 64);
+    EXPECT_EQ(c.ffn, d.ffn);
+    EXPECT_EQ(c.vocab, d.vocab);
+    EXPECT_EQ(c.rope_theta, 100000.0);
+    EXPECT_EQ(c.rms_eps, 1e-5);
+    EXPECT_TRUE(c.tied_embeddings);
+    EXPECT_THROW(models::LlamaConfig::from_json(dir.path("missing.json")), Error);
+}
+
+// The published SmolLM2-135M configuration builds with its published parameter count.
+TEST(TransformerModels, FullSmolLM2HasThePublishedParameterCount) {
+    const models::BuiltModel m = models::find_model("smollm2").build({.size = "full"});
+    int64_t params = 0;
+    for (const Node& n : m.graph->nodes()) {
+        if (n.op == Op::Parameter) params += numel(n.shape);
+    }
+    EXPECT_EQ(params, 134515008);  // tied embeddings: no lm_head.weight
+}
+
+}  // namespace
+}  // namespace mn::test
