@@ -185,7 +185,7 @@ def mib(v):
 
 
 def details(cells):
-    lines = ["| model | precision | compile cold / warm ms (inference; step) | torch.compile first call ms "
+    lines = ["| model | precision | compile cold / warm ms (inference; step) | torch.compile cold / warm ms "
              "(inference; step) | dispatches / barriers (inf, lat, train, step) | arena / logical MiB (train) "
              "| peak MiB mn / eager / compiled | binary MiB |",
              "| --- | --- | --- | --- | --- | --- | --- | ---: |"]
@@ -195,7 +195,8 @@ def details(cells):
         ct = "; ".join(f"{ms(comp.get(k, {}).get('cold_ms'))} / {ms(comp.get(k, {}).get('warm_ms'))}"
                        for k in ("inference", "step"))
         tc = (c["compile"] or {}).get("compile") or {}
-        tct = "; ".join(ms((tc.get(k) or {}).get("cold_ms")) for k in ("inference", "step")) if tc else "—"
+        tct = "; ".join(f"{ms((tc.get(k) or {}).get('cold_ms'))} / {ms((tc.get(k) or {}).get('warm_ms'))}"
+                        for k in ("inference", "step")) if tc else "—"
         wl = r.get("workloads", {})
         db = ", ".join(f"{wl[w]['dispatches']}/{wl[w]['barriers']}" for w in WORKLOADS if w in wl)
         train = wl.get("training", {})

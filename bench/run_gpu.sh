@@ -4,6 +4,7 @@
 #
 #   bench/run_gpu.sh MEGANEURA_BINARY [--out DIR] [--repeat 20] [--warmup 3] [--budget 570]
 #                    [--models "smollm2 smolvla sd_unet resnet50 whisper"] [--size full] [--no-gpu-env]
+#                    [--compile-jobs 3] [--reserve 150]
 #
 # Run from anywhere; it works in the repository root, sources scripts/gpu-env.sh (the Vulkan loader
 # carried in .gl/), and keeps the cells (weights, inputs, outputs: gigabytes) in a scratch folder
@@ -12,17 +13,18 @@
 # DIR/YYYY-MM-DD-h200.md (commit, command, table, raw JSON; DIR defaults to bench/results).
 #
 # Order, so that running out of --budget seconds loses the least: meganeura for every cell, then
-# PyTorch eager for every cell (which also writes the reference outputs the gates need), then
-# torch.compile for every cell, strict before fast. Every step gets only the time that is left;
-# what did not run shows as "—" and is listed in the notes. torch.compile shares one fresh inductor
-# cache across the run: the first precision of a model compiles cold, the second reuses its kernels.
+# PyTorch eager for every cell (which also writes the reference outputs the gates need), then the
+# torch.compile first compiles (--compile-jobs processes at once, into one fresh inductor cache;
+# their times are reported as cold), then torch.compile timing for every cell (warm compiles), strict
+# before fast. Every step gets only the time that is left (the first compiles leave --reserve
+# seconds); what did not run shows as "—" and is listed in the notes.
 set -u -o pipefail
 
-usage() { sed -n '4,5p' "$0" | sed 's/^# *//'; exit 2; }
+usage() { sed -n '4,6p' "$0" | sed 's/^# *//'; exit 2; }
 [ $# -ge 1 ] || usage
 BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full
+OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full COMPILE_JOBS=3 RESERVE=150
 MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,12 +34,14 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
+    --compile-jobs) COMPILE_JOBS=$2; shift 2 ;;
+    --reserve) RESERVE=$2; shift 2 ;;
     --no-gpu-env) GPU_ENV=0; shift ;;
     *) usage ;;
   esac
 done
 [ -x "$BINARY" ] || { echo "run_gpu.sh: $BINARY is not an executable" >&2; exit 2; }
-COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\""
+COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\" --compile-jobs $COMPILE_JOBS --reserve $RESERVE"
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
@@ -67,6 +71,7 @@ for cell in "${CELLS[@]}"; do
   t=$(left)
   if [ "$t" -le 10 ]; then echo "- $name meganeura: not run, out of time" >> "$NOTES"; continue; fi
   mkdir -p "$cell"
+  rm -f "$cell"/torch-*.json "$cell"/*.safetensors  # nothing from an earlier run in $BENCH_WORK
   if ! timeout "$t" "$BINARY" bench --model "$model" --precision "$precision" --size "$SIZE" \
       --repeat "$REPEAT" --warmup "$WARMUP" --out-dir "$cell" --json "$cell/meganeura.json" > "$cell/meganeura.log" 2>&1; then
     echo "- $name meganeura failed: $(tail -n 1 "$cell/meganeura.log")" >> "$NOTES"
@@ -77,13 +82,44 @@ done
 
 READY=()
 for cell in "${CELLS[@]}"; do [ -s "$cell/meganeura.json" ] && READY+=("$cell"); done
-for mode in eager compile; do
+
+torch_pass() {  # torch_pass MODE [EXTRA ARGS]: one torch_bench.py process over every ready cell
+  local mode=$1 t; shift
   t=$(left)
-  echo "== PyTorch $mode ($t s left)"
-  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch $mode: not run" >> "$NOTES"; continue; fi
+  echo "== PyTorch $mode $* ($t s left)"
+  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch $mode: not run" >> "$NOTES"; return; fi
   timeout "$t" "$PYTHON" bench/torch_bench.py --mode "$mode" --repeat "$REPEAT" --warmup "$WARMUP" \
-    --deadline "$DEADLINE" "${READY[@]}" || echo "- PyTorch $mode: exit status $? (see the cells' reports)" >> "$NOTES"
-done
+    --deadline "$DEADLINE" "$@" "${READY[@]}" || echo "- PyTorch $mode: exit status $? (see the cells' reports)" >> "$NOTES"
+}
+
+# torch.compile is the slow part (minutes per model, cold). Its graphs are compiled first by
+# COMPILE_JOBS processes at once, one model's strict and fast cells in the same process (the second
+# reuses the first's kernels), filling the shared inductor cache; then the timing pass compiles warm.
+# No timing runs while they compile. Compiling stops starting new cells RESERVE seconds before the
+# deadline, so the timing pass keeps time to run.
+compile_warmup() {
+  local t=$(( $(left) - RESERVE )) jobs=() i=0 model cells
+  echo "== torch.compile, first compiles, $COMPILE_JOBS at once ($(left) s left)"
+  [ "$t" -gt 30 ] || { echo "- torch.compile first compiles: not run, out of time" >> "$NOTES"; return; }
+  "$PYTHON" -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' || return 0  # the timing pass says why
+  for model in $MODELS; do
+    cells=()
+    for precision in strict fast; do
+      [ -s "$WORK/$model-$precision/meganeura.json" ] && cells+=("$WORK/$model-$precision")
+    done
+    [ "${#cells[@]}" -gt 0 ] && jobs[i % COMPILE_JOBS]+=" ${cells[*]}" && i=$((i + 1))
+  done
+  for group in "${jobs[@]}"; do
+    # shellcheck disable=SC2086  # the group is a space-separated list of cell folders (no spaces inside)
+    timeout "$t" "$PYTHON" bench/torch_bench.py --mode compile --compile-only --concurrent "${#jobs[@]}" \
+      --deadline $(( DEADLINE - RESERVE )) $group &
+  done
+  wait
+}
+
+torch_pass eager
+compile_warmup
+torch_pass compile
 
 STAMP=$(date -u +%Y-%m-%d)
 REPORT="$OUT/$STAMP-h200.md"

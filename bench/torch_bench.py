@@ -2,7 +2,7 @@
 """The PyTorch side of the benchmark: the workloads of `meganeura bench`, on identical values.
 
   torch_bench.py --mode eager|compile [--repeat 20] [--warmup 3] [--device auto|cuda|cpu]
-                 [--deadline UNIX_SECONDS] CELL_DIR...
+                 [--deadline UNIX_SECONDS] [--compile-only [--concurrent N]] CELL_DIR...
 
 A cell folder is what `meganeura bench --out-dir DIR --json DIR/meganeura.json` wrote: meganeura.json
 names the model, size and precision; weights.safetensors, inputs.safetensors and
@@ -15,9 +15,13 @@ inputs_latency.safetensors hold the values. For each cell this writes
 
 Workloads as meganeura's: inference and latency (forward + loss, no grad, full and minimal input),
 training (forward + loss + backward) and step (the same plus AdamW, lr 1e-3, weight decay 1e-2, fused
-on CUDA). strict = TF32 off for matmuls and convolutions, fast = TF32 on. Times: wall clock around each
-run ended by torch.cuda.synchronize, and on CUDA the GPU span between two CUDA events, after warm-up runs. In compile mode the first
-inference and the first training call compile their graphs: their times are the compile times.
+on CUDA). strict = TF32 off for matmuls and convolutions, fast = TF32 on. Times: wall clock around
+each run ended by torch.cuda.synchronize, and on CUDA the GPU span between two CUDA events, after
+warm-up runs. In compile mode the first inference and the first training call compile their graphs:
+their times are the compile times. `--mode compile --compile-only` only compiles each cell's three
+graphs (inference, latency, training), filling the inductor cache, and writes their times to
+torch-compile-cold.json; a later timing run reports those as cold and its own first calls as warm.
+bench/run_gpu.sh runs several --compile-only processes at once to fit its time budget.
 Each model comes from its twin: a module in tests/torch with NAMES, build(name, size) and
 run(name, module, inputs) -> (output, loss) (see tests/torch/mlp_model.py).
 
@@ -44,6 +48,7 @@ from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 SCHEMA = "meganeura-bench/1"
 TWIN_MODULES = ["mlp_model", "transformer_models", "conv_models"]
+COLD_FILE = "torch-compile-cold.json"  # written by --compile-only
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)  # mn::AdamW's defaults
 
 
@@ -96,7 +101,8 @@ class Runner:
             raise RuntimeError(f"weights.safetensors lacks {len(missing)} parameters, e.g. {missing[:3]}")
         module.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
         unused = sorted(k for k in weights if k not in own)
-        unset = sorted(k for k in own if k not in weights)
+        # num_batches_tracked only counts training-mode batch-norm calls; nothing here reads it.
+        unset = sorted(k for k in own if k not in weights and not k.endswith("num_batches_tracked"))
         if unused:
             self.notes.append(f"weights not in the PyTorch model: {unused[:5]}")
         if unset:
@@ -194,9 +200,51 @@ class Runner:
         return first, wall, gpu
 
 
-def bench_cell(cell_dir, mode, args, device):
+def read_cell(cell_dir):
     with open(os.path.join(cell_dir, "meganeura.json")) as f:
-        cell = json.load(f)
+        return json.load(f)
+
+
+def compile_cell(cell_dir, args, device):
+    """--compile-only: compiles the cell's three graphs once, filling the inductor cache, and records
+    how long each first call took (its cold compile time) for the timing run to report."""
+    cell = read_cell(cell_dir)
+    report = {"schema": SCHEMA, "model": cell["model"], "precision": cell["precision"],
+              "concurrent": args.concurrent}
+    if not hasattr(torch, "compile"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch.compile")
+    if args.deadline and time.time() > args.deadline:
+        report["error"] = "skipped: past the deadline"
+        return report
+    runner = Runner(find_twin(cell["model"]), cell, cell_dir, device, True)
+    set_tf32(cell["precision"] == "fast")
+    _, first_calls = runner.results()
+    t0 = time.perf_counter()
+    runner.infer(runner.minimal)
+    runner.sync()
+    first_calls["latency"] = (time.perf_counter() - t0) * 1e3
+    report["cold_ms"] = first_calls
+    return report
+
+
+def compile_times(cell_dir, first_calls, notes):
+    """The compile section of a compile-mode report: cold from an earlier --compile-only run when there
+    is one (this run's first calls are then warm, from the inductor cache it left), else this run's."""
+    try:
+        with open(os.path.join(cell_dir, COLD_FILE)) as f:
+            earlier = json.load(f)
+        cold = earlier["cold_ms"]
+    except (OSError, ValueError, KeyError):
+        return {"inference": {"cold_ms": first_calls["inference"], "warm_ms": None},
+                "step": {"cold_ms": first_calls["training"], "warm_ms": None}}
+    notes.append(f"cold compile times from an earlier first compile ({earlier.get('concurrent', 1)} compiling "
+                 "processes at once); warm: this run's first calls, from the inductor cache it left")
+    return {"inference": {"cold_ms": cold["inference"], "warm_ms": first_calls["inference"]},
+            "step": {"cold_ms": cold["training"], "warm_ms": first_calls["training"]}}
+
+
+def bench_cell(cell_dir, mode, args, device):
+    cell = read_cell(cell_dir)
     compiled = mode == "compile" and hasattr(torch, "compile")
     report = {"schema": SCHEMA, "framework": f"pytorch-{mode}", "model": cell["model"], "size": cell["size"],
               "precision": cell["precision"], "repeat": args.repeat, "warmup": args.warmup,
@@ -218,8 +266,7 @@ def bench_cell(cell_dir, mode, args, device):
     write_safetensors(os.path.join(cell_dir, report["files"]["outputs"]), outputs)
     # Compile time: the first call of each graph (one run included, milliseconds at most). The step
     # reuses the training graph (the optimizer runs eagerly), so its compile time is the training one.
-    report["compile"] = {"inference": {"cold_ms": first_calls["inference"], "warm_ms": None},
-                         "step": {"cold_ms": first_calls["training"], "warm_ms": None}} if compiled else None
+    report["compile"] = compile_times(cell_dir, first_calls, report["notes"]) if compiled else None
     report["workloads"] = {}
     peak = 0
     for name, fn in runner.workloads().items():
@@ -245,23 +292,33 @@ def main(argv):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--deadline", type=float, default=0, help="skip cells that would start after this time")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="with --mode compile: compile each cell's graphs once and write " + COLD_FILE)
+    ap.add_argument("--concurrent", type=int, default=1, help="how many --compile-only runs share the machine")
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.warmup < 1:
         ap.error("--repeat and --warmup must be at least 1")
+    if args.compile_only and args.mode != "compile":
+        ap.error("--compile-only goes with --mode compile")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if use_cuda else "cpu")
     failures = 0
     for cell_dir in args.cells:
         try:
-            report = bench_cell(cell_dir, args.mode, args, device)
+            report = compile_cell(cell_dir, args, device) if args.compile_only else \
+                bench_cell(cell_dir, args.mode, args, device)
         except Exception as e:  # one broken cell must not lose the others
             traceback.print_exc()
             report = {"schema": SCHEMA, "framework": f"pytorch-{args.mode}", "error": f"{type(e).__name__}: {e}"}
         failures += "error" in report
-        with open(os.path.join(cell_dir, f"torch-{args.mode}.json"), "w") as f:
+        with open(os.path.join(cell_dir, COLD_FILE if args.compile_only else f"torch-{args.mode}.json"), "w") as f:
             json.dump(report, f, indent=2)
-        status = report.get("error") or ", ".join(
-            f"{k} {w['wall_ms']['median']:.3f} ms" for k, w in report["workloads"].items())
+        if "error" in report:
+            status = report["error"]
+        elif args.compile_only:
+            status = "compiled in " + ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in report["cold_ms"].items())
+        else:
+            status = ", ".join(f"{k} {w['wall_ms']['median']:.3f} ms" for k, w in report["workloads"].items())
         print(f"torch {args.mode} {os.path.basename(os.path.normpath(cell_dir))}: {status}", flush=True)
         gc.collect()
         if use_cuda:

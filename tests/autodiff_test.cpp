@@ -225,6 +225,12 @@ std::vector<Case> op_cases() {
         {"layer_norm", {{{2, 3, 5}}, {{5}}, {{5}}}, [](Graph& g, Params p) { return g.layer_norm(p[0], p[1], p[2], 1e-5); }},
         {"rope", {{{2, 3, 6}}}, [](Graph& g, Params p) { return g.rope(p[0], g.input("positions", {3}, DType::I32), 100.0); },
          {{"positions", {{3}, {0, 5, 17}}}}},
+        {"slice_scatter", {{{2, 5, 3}}, {{2, 2, 3}}},
+         [](Graph& g, Params p) { return g.slice_scatter(p[0], p[1], 1, g.input("start", {}, DType::I32)); },
+         {{"start", {{}, {2}}}}},
+        {"slice_scatter_last_axis", {{{3, 4}}, {{3, 1}}},
+         [](Graph& g, Params p) { return g.slice_scatter(p[0], p[1], -1, g.input("start", {}, DType::I32)); },
+         {{"start", {{}, {3}}}}},
         {"mlp", {{{4, 5}}, {{6, 5}}, {{6}}, {{3, 6}}, {{3}}},
          [](Graph& g, Params p) { return cross_entropy_of(g, g.linear(g.relu(g.linear(p[0], p[1], p[2])), p[3], p[4])); },
          {{"labels", labels({2, 0, 1, 2})}}},
@@ -366,7 +372,7 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
 const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
-                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad, Op::SliceScatter,
+                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad,
                                          Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad,
                                          Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 
@@ -429,10 +435,16 @@ std::vector<Case> gpu_cases() {
              h = g.rope(g.reshape(h, {2, 1, 7, 34}), g.input("positions", {7}, DType::I32), 1000.0);
              return g.layer_norm(h, p[2], p[3], 1e-5);
          }, {{"ids", {{2, 7}, {3, 0, 3, 10, 5, 3, 0, 1, 2, 3, 4, 5, 6, 10}}}, {"positions", {{7}, {0, 1, 2, 3, 40, 41, 900}}}}},
+        {"slice_scatter", {{{2, 3, 9, 5}}, {{2, 3, 2, 5}}},
+         [](Graph& g, Params p) { return g.slice_scatter(p[0], p[1], 2, g.input("start", {}, DType::I32)); },
+         {{"start", {{}, {6}}}}},
         {"conv2d_groups2_stride2_pad1", {{{2, 4, 9, 11}}, {{6, 2, 3, 3}}, {{6}}},
          [](Graph& g, Params p) { return g.conv2d(p[0], p[1], p[2], {.stride = 2, .padding = 1, .groups = 2}); }},
         {"conv2d_dilation2_wide", {{{2, 37, 7, 9}}, {{67, 37, 3, 3}}},
          [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 2, .dilation = 2}); }},
+        // few channels over many pixels: the weight gradient splits its K across workgroups
+        {"conv2d_split_k_weight_grad", {{{2, 3, 33, 31}}, {{4, 3, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 1}); }},
         {"conv1d", {{{2, 5, 17}}, {{7, 5, 3}}}, [](Graph& g, Params p) { return g.conv1d(p[0], p[1], std::nullopt, {.stride = 2}); }},
         {"max_pool2d", {{{2, 3, 9, 7}}}, [](Graph& g, Params p) { return g.max_pool2d(p[0], 3, 2, 1); }},
         {"norms_and_pools", {{{2, 6, 6, 5}}, {{6}}, {{6}}}, [](Graph& g, Params p) {

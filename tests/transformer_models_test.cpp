@@ -208,6 +208,22 @@ TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     EXPECT_THROW(models::LlamaConfig::from_json(dir.path("missing.json")), Error);
 }
 
+// A registry model already outputs its loss as "loss": compiling it for training reuses that
+// output, and a step lowers the loss of a fixed batch.
+class TransformerTrainingTest : public GpuTest {};
+
+TEST_F(TransformerTrainingTest, RegistryModelsTrainWithSessionStep) {
+    const models::ModelRequest request{.input_shapes = {{"input_ids", {1, 6}}, {"labels", {1, 6}}}};
+    models::BuiltModel m = models::find_model("smollm2").build(request);
+    Session s = compile(*m.graph, device(), {.loss = m.loss, .optimizer = AdamW{.lr = 1e-2}, .seed = 2});
+    s.set("input_ids", std::vector<int32_t>{1, 2, 3, 4, 5, 6});
+    s.set("labels", std::vector<int32_t>{2, 3, 4, 5, 6, 7});
+    const float first = s.step();
+    float last = first;
+    for (int i = 0; i < 4; ++i) last = s.step();
+    EXPECT_LT(last, first);
+}
+
 // The published SmolLM2-135M configuration builds with its published parameter count.
 TEST(TransformerModels, FullSmolLM2HasThePublishedParameterCount) {
     const models::BuiltModel m = models::find_model("smollm2").build({.size = "full"});

@@ -184,7 +184,7 @@ public:
     Tensor rope(Tensor x, Tensor positions, double theta = 10000.0);
     // x with src written at [start, start + src length) along axis; start is an i32 scalar tensor
     // (a KV-cache position known at run time). The GPU clamps start into range; the reference
-    // rejects a start out of range.
+    // rejects a start out of range. Differentiable in x and src (d src reads the rows back at start).
     Tensor slice_scatter(Tensor x, Tensor src, int64_t axis, Tensor start);
     // derivatives the VJP rules use: d embedding / d weight (summed per id, deterministic), the
     // norms' d / d x, and rope with explicit frequencies, turning the other way when `inverse`

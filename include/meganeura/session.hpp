@@ -58,6 +58,7 @@ struct SessionStats {
     uint64_t physical_bytes = 0;  // the planned arena
     uint64_t pinned_bytes = 0;    // parameters, inputs, constants, outputs
     double compile_ms = 0;
+    std::vector<std::pair<std::string, double>> pass_ms;  // compile time per pass, in order
 };
 
 class Session {

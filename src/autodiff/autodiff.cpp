@@ -36,6 +36,29 @@ using Grads = std::vector<std::optional<Tensor>>;  // one per input; empty where
 Tensor slice_vjp(Graph& g, const Node& n, Shape in_shape, Tensor gy);
 Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool>& need);
 
+Tensor arange_i32(Graph& g, int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), 0.0);
+    return g.constant(std::move(v), {n}, DType::I32);
+}
+
+// Rows [start, start + len) of x along `axis`, start an i32 scalar known only at run time: a
+// one-hot selection matrix S [len, dim], S[j, i] = (i == start + j), applied along the axis
+// (exact: every output is one input times 1 plus zeros).
+Tensor rows_at(Graph& g, Tensor x, int64_t axis, Tensor start, int64_t len) {
+    const Shape s = x.shape();
+    const auto a = static_cast<size_t>(axis);
+    const Tensor wanted = g.reshape(arange_i32(g, len) + start, {len, 1});
+    const Tensor select = g.cast(g.equal(g.reshape(arange_i32(g, s[a]), {1, s[a]}), wanted), x.dtype());
+    std::vector<int64_t> perm = {axis}, inverse(s.size());
+    for (size_t d = 0; d < s.size(); ++d) if (d != a) perm.push_back(static_cast<int64_t>(d));
+    for (size_t d = 0; d < perm.size(); ++d) inverse[static_cast<size_t>(perm[d])] = static_cast<int64_t>(d);
+    Shape moved = {len};
+    for (size_t d = 1; d < perm.size(); ++d) moved.push_back(s[static_cast<size_t>(perm[d])]);
+    const Tensor rows = g.matmul(select, g.reshape(g.permute(x, perm), {s[a], -1}));
+    return g.permute(g.reshape(rows, moved), inverse);
+}
+
 // The VJP of node `id` (a copy: the rule appends nodes) given its output gradient `gy`. Only the
 // inputs `need` marks get a gradient built: the others lead to no wanted tensor.
 Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool>& need) {
@@ -160,6 +183,12 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             return out;
         }
         case Op::Rope: return {g.rope_rotate(gy, in(1), in(2), !n.flag), std::nullopt, std::nullopt};  // R^T = R(-angle)
+        case Op::SliceScatter: {
+            const int64_t axis = n.ints[0];
+            return {only(0, [&] { return g.slice_scatter(gy, g.full(in(1).shape(), 0.0, n.dtype), axis, in(2)); }),
+                    only(1, [&] { return rows_at(g, gy, axis, in(2), in(1).shape()[static_cast<size_t>(axis)]); }),
+                    std::nullopt};
+        }
         default:
             throw Error(std::string("[grad] no VJP rule for op ") + op_info(n.op).name);
     }
@@ -226,7 +255,6 @@ bool has_vjp_rule(Op op) {
         case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:  // leaves
         case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
         case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad:
-        case Op::SliceScatter:  // a cache write in inference graphs; its VJP would need a dynamic slice
         case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
         case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
             return false;

@@ -117,20 +117,27 @@ private:
 // memory and a new device, so every shader goes through glslang and every pipeline through the
 // driver. Warm: what the next process sees, the SPIR-V and pipeline caches the cold compile left on
 // disk (a device saves its pipeline cache when it closes), again with nothing in memory.
+// Each also says where its shaders came from (glslang, the disk cache, memory), so a warm compile
+// that recompiled anything shows.
 json compile_times(const BenchOptions& o, const models::ModelRequest& r, Mode mode, json& messages) {
     FreshCacheFolder cache;
-    double times[2];
-    for (double& t : times) {
+    json result;
+    for (const char* kind : {"cold", "warm"}) {
         codegen::clear_shader_memory_cache();
+        const codegen::ShaderCacheStats before = codegen::shader_cache_stats();
         const Device device = Device::open();
         {
             const auto t0 = Clock::now();
             const models::PreparedModel p = prepare(device, o, r, mode, false);
-            t = ms_since(t0);
+            result[std::string(kind) + "_ms"] = ms_since(t0);
         }
+        const codegen::ShaderCacheStats after = codegen::shader_cache_stats();
+        result[std::string(kind) + "_shaders"] = {{"compiled", after.compiled - before.compiled},
+                                                  {"disk_hits", after.disk_hits - before.disk_hits},
+                                                  {"memory_hits", after.memory_hits - before.memory_hits}};
         collect_validation(*device.context(), messages);
     }
-    return {{"cold_ms", times[0]}, {"warm_ms", times[1]}};
+    return result;
 }
 
 void load_and_feed(models::PreparedModel& p, const std::string& weights, const io::TensorMap& inputs) {
@@ -309,16 +316,21 @@ std::string summarize(const json& r) {
         s += line;
     }
     s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical\n";
-    for (const auto& [name, w] : r["workloads"].items()) {
+    for (const Workload& wl : kWorkloads) {
+        const std::string name = wl.name;
+        const json& w = r["workloads"][name];
         const json& wall = w["wall_ms"];
-        const std::string gpu = w["gpu_ms"].is_null() ? "-" : std::to_string(w["gpu_ms"]["median"].get<double>());
+        char gpu[32] = "-";
+        if (!w["gpu_ms"].is_null()) std::snprintf(gpu, sizeof gpu, "%.3f", w["gpu_ms"]["median"].get<double>());
         std::snprintf(line, sizeof line, "%-10s %10.3f (%.3f, %.3f) %15s %12zu %8zu   %s / %s\n", name.c_str(),
-                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu.c_str(),
+                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu,
                       w["dispatches"].get<size_t>(), w["barriers"].get<size_t>(),
                       mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str());
         s += line;
     }
-    for (const auto& [name, w] : r["workloads"].items()) {
+    for (const Workload& wl : kWorkloads) {
+        const std::string name = wl.name;
+        const json& w = r["workloads"][name];
         if (!w.contains("top_kernels")) continue;
         s += "top kernels (" + name + "):";
         for (const auto& k : w["top_kernels"]) {

@@ -99,7 +99,12 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
 };
-KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning);
+// The weight gradient splits its long K over `splits` workgroups per tile when its tiles alone
+// would not fill the device; conv2d_weight_splits picks the count (1: no split). With splits > 1
+// the kernel writes [splits, weight] f32 partials and conv2d_split_sum_kernel adds them up.
+int64_t conv2d_weight_splits(const ConvSpec& spec, const MatmulTuning& tuning);
+KernelSource conv2d_kernel(const ConvSpec& spec, const MatmulTuning& tuning, int64_t splits = 1);
+KernelSource conv2d_split_sum_kernel(DType dtype, int64_t count, int64_t splits, const Launch& launch);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
 struct PoolSpec {

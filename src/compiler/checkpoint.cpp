@@ -33,7 +33,8 @@ void Session::save(const std::string& path) const {
 
 void Session::load(const std::string& path) {
     const io::TensorMap file = io::read_safetensors(path);
-    std::vector<std::pair<int32_t, std::vector<uint8_t>>> writes;
+    std::vector<int32_t> values;
+    std::vector<const io::TensorData*> sources;
     for (const auto& [name, v] : impl_->names) {
         if (v < 0 || !persistent(impl_->value(v))) continue;
         const sched::Value& val = impl_->value(v);
@@ -47,17 +48,9 @@ void Session::load(const std::string& path) {
             throw Error(path + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) + ", expected " +
                         shape_str(val.shape));
         }
-        const std::vector<float> values = it->second.to_f32(path + ": tensor '" + name + "'");
-        std::vector<uint8_t> bytes(val.bytes());
-        if (val.dtype == DType::F32) {
-            std::memcpy(bytes.data(), values.data(), bytes.size());
-        } else {
-            for (size_t i = 0; i < values.size(); ++i) {
-                const uint16_t h = float_to_half(values[i]);
-                std::memcpy(bytes.data() + 2 * i, &h, 2);
-            }
-        }
-        writes.emplace_back(v, std::move(bytes));
+        it->second.check_f32(path + ": tensor '" + name + "'");  // before any write
+        values.push_back(v);
+        sources.push_back(&it->second);
     }
     int64_t step = impl_->steps_taken;  // a file without a step count leaves it as it is
     const auto meta = io::read_safetensors_metadata(path);
@@ -68,7 +61,17 @@ void Session::load(const std::string& path) {
             throw Error(path + ": metadata '" + kStepKey + "' is not a number: '" + it->second + "'");
         }
     }
-    for (const auto& [v, bytes] : writes) impl_->write_now(v, bytes.data());
+    impl_->write_many(values, [&](size_t i, uint8_t* dst) {
+        const std::vector<float> f = sources[i]->to_f32();
+        if (impl_->value(values[i]).dtype == DType::F32) {
+            std::memcpy(dst, f.data(), f.size() * 4);
+        } else {
+            for (size_t k = 0; k < f.size(); ++k) {
+                const uint16_t h = float_to_half(f[k]);
+                std::memcpy(dst + 2 * k, &h, 2);
+            }
+        }
+    });
     impl_->steps_taken = step;
 }
 

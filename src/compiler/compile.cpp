@@ -14,6 +14,7 @@
 #include "codegen/shader_compiler.hpp"
 #include "common/half.hpp"
 #include "compiler/hazards.hpp"
+#include "compiler/initial_values.hpp"
 #include "compiler/session_impl.hpp"
 #include "memory/planner.hpp"
 #include "runtime/runtime.hpp"
@@ -30,43 +31,6 @@ int debug_level() {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// Host bytes of a value filled from doubles in its dtype.
-std::vector<uint8_t> encode(const std::vector<double>& values, int64_t count, DType dtype) {
-    std::vector<uint8_t> out(static_cast<size_t>(count) * dtype_size(dtype));
-    for (int64_t i = 0; i < count; ++i) {
-        const double v = values.size() == 1 ? values[0] : values[static_cast<size_t>(i)];
-        uint8_t* at = out.data() + static_cast<size_t>(i) * dtype_size(dtype);
-        if (dtype == DType::F32) { const float f = static_cast<float>(v); std::memcpy(at, &f, 4); }
-        if (dtype == DType::F16) { const uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(at, &h, 2); }
-        if (dtype == DType::I32) { const int32_t n = static_cast<int32_t>(v); std::memcpy(at, &n, 4); }
-    }
-    return out;
-}
-
-std::vector<double> initial_values(const Node& n, uint64_t seed) {
-    const auto count = static_cast<size_t>(numel(n.shape));
-    switch (n.init.kind) {
-        case Init::Zeros: return {0.0};
-        case Init::Ones: return {1.0};
-        default: break;
-    }
-    // Seeded per parameter name, so values do not depend on declaration order.
-    std::mt19937_64 rng(seed ^ std::hash<std::string>{}(n.name));
-    std::vector<double> v(count);
-    if (n.init.kind == Init::Uniform) {
-        std::uniform_real_distribution<double> d(n.init.a, n.init.b);
-        for (auto& x : v) x = d(rng);
-    } else {
-        std::normal_distribution<double> d(n.init.a, n.init.b);
-        for (auto& x : v) x = d(rng);
-    }
-    return v;
-}
-
-}  // namespace
-
-namespace {
-
 Session compile_graph(const Graph& graph, const Device& device, const CompileOptions& options,
                       std::chrono::steady_clock::time_point t0) {
     auto impl = std::make_unique<Session::Impl>();
@@ -74,6 +38,15 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     impl->training = options.loss.has_value();
     impl->ctx = device.context();
     const rt::DeviceCaps& caps = impl->ctx->caps();
+
+    // Wall time per pass, in SessionStats::pass_ms (autodiff and optimizer appending count as "build").
+    auto mark_time = t0;
+    auto mark = [&](const char* pass) {
+        const auto now = std::chrono::steady_clock::now();
+        impl->stats.pass_ms.emplace_back(pass, std::chrono::duration<double, std::milli>(now - mark_time).count());
+        mark_time = now;
+    };
+    mark("build");
 
     // ---- pass: lower ----
     std::vector<int32_t> roots;
@@ -85,8 +58,11 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     impl->schedule = sched::lower(graph, roots, sched::tune_for(caps, options.precision));
     sched::Schedule& s = impl->schedule;
 
+    mark("lower");
+
     // ---- pass: order by level (independent steps share a barrier) ----
     sched::order_by_level(s);
+    mark("order");
     const size_t nv = s.values.size();
 
     // Leaves no output depends on stay known by name (-1) so that setting them is harmless.
@@ -125,6 +101,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     }
     const memory::Plan plan = memory::plan_arena(requests, align, options.plan_memory);
 
+    mark("plan");
+
     // ---- pass: compile shaders (each distinct source once, in parallel) ----
     std::vector<std::string> sources;
     std::unordered_map<std::string, size_t> source_index;
@@ -134,6 +112,8 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     codegen::ShaderOptions shader_options;
     shader_options.vulkan_minor = caps.api_version >= VK_API_VERSION_1_3 ? 3 : 2;
     const auto spirv = codegen::compile_glsl_parallel(sources, shader_options);
+
+    mark("shaders");
 
     // ---- pass: allocate and initialize ----
     const uint64_t max_range = caps.max_storage_buffer_range;
@@ -170,15 +150,23 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     impl->upload = rt::Buffer(impl->ctx, std::max<uint64_t>(upload_bytes, 4), rt::MemoryKind::Upload);
     impl->readback = rt::Buffer(impl->ctx, std::max<uint64_t>(readback_bytes, 4), rt::MemoryKind::Readback);
     std::memset(impl->upload.mapped(), 0, impl->upload.size());
+    std::vector<int32_t> initialized;
     for (size_t v = 0; v < nv; ++v) {
         const sched::Value& val = s.values[v];
         if (val.node < 0 || val.view_of >= 0) continue;
-        const Node& n = graph.node(val.node);
-        if (n.op == Op::Constant) impl->write_now(static_cast<int32_t>(v), encode(n.data, numel(n.shape), n.dtype).data());
-        if (n.op == Op::Parameter || n.op == Op::State) {
-            impl->write_now(static_cast<int32_t>(v), encode(initial_values(n, options.seed), numel(n.shape), n.dtype).data());
-        }
+        const Op op = graph.node(val.node).op;
+        if (op == Op::Constant || op == Op::Parameter || op == Op::State) initialized.push_back(static_cast<int32_t>(v));
     }
+    impl->write_many(initialized, [&](size_t i, uint8_t* dst) {
+        const Node& n = graph.node(s.values[static_cast<size_t>(initialized[i])].node);
+        if (n.op == Op::Constant) {
+            compiler::write_constant(n, dst);
+        } else {
+            compiler::write_initial_values(n, options.seed, dst);
+        }
+    });
+
+    mark("initialize");
 
     // ---- pass: record ----
     impl->program = std::make_unique<rt::Program>(impl->ctx);
@@ -232,6 +220,7 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     prog.finish(options.profile && caps.timestamps);
     impl->profiled = options.profile && caps.timestamps;
 
+    mark("record");
     SessionStats& st = impl->stats;
     st.dispatches = prog.dispatch_count();
     st.barriers = prog.barrier_count();
@@ -245,6 +234,7 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
                      "logical bytes, pinned %llu; compiled in %.1f ms\n", nv, st.dispatches, st.barriers, st.pipelines,
                      static_cast<unsigned long long>(st.physical_bytes), static_cast<unsigned long long>(st.logical_bytes),
                      static_cast<unsigned long long>(pinned_bytes), st.compile_ms);
+        for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
         for (const auto& step : s.steps) {
             std::fprintf(stderr, "  %-20s groups %ux%ux%u\n", step.kernel.label.c_str(), step.kernel.groups[0],
                          step.kernel.groups[1], step.kernel.groups[2]);

@@ -1,5 +1,7 @@
 // Session: set inputs and parameters, run the recorded program, read results back.
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "common/half.hpp"
 #include "compiler/session_impl.hpp"
@@ -43,6 +45,44 @@ void Session::Impl::write_now(int32_t v, const void* bytes) {
     p.copy({&staging, 0, dst.size}, dst);
     p.finish();
     p.run();
+}
+
+void Session::Impl::write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill) {
+    // Staging in chunks of at most 256 MiB (a value larger than that gets a chunk of its own).
+    constexpr uint64_t kChunk = 256ull << 20;
+    size_t begin = 0;
+    while (begin < values.size()) {
+        size_t end = begin;
+        uint64_t bytes = 0;
+        std::vector<uint64_t> at;
+        while (end < values.size() && (end == begin || bytes + range(values[end]).size <= kChunk)) {
+            at.push_back(bytes);
+            bytes += (range(values[end]).size + 15) / 16 * 16;
+            ++end;
+        }
+        rt::Buffer staging(ctx, bytes, rt::MemoryKind::Upload);
+        auto* base = static_cast<uint8_t*>(staging.mapped());
+        std::atomic<size_t> next{begin};
+        auto worker = [&] {
+            for (size_t i; (i = next++) < end;) {
+                const rt::BufferRange dst = range(values[i]);
+                std::memset(base + at[i - begin], 0, dst.size);
+                fill(i, base + at[i - begin]);
+            }
+        };
+        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), end - begin) - 1);
+        for (auto& t : threads) t = std::thread(worker);
+        worker();
+        for (auto& t : threads) t.join();
+        rt::Program p(ctx);
+        for (size_t i = begin; i < end; ++i) {
+            const rt::BufferRange dst = range(values[i]);
+            p.copy({&staging, at[i - begin], dst.size}, dst);
+        }
+        p.finish();
+        p.run();
+        begin = end;
+    }
 }
 
 std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {

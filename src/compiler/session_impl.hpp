@@ -1,6 +1,7 @@
 #pragma once
 // The compiled program behind a Session: the schedule, where each value lives, the staging
 // buffers and the recorded command sequence.
+#include <functional>
 #include <map>
 #include <string>
 
@@ -31,6 +32,9 @@ struct Session::Impl {
     int32_t lookup(std::string_view name) const;  // throws listing the known names; -1: dead leaf
     int32_t live(std::string_view name) const;    // lookup, and throws for a dead leaf
     void write_now(int32_t v, const void* bytes);  // one-shot upload to a value's device bytes
+    // Uploads many values at once: `fill(i, dst)` writes values[i]'s bytes into staging memory (called
+    // from several threads, each index once); the copies go in a few large submits.
+    void write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill);
     std::vector<uint8_t> read_now(int32_t v) const;
     std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
 };

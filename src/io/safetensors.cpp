@@ -233,17 +233,21 @@ TensorData TensorData::from_i32(std::vector<int64_t> shape, const std::vector<in
     return from_values("I32", std::move(shape), values);
 }
 
-std::vector<float> TensorData::to_f32(const std::string& what) const {
+void TensorData::check_f32(const std::string& what) const {
     check_consistent(*this, what);
+    if (dtype != "F32" && dtype != "F16" && dtype != "BF16")
+        throw Error(what + ": dtype " + dtype + " cannot be read as float32 (expected F32, F16 or BF16)");
+}
+
+std::vector<float> TensorData::to_f32(const std::string& what) const {
+    check_f32(what);
     if (dtype == "F32") return elements<float>(*this);
     std::vector<float> values;
     if (dtype == "F16")
         for (uint16_t half : elements<uint16_t>(*this)) values.push_back(half_to_float(half));
-    else if (dtype == "BF16")
+    else
         for (uint16_t bf16 : elements<uint16_t>(*this))
             values.push_back(std::bit_cast<float>(uint32_t(bf16) << 16));
-    else
-        throw Error(what + ": dtype " + dtype + " cannot be read as float32 (expected F32, F16 or BF16)");
     return values;
 }
 

@@ -21,6 +21,7 @@ struct TensorData {
     // Converting reads; throw mn::Error naming `what` when the dtype cannot convert
     // (to_f32 accepts F32/F16/BF16; to_i32 accepts I32/I64 with range check).
     std::vector<float> to_f32(const std::string& what = "tensor") const;
+    void check_f32(const std::string& what = "tensor") const;  // throws what to_f32 would
     std::vector<int32_t> to_i32(const std::string& what = "tensor") const;
 };
 

@@ -366,7 +366,14 @@ private:
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
-        emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
+        const int64_t splits = codegen::conv2d_weight_splits(spec, t_.matmul);
+        if (splits == 1) {
+            emit(codegen::conv2d_kernel(spec, t_.matmul), {a, b, out});
+            return;
+        }
+        const int32_t partials = new_value({splits, numel(n.shape)}, DType::F32);
+        emit(codegen::conv2d_kernel(spec, t_.matmul, splits), {a, b, partials});
+        emit(codegen::conv2d_split_sum_kernel(n.dtype, numel(n.shape), splits, t_.pointwise), {partials, out});
     }
 
     // The attention ops come in families that one kernel computes together: Attention with its

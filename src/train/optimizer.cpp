@@ -36,9 +36,14 @@ void clip(Graph& g, std::vector<Tensor>& grads, double max_norm) {
     for (Tensor& gr : grads) gr = gr * coef;
 }
 
+// The per-parameter update rules. Scalars shared by every parameter (step size, bias
+// corrections, the decay factor) are built once, so each parameter's update is a few fused kernels.
 struct Updater {
     Graph& g;
-    Tensor lr, bc1, bc2;
+    Tensor lr;
+    Tensor step_size;    // lr / bias_correction1
+    Tensor sqrt_bc2;     // sqrt(bias_correction2)
+    std::optional<Tensor> decay;  // AdamW: 1 - lr * weight_decay
 
     void operator()(const SGD& o, Tensor p, Tensor grad, const std::string& name) const {
         if (o.weight_decay != 0) grad = grad + p * o.weight_decay;
@@ -55,16 +60,15 @@ struct Updater {
         Tensor m_new = g.assign(m, m * beta1 + grad * (1 - beta1));
         Tensor v_new = g.assign(v, v * beta2 + grad * grad * (1 - beta2));
         // torch's order: denom = sqrt(v) / sqrt(bc2) + eps; p -= (lr / bc1) * m / denom
-        Tensor denom = g.sqrt(v_new) / g.sqrt(bc2) + eps;
-        g.assign(p, base - (lr / bc1) * m_new / denom);
+        Tensor denom = g.sqrt(v_new) / sqrt_bc2 + eps;
+        g.assign(p, base - step_size * m_new / denom);
     }
     void operator()(const Adam& o, Tensor p, Tensor grad, const std::string& name) const {
         if (o.weight_decay != 0) grad = grad + p * o.weight_decay;
         adam(o.beta1, o.beta2, o.eps, p, p, grad, name);
     }
     void operator()(const AdamW& o, Tensor p, Tensor grad, const std::string& name) const {
-        Tensor decayed = o.weight_decay != 0 ? p * (g.scalar(1.0) - lr * o.weight_decay) : p;
-        adam(o.beta1, o.beta2, o.eps, p, decayed, grad, name);
+        adam(o.beta1, o.beta2, o.eps, p, decay ? p * *decay : p, grad, name);
     }
 };
 
@@ -87,7 +91,11 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
         g.output(kLossOutput, loss);
     std::vector<Tensor> grads = grad(loss, params);
     if (options.clip_grad_norm > 0) clip(g, grads, options.clip_grad_norm);
-    const Updater up{g, g.input(kLearningRate, {}), g.input(kBiasCorrection1, {}), g.input(kBiasCorrection2, {})};
+    const Tensor lr = g.input(kLearningRate, {});
+    Updater up{g, lr, lr / g.input(kBiasCorrection1, {}), g.sqrt(g.input(kBiasCorrection2, {}))};
+    if (const auto* w = std::get_if<AdamW>(&options.optimizer); w && w->weight_decay != 0) {
+        up.decay = g.scalar(1.0) - lr * w->weight_decay;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
         std::visit([&](const auto& o) { up(o, params[i], grads[i], names[i]); }, options.optimizer);
     }
