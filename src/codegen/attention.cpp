@@ -82,6 +82,26 @@ uvec2 query_range(uint j0, uint j1) {
 // per multiply-add; unrolling the whole dot product instead made its compiles take a minute.
 #define HEAD_DIM(d) \
     for (uint d##_0 = 0u; d##_0 < D; d##_0 += HC) [[unroll]] for (uint d##_u = 0u, d = d##_0; d##_u < HC; ++d##_u, ++d)
+
+// The block of query rows this workgroup owns: its head, first row r0, this thread's row r (live
+// when inside), the row's position among the keys and the key range the block can see.
+#define QUERY_BLOCK \
+    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR; \
+    uint blocks = (ROWS + BR - 1u) / BR; \
+    uint g = mn_group_id(); \
+    if (g >= HEADS * blocks) return; \
+    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row; \
+    bool live = r < ROWS; \
+    int position = query_start() + int(r % TQ); \
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+// Stages the key and value rows j0..j0+BT of `head` into Ks and Vs (zeros past TK).
+#define STAGE_KV(j0) \
+    for (uint e = lid; e < BT * D; e += WG) { \
+        uint jj = e / D, at = (head * TK + j0) * D + e; \
+        bool in_range = j0 + jj < TK; \
+        Ks[jj * DS + e % D] = in_range ? float(k.d[at]) : 0.0; \
+        Vs[jj * DS + e % D] = in_range ? float(v.d[at]) : 0.0; \
+    }
 )";
 
 const char* const kForward = R"(
@@ -91,14 +111,7 @@ shared float Vs[BT * DS];
 shared float Ss[BR * SS];
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    QUERY_BLOCK
 
     uint qbase = (head * ROWS + r0) * D;
     for (uint e = lid; e < BR * D; e += WG) {
@@ -110,13 +123,7 @@ void main() {
     float m = NEG_INF, l = 0.0;
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         barrier();  // the previous tile is consumed (and Qs staged, on the first pass)
-        uint kbase = (head * TK + j0) * D;
-        for (uint e = lid; e < BT * D; e += WG) {
-            uint jj = e / D;
-            bool in_range = j0 + jj < TK;
-            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
-            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
-        }
+        STAGE_KV(j0)
         barrier();
         for (uint jj = lane; jj < BT; jj += TPR) {
             uint j = j0 + jj;
@@ -164,14 +171,7 @@ shared float Vs[BT * DS];
 shared float Ss[BR * SS];
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    QUERY_BLOCK
     float row_lse = live ? lse.d[head * ROWS + r] : 0.0;
     float row_delta = live ? delta.d[head * ROWS + r] : 0.0;
 
@@ -186,13 +186,7 @@ void main() {
     [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         barrier();
-        uint kbase = (head * TK + j0) * D;
-        for (uint e = lid; e < BT * D; e += WG) {
-            uint jj = e / D;
-            bool in_range = j0 + jj < TK;
-            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
-            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
-        }
+        STAGE_KV(j0)
         barrier();
         for (uint jj = lane; jj < BT; jj += TPR) {
             uint j = j0 + jj;
