@@ -87,6 +87,10 @@ def load_tensors(path, device):
     return {k: torch.from_numpy(v).to(device) for k, v in read_safetensors(path).items()}
 
 
+# Seconds of warm-up before timing (see `meganeura bench`, which uses the same).
+WARMUP_SECONDS = 0.3
+
+
 class Runner:
     """One cell's model on one device, with its four workloads as closures."""
 
@@ -181,9 +185,12 @@ class Runner:
         fn()
         self.sync()
         first = (time.perf_counter() - t0) * 1e3
-        for _ in range(max(0, warmup - 1)):
+        # At least `warmup` runs and WARMUP_SECONDS of work: an idle GPU runs at a low clock for a while.
+        warm_start, runs = time.perf_counter(), 1
+        while runs < warmup or time.perf_counter() - warm_start < WARMUP_SECONDS:
             fn()
-        self.sync()
+            self.sync()
+            runs += 1
         wall, gpu = [], []
         for _ in range(repeat):
             t0 = time.perf_counter()

@@ -442,6 +442,9 @@ std::vector<Case> gpu_cases() {
          [](Graph& g, Params p) { return g.conv2d(p[0], p[1], p[2], {.stride = 2, .padding = 1, .groups = 2}); }},
         {"conv2d_dilation2_wide", {{{2, 37, 7, 9}}, {{67, 37, 3, 3}}},
          [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 2, .dilation = 2}); }},
+        // few channels over many pixels: the weight gradient splits its K across workgroups
+        {"conv2d_split_k_weight_grad", {{{2, 3, 33, 31}}, {{4, 3, 3, 3}}},
+         [](Graph& g, Params p) { return g.conv2d(p[0], p[1], std::nullopt, {.padding = 1}); }},
         {"conv1d", {{{2, 5, 17}}, {{7, 5, 3}}}, [](Graph& g, Params p) { return g.conv1d(p[0], p[1], std::nullopt, {.stride = 2}); }},
         {"max_pool2d", {{{2, 3, 9, 7}}}, [](Graph& g, Params p) { return g.max_pool2d(p[0], 3, 2, 1); }},
         {"norms_and_pools", {{{2, 6, 6, 5}}, {{6}}, {{6}}}, [](Graph& g, Params p) {

@@ -53,7 +53,7 @@ void expect_common_schema(const json& r, const std::string& framework, int runs)
 }
 
 TEST(Bench, MlpEndToEndWithGates) {
-    if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+    MN_REQUIRE_TORCH();
     const TempDir dir("bench-test");
     const std::string cell = dir.path("mlp-strict");
     const int runs = 2;

@@ -1,8 +1,7 @@
 // `meganeura forward` end to end on the registry's "mlp": outputs, loss and every parameter's
 // gradient, read back from the file the command writes, against the float64 reference.
-#include <cstdio>
-
 #include "gpu_check.hpp"
+#include "host_tools.hpp"
 #include "io/safetensors.hpp"
 #include "meganeura/autodiff.hpp"
 #include "models/runner.hpp"
@@ -17,11 +16,9 @@ struct CliResult {
 };
 
 CliResult run_cli(const std::string& args) {
-    FILE* pipe = popen((std::string(MEGANEURA_BINARY) + " " + args + " 2>&1").c_str(), "r");
-    std::string text;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) text.append(buf, n);
-    return {pclose(pipe), text};
+    int status = 0;
+    std::string output = run_command(std::string(MEGANEURA_BINARY) + " " + args, &status);
+    return {status, std::move(output)};
 }
 
 ref::Value to_ref(const io::TensorData& t) {

@@ -1,22 +1,37 @@
 #pragma once
-// What tests that call outside programs share: the reference Python, and a shell command's exit status.
+// What tests that call outside programs share: the reference Python, and running a shell command.
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 namespace mn::test {
 
-// /usr/bin/python3 with torch and numpy: the reference scripts' interpreter.
+// /usr/bin/python3 with torch, torchvision and numpy: the reference scripts' interpreter. The test
+// command installs them (scripts/setup.sh), so a test that needs them fails without them.
 inline bool torch_available() {
-    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0;
+    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, torchvision, numpy' > /dev/null 2>&1") == 0;
     return ok;
 }
+#define MN_REQUIRE_TORCH() \
+    ASSERT_TRUE(::mn::test::torch_available()) << "/usr/bin/python3 cannot import torch, torchvision and numpy: run scripts/setup.sh"
 
 // Runs `command` through the shell; its exit status, or -1 when it did not exit normally.
 inline int exit_status(const std::string& command) {
     const int status = std::system(command.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs `command` through the shell and returns its stdout and stderr; `status` gets the exit status.
+inline std::string run_command(const std::string& command, int* status) {
+    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+    std::string text;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) text.append(buf, n);
+    const int raw = pclose(pipe);
+    *status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    return text;
 }
 
 }  // namespace mn::test

@@ -157,7 +157,7 @@ std::string torch_args(const CompileOptions& o) {
 // loss = sum(p * G), so d loss / d p = G exactly: three steps with three different G's must land
 // where torch.optim lands from the same initial p (float32 on both sides).
 TEST_F(TrainTest, OptimizerStepsMatchTorch) {
-    if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+    MN_REQUIRE_TORCH();
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/optim_steps.py";
     const Shape shape = {7, 33};
     const LrSchedule cosine{.decay = LrSchedule::Decay::Cosine, .warmup_steps = 2, .total_steps = 5};

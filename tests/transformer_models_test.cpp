@@ -9,6 +9,8 @@
 #include <cstdio>
 
 #include "gpu_check.hpp"
+#include "host_tools.hpp"
+#include "model_gates.hpp"
 #include "io/safetensors.hpp"
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
@@ -17,32 +19,12 @@
 namespace mn::test {
 namespace {
 
-bool torch_available() {
-    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0;
-    return ok;
-}
-
-std::string run_command(const std::string& cmd, int* status) {
-    FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-    std::string text;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) text.append(buf, n);
-    *status = pclose(pipe);
-    return text;
-}
-
-double norm(const std::vector<float>& v) {
-    double s = 0;
-    for (float x : v) s += static_cast<double>(x) * x;
-    return std::sqrt(s);
-}
-
 std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 class TransformerVsTorch : public GpuTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) {
-    if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+    MN_REQUIRE_TORCH();
     const std::string name = GetParam();
     TempDir dir("tf-" + name);
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/transformer_reference.py";
@@ -57,40 +39,7 @@ TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) {
     const io::TensorMap want = io::read_safetensors(dir.path("expected.safetensors"));
     const io::TensorMap got = io::read_safetensors(dir.path("got.safetensors"));
 
-    const std::string output = name == "smollm2" ? "logits" : "output";
-    ASSERT_TRUE(got.count(output) && want.count(output)) << output;
-    ASSERT_EQ(got.at(output).shape, want.at(output).shape);
-    const double forward = relative_l2(got.at(output).to_f32(), widen(want.at(output).to_f32()));
-    EXPECT_LE(forward, 1e-4) << name << " forward";
-    const double loss_want = want.at("loss").to_f32()[0], loss_got = got.at("loss").to_f32()[0];
-    EXPECT_LE(std::fabs(loss_got - loss_want) / std::fabs(loss_want), 1e-5) << name << " loss " << loss_got << " vs " << loss_want;
-
-    double total_got = 0, total_want = 0, worst_norm = 0, worst_l2 = 0;
-    std::string worst_norm_name, worst_l2_name;
-    size_t grads = 0;
-    for (const auto& [key, w] : want) {
-        if (key.rfind("grad.", 0) != 0) continue;
-        ++grads;
-        ASSERT_TRUE(got.count(key)) << "meganeura wrote no " << key;
-        ASSERT_EQ(got.at(key).shape, w.shape) << key;
-        const std::vector<float> g = got.at(key).to_f32(), r = w.to_f32();
-        const double ng = norm(g), nr = norm(r);
-        ASSERT_GT(nr, 0) << key << " is zero in PyTorch: the test would not see a wrong gradient";
-        total_got += ng * ng;
-        total_want += nr * nr;
-        const double norm_err = std::fabs(ng - nr) / nr, l2 = relative_l2(g, widen(r));
-        if (!(norm_err <= worst_norm)) worst_norm = norm_err, worst_norm_name = key;
-        if (!(l2 <= worst_l2)) worst_l2 = l2, worst_l2_name = key;
-    }
-    EXPECT_EQ(grads + 2, got.size()) << "meganeura wrote gradients PyTorch has no parameter for";
-    const double total_err = std::fabs(std::sqrt(total_got) - std::sqrt(total_want)) / std::sqrt(total_want);
-    EXPECT_LE(total_err, 1e-3) << name << " total gradient norm";
-    EXPECT_LE(worst_norm, 1e-3) << name << " worst gradient-norm error: " << worst_norm_name;
-    EXPECT_LE(worst_l2, 1e-3) << name << " worst gradient relative L2: " << worst_l2_name;
-    std::printf("%s vs torch: forward rel L2 %.2e, loss rel %.2e, total grad-norm err %.2e, worst param grad-norm err "
-                "%.2e (%s), worst param grad rel L2 %.2e (%s)\n",
-                name.c_str(), forward, std::fabs(loss_got - loss_want) / std::fabs(loss_want), total_err, worst_norm,
-                worst_norm_name.c_str(), worst_l2, worst_l2_name.c_str());
+    expect_passes_gates(got, want, name, name == "smollm2" ? "logits" : "output");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TransformerVsTorch, ::testing::Values("smollm2", "smolvla", "whisper"),

@@ -80,6 +80,14 @@ void run_once(Session& s, Mode mode) {
     }
 }
 
+// At least o.warmup runs and kWarmupSeconds of them: an idle GPU runs at a low clock for a while (an
+// H200 measured up to 4x slower on small kernels after three warm-up runs).
+constexpr double kWarmupSeconds = 0.3;
+void warm_up(Session& s, Mode mode, const BenchOptions& o) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.warmup || ms_since(t0) < kWarmupSeconds * 1e3; ++i) run_once(s, mode);
+}
+
 // Validation-layer messages of a context about to close, kept for the report.
 void collect_validation(rt::Context& ctx, json& messages) {
     for (std::string& m : ctx.take_validation_messages()) messages.push_back(std::move(m));
@@ -149,7 +157,7 @@ void load_and_feed(models::PreparedModel& p, const std::string& weights, const i
 // (summed medians, dispatch count) and the single dispatches (index in dispatch order, as
 // MEGANEURA_DEBUG=1 lists them).
 json gpu_times(Session& s, Mode mode, const BenchOptions& o) {
-    for (int i = 0; i < o.warmup; ++i) run_once(s, mode);
+    warm_up(s, mode, o);
     std::vector<double> totals;
     std::vector<std::string> labels;
     std::vector<std::vector<double>> per_dispatch;  // [dispatch][run]
@@ -202,7 +210,7 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
         ctx.reset_peak_memory();
         models::PreparedModel p = prepare(device, o, r, w.mode, false);
         load_and_feed(p, weights, inputs);
-        for (int i = 0; i < o.warmup; ++i) run_once(p.session, w.mode);
+        warm_up(p.session, w.mode, o);
         std::vector<double> wall;
         for (int i = 0; i < o.repeat; ++i) {
             const auto t0 = Clock::now();

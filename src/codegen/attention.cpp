@@ -19,9 +19,10 @@
 // Causal masks let a block skip whole tiles: only keys [begin, end) that some row of the block
 // can see are staged (key_range), and only query rows that can see some key of the block are
 // visited (query_range). Shapes, the mask and the scale are specialization constants; the tile
-// sizes are #defines because they fix the workgroup size and the shared arrays.
+// sizes are #defines because they fix the workgroup size and the shared arrays, and so is the
+// head-dim chunk HC of the dot products (see HEAD_DIM).
+#include <algorithm>
 #include <bit>
-#include <cstring>
 
 #include "codegen/families.hpp"
 
@@ -30,6 +31,7 @@ namespace mn::codegen {
 namespace {
 
 const char* const kCommon = R"(
+#extension GL_EXT_control_flow_attributes : require
 const uint ROWS = G * TQ;       // rows per kv head
 const uint DS = D + 1u;         // padded shared row stride: rows read across threads hit distinct banks
 const uint DPT = (D + TPR - 1u) / TPR;  // columns per thread
@@ -72,6 +74,34 @@ uvec2 query_range(uint j0, uint j1) {
     int end = WINDOW == 0u ? int(TQ) : int(j1) + int(WINDOW) - s;
     return uvec2(uint(clamp(begin, 0, int(TQ))), uint(clamp(end, 0, int(TQ))));
 }
+
+// Loops over a thread's columns and over a score row are unrolled (so the accumulators stay in
+// registers), dot products over the head dim in unrolled chunks of HC (a divisor of D). Lavapipe
+// needs the latter: its JIT silently ends a shader invocation's loops once they have run 65535
+// iterations in all (gallivm's loop limiter), which a long key sweep reached with one iteration
+// per multiply-add; unrolling the whole dot product instead made its compiles take a minute.
+#define HEAD_DIM(d) \
+    for (uint d##_0 = 0u; d##_0 < D; d##_0 += HC) [[unroll]] for (uint d##_u = 0u, d = d##_0; d##_u < HC; ++d##_u, ++d)
+
+// The block of query rows this workgroup owns: its head, first row r0, this thread's row r (live
+// when inside), the row's position among the keys and the key range the block can see.
+#define QUERY_BLOCK \
+    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR; \
+    uint blocks = (ROWS + BR - 1u) / BR; \
+    uint g = mn_group_id(); \
+    if (g >= HEADS * blocks) return; \
+    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row; \
+    bool live = r < ROWS; \
+    int position = query_start() + int(r % TQ); \
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+// Stages the key and value rows j0..j0+BT of `head` into Ks and Vs (zeros past TK).
+#define STAGE_KV(j0) \
+    for (uint e = lid; e < BT * D; e += WG) { \
+        uint jj = e / D, at = (head * TK + j0) * D + e; \
+        bool in_range = j0 + jj < TK; \
+        Ks[jj * DS + e % D] = in_range ? float(k.d[at]) : 0.0; \
+        Vs[jj * DS + e % D] = in_range ? float(v.d[at]) : 0.0; \
+    }
 )";
 
 const char* const kForward = R"(
@@ -81,14 +111,7 @@ shared float Vs[BT * DS];
 shared float Ss[BR * SS];
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    QUERY_BLOCK
 
     uint qbase = (head * ROWS + r0) * D;
     for (uint e = lid; e < BR * D; e += WG) {
@@ -96,39 +119,33 @@ void main() {
         Qs[i * DS + e % D] = r0 + i < ROWS ? float(q.d[qbase + e]) * scale() : 0.0;
     }
     float acc[DPT];
-    for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
     float m = NEG_INF, l = 0.0;
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         barrier();  // the previous tile is consumed (and Qs staged, on the first pass)
-        uint kbase = (head * TK + j0) * D;
-        for (uint e = lid; e < BT * D; e += WG) {
-            uint jj = e / D;
-            bool in_range = j0 + jj < TK;
-            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
-            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
-        }
+        STAGE_KV(j0)
         barrier();
         for (uint jj = lane; jj < BT; jj += TPR) {
             uint j = j0 + jj;
             float s = NEG_INF;
             if (live && j < keys.y && sees(position, j)) {
                 s = 0.0;
-                for (uint d = 0u; d < D; ++d) s += Qs[row * DS + d] * Ks[jj * DS + d];
+                HEAD_DIM(d) s += Qs[row * DS + d] * Ks[jj * DS + d];
             }
             Ss[row * SS + jj] = s;
         }
         barrier();
         float tile_max = NEG_INF;
-        for (uint jj = 0u; jj < BT; ++jj) tile_max = max(tile_max, Ss[row * SS + jj]);
+        [[unroll]] for (uint jj = 0u; jj < BT; ++jj) tile_max = max(tile_max, Ss[row * SS + jj]);
         float m_new = max(m, tile_max);
         if (m_new == NEG_INF) continue;  // nothing seen yet: acc and l stay 0
         float alpha = exp(m - m_new);
         l *= alpha;
-        for (uint c = 0u; c < DPT; ++c) acc[c] *= alpha;
+        [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] *= alpha;
         for (uint jj = 0u; jj < BT; ++jj) {
             float p = exp(Ss[row * SS + jj] - m_new);
             l += p;
-            for (uint c = 0u; c < DPT; ++c) {
+            [[unroll]] for (uint c = 0u; c < DPT; ++c) {
                 uint d = lane + c * TPR;
                 if (d < D) acc[c] += p * Vs[jj * DS + d];
             }
@@ -138,7 +155,7 @@ void main() {
     if (!live) return;
     float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
     uint obase = (head * ROWS + r) * D;
-    for (uint c = 0u; c < DPT; ++c) {
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) o.d[obase + d] = STORE(acc[c] * inv);
     }
@@ -154,14 +171,7 @@ shared float Vs[BT * DS];
 shared float Ss[BR * SS];
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    QUERY_BLOCK
     float row_lse = live ? lse.d[head * ROWS + r] : 0.0;
     float row_delta = live ? delta.d[head * ROWS + r] : 0.0;
 
@@ -173,23 +183,17 @@ void main() {
         Os[i * DS + e % D] = in_range ? float(dout.d[qbase + e]) : 0.0;
     }
     float acc[DPT];
-    for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         barrier();
-        uint kbase = (head * TK + j0) * D;
-        for (uint e = lid; e < BT * D; e += WG) {
-            uint jj = e / D;
-            bool in_range = j0 + jj < TK;
-            Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
-            Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
-        }
+        STAGE_KV(j0)
         barrier();
         for (uint jj = lane; jj < BT; jj += TPR) {
             uint j = j0 + jj;
             float ds = 0.0;
             if (live && j < keys.y && sees(position, j)) {
                 float s = 0.0, dp = 0.0;
-                for (uint d = 0u; d < D; ++d) {
+                HEAD_DIM(d) {
                     s += Qs[row * DS + d] * Ks[jj * DS + d];
                     dp += Os[row * DS + d] * Vs[jj * DS + d];
                 }
@@ -200,7 +204,7 @@ void main() {
         barrier();
         for (uint jj = 0u; jj < BT; ++jj) {
             float ds = Ss[row * SS + jj];
-            for (uint c = 0u; c < DPT; ++c) {
+            [[unroll]] for (uint c = 0u; c < DPT; ++c) {
                 uint d = lane + c * TPR;
                 if (d < D) acc[c] += ds * Ks[jj * DS + d];
             }
@@ -208,7 +212,7 @@ void main() {
     }
     if (!live) return;
     uint obase = (head * ROWS + r) * D;
-    for (uint c = 0u; c < DPT; ++c) {
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
     }
@@ -243,7 +247,7 @@ void main() {
         Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
     }
     float dk_acc[DPT], dv_acc[DPT];
-    for (uint c = 0u; c < DPT; ++c) { dk_acc[c] = 0.0; dv_acc[c] = 0.0; }
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) { dk_acc[c] = 0.0; dv_acc[c] = 0.0; }
     for (uint gh = 0u; gh < G; ++gh) {
         for (uint t0 = queries.x; t0 < queries.y; t0 += BT) {
             barrier();
@@ -265,7 +269,7 @@ void main() {
                 float p = 0.0, ds = 0.0;
                 if (live && t < queries.y && sees(s0 + int(t), j)) {
                     float s = 0.0, dp = 0.0;
-                    for (uint d = 0u; d < D; ++d) {
+                    HEAD_DIM(d) {
                         s += Qs[i * DS + d] * Ks[row * DS + d];
                         dp += Os[i * DS + d] * Vs[row * DS + d];
                     }
@@ -278,7 +282,7 @@ void main() {
             barrier();
             for (uint i = 0u; i < BT; ++i) {
                 float p = Ps[row * SS + i], ds = Gs[row * SS + i];
-                for (uint c = 0u; c < DPT; ++c) {
+                [[unroll]] for (uint c = 0u; c < DPT; ++c) {
                     uint d = lane + c * TPR;
                     if (d < D) {
                         dv_acc[c] += p * Os[i * DS + d];
@@ -290,7 +294,7 @@ void main() {
     }
     if (!live) return;
     uint obase = (head * TK + j) * D;
-    for (uint c = 0u; c < DPT; ++c) {
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) {
             dk.d[obase + d] = STORE(dk_acc[c]);
@@ -315,10 +319,13 @@ struct Footprint {
     }
 };
 
-// The tiles for one problem: no larger than the rows there are, halved (the streamed tile
-// first) until the shared arrays fit the device.
+// The tiles for one problem: no larger than the rows there are (a decode step's few rows get more
+// threads each, up to 32, so the workgroup stays as wide), halved (the streamed tile first) until
+// the shared arrays fit the device.
 AttentionTiles fit(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stream_rows, const Footprint& fp) {
+    const uint32_t threads = t.rows * t.threads_per_row;
     t.rows = std::min(t.rows, pow2_at_least(own_rows));
+    t.threads_per_row = std::max(t.threads_per_row, std::min<uint32_t>({threads / t.rows, 32u, pow2_at_least(dim)}));
     t.tile = std::min(t.tile, pow2_at_least(stream_rows));
     while (fp.bytes(t.rows, t.tile, static_cast<uint64_t>(dim)) > t.shared_bytes) {
         if (t.tile > 1 && (t.tile >= t.rows || t.rows == 1)) {
@@ -331,6 +338,13 @@ AttentionTiles fit(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stre
         }
     }
     return t;
+}
+
+// The largest of 8, 4, 2, 1 that divides the head dim: dot products run in unrolled chunks of it.
+int64_t head_dim_chunk(int64_t dim) {
+    int64_t c = 8;
+    while (dim % c != 0) c /= 2;
+    return c;
 }
 
 uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
@@ -356,6 +370,7 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
     const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") +
                              "#define BR " + std::to_string(t.rows) + "u\n#define TPR " +
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
+                             "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
     k.glsl = glsl_preamble(k.iface) + defs + kFlatGroupId + kCommon + body;
     k.groups = grid_for(groups, max_groups);

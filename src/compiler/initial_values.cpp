@@ -17,11 +17,28 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-void store(DType dtype, uint8_t* dst, int64_t i, double v) {
+// Calls value(i) for every element and stores it at dst in `dtype`; the dtype switch is outside the loop.
+template <typename F>
+void store_all(DType dtype, uint8_t* dst, int64_t count, F value) {
     switch (dtype) {
-        case DType::F32: { const float f = static_cast<float>(v); std::memcpy(dst + 4 * i, &f, 4); return; }
-        case DType::F16: { const uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(dst + 2 * i, &h, 2); return; }
-        case DType::I32: { const int32_t n = static_cast<int32_t>(v); std::memcpy(dst + 4 * i, &n, 4); return; }
+        case DType::F32:
+            for (int64_t i = 0; i < count; ++i) {
+                const float f = static_cast<float>(value(i));
+                std::memcpy(dst + 4 * i, &f, 4);
+            }
+            return;
+        case DType::F16:
+            for (int64_t i = 0; i < count; ++i) {
+                const uint16_t h = float_to_half(static_cast<float>(value(i)));
+                std::memcpy(dst + 2 * i, &h, 2);
+            }
+            return;
+        case DType::I32:
+            for (int64_t i = 0; i < count; ++i) {
+                const int32_t n = static_cast<int32_t>(value(i));
+                std::memcpy(dst + 4 * i, &n, 4);
+            }
+            return;
     }
 }
 
@@ -30,31 +47,42 @@ void store(DType dtype, uint8_t* dst, int64_t i, double v) {
 void write_initial_values(const Node& n, uint64_t seed, uint8_t* dst) {
     const int64_t count = numel(n.shape);
     const Init& init = n.init;
-    if (init.kind == Init::Zeros || init.kind == Init::Ones) {
-        for (int64_t i = 0; i < count; ++i) store(n.dtype, dst, i, init.kind == Init::Ones ? 1.0 : 0.0);
-        return;
-    }
     const uint64_t key = splitmix64(seed ^ std::hash<std::string>{}(n.name));
-    constexpr double k2to53 = 1.0 / 9007199254740992.0;
-    constexpr float k2to32 = 1.0f / 4294967296.0f, kTwoPi = 6.28318530717958647f;
-    for (int64_t i = 0; i < count; ++i) {
-        if (init.kind == Init::Uniform) {
-            const uint64_t h = splitmix64(key + static_cast<uint64_t>(i));
-            store(n.dtype, dst, i, init.a + (init.b - init.a) * static_cast<double>(h >> 11) * k2to53);
-            continue;
+    switch (init.kind) {
+        case Init::Zeros:
+            std::memset(dst, 0, static_cast<size_t>(count) * dtype_size(n.dtype));
+            return;
+        case Init::Ones:
+            store_all(n.dtype, dst, count, [](int64_t) { return 1.0; });
+            return;
+        case Init::Uniform: {
+            const double scale = (init.b - init.a) / 9007199254740992.0;  // 53-bit fractions
+            store_all(n.dtype, dst, count, [&](int64_t i) {
+                return init.a + scale * static_cast<double>(splitmix64(key + static_cast<uint64_t>(i)) >> 11);
+            });
+            return;
         }
-        // Box-Muller: elements 2j and 2j+1 share a hash and take its cosine and sine branches.
-        const uint64_t h = splitmix64(key + static_cast<uint64_t>(i / 2));
-        const float u1 = (static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
-        const float angle = kTwoPi * static_cast<float>(h & 0xFFFFFFFFull) * k2to32;
-        const float r = std::sqrt(-2.0f * std::log(u1));
-        store(n.dtype, dst, i, init.a + init.b * r * (i % 2 ? std::sin(angle) : std::cos(angle)));
+        case Init::Normal: {
+            // Box-Muller: elements 2j and 2j+1 share one hash, one radius and one angle.
+            int64_t pair = -1;
+            float r = 0, angle = 0;
+            store_all(n.dtype, dst, count, [&](int64_t i) {
+                if (i / 2 != pair) {
+                    pair = i / 2;
+                    const uint64_t h = splitmix64(key + static_cast<uint64_t>(pair));
+                    r = std::sqrt(-2.0f * std::log((static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f)));
+                    angle = 6.28318530717958647f / 4294967296.0f * static_cast<float>(h & 0xFFFFFFFFull);
+                }
+                return init.a + init.b * r * (i % 2 ? std::sin(angle) : std::cos(angle));
+            });
+            return;
+        }
     }
 }
 
 void write_constant(const Node& n, uint8_t* dst) {
-    const int64_t count = numel(n.shape);
-    for (int64_t i = 0; i < count; ++i) store(n.dtype, dst, i, n.data.size() == 1 ? n.data[0] : n.data[static_cast<size_t>(i)]);
+    store_all(n.dtype, dst, numel(n.shape),
+              [&](int64_t i) { return n.data.size() == 1 ? n.data[0] : n.data[static_cast<size_t>(i)]; });
 }
 
 }  // namespace mn::compiler

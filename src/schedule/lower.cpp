@@ -483,6 +483,17 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
+    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile forces the attention tiles (tests, tuning on
+    // a new device); they still shrink to fit shared memory.
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES"); e && *e) {
+        codegen::AttentionTiles a = t.attention;
+        if (std::sscanf(e, "%u,%u,%u", &a.rows, &a.threads_per_row, &a.tile) != 3 || !a.rows || !a.threads_per_row ||
+            !a.tile || a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
+            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile within the device's "
+                                    "workgroup size, got '") + e + "'");
+        }
+        t.attention = a;
+    }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu};
     // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.

@@ -6,7 +6,8 @@ the loss exactly as meganeura defines them (src/models/resnet.cpp, src/models/un
 
   resnet50  torchvision.models.resnet50(); inputs images [N,3,H,W] f32, labels [N] int; output
             logits, loss = cross-entropy (mean). Sizes "tiny" and "full" are the same network (the
-            tests shrink the input). BN mode is the module's: eval() for meganeura's default.
+            tests shrink the input). build() returns it in eval mode, meganeura's BN mode
+            (running statistics, folded into the convolutions).
   sd_unet   the simplified diffusion U-Net below; inputs noisy_latent and target [N,4,H,W];
             output "output", loss = MSE (mean). "full": base 64, "tiny": base 16.
 """
@@ -85,7 +86,7 @@ class UNet(nn.Module):
 def build(name, size):
     if name == "resnet50":
         import torchvision
-        return torchvision.models.resnet50()
+        return torchvision.models.resnet50().eval()
     if name == "sd_unet":
         return UNet(base=64 if size == "full" else 16)
     raise ValueError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
