@@ -19,13 +19,16 @@ void require_dataset(const Flags& f) {
 int cmd_train(const Args& args) {
     const Flags f(args, {{"model", "mlp"}, {"epochs", "2"}, {"batch", "64"}, {"lr", "1e-3"}, {"weight-decay", "0"},
                          {"seed", "0"}, {"checkpoint", "fashion-mnist.safetensors"}, {"resume", ""}, {"curve", ""},
-                         {"data", ""}});
+                         {"data", ""}, {"schedule", "cosine"}});
     require_dataset(f);
+    if (f.str("schedule") != "cosine" && f.str("schedule") != "constant") {
+        throw Error("--schedule must be cosine or constant, got '" + f.str("schedule") + "'");
+    }
     train::ClassifierRun run{.model = f.str("model"), .epochs = f.integer("epochs"), .batch = f.integer("batch"),
                              .seed = static_cast<uint64_t>(f.integer("seed")),
                              .optimizer = AdamW{.lr = f.real("lr"), .weight_decay = f.real("weight-decay")},
                              .checkpoint = f.str("checkpoint"), .resume = f.str("resume"),
-                             .curve_prefix = f.str("curve")};
+                             .curve_prefix = f.str("curve"), .cosine = f.str("schedule") == "cosine"};
     if (run.epochs < 1 || run.batch < 1) throw Error("--epochs and --batch must be at least 1");
     const train::Dataset train_set = train::load_fashion_mnist("train", f.str("data"));
     const train::Dataset test_set = train::load_fashion_mnist("test", f.str("data"));

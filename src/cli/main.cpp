@@ -17,9 +17,9 @@ struct Command {
 
 const Command kCommands[] = {
     {"devices", mn::cli::cmd_devices, "list every Vulkan device with its capabilities"},
-    {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp] [--epochs 2] [--batch 64] [--lr 1e-3] "
+    {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp|cnn] [--epochs 2] [--batch 64] [--lr 1e-3] [--schedule cosine|constant] "
                                   "[--checkpoint F] [--resume F] [--curve PREFIX]"},
-    {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp]"},
+    {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp|cnn]"},
     {"forward", mn::cli::cmd_forward, "forward --model NAME [--size tiny|full] [--config config.json] [--weights W] "
                                       "--inputs I --out O [--backward] [--precision strict|fast]"},
     {"generate", mn::cli::cmd_generate, "generate --model smollm2 [--weights W] --tokens 1,2,3 [--max-new 20] "

@@ -30,9 +30,9 @@ Tensor mlp(Graph& g, Tensor images) {
 Tensor cnn(Graph& g, Tensor images) {
     const int64_t batch = images.shape()[0];
     Tensor h = g.reshape(images, {batch, 1, 28, 28});
-    h = g.max_pool2d(g.relu(conv3x3(g, h, "conv1", 1, 16)), 2);
-    h = g.max_pool2d(g.relu(conv3x3(g, h, "conv2", 16, 32)), 2);
-    h = g.relu(linear(g, g.flatten(h), "fc1", 32 * 7 * 7, 128));
+    h = g.max_pool2d(g.relu(conv3x3(g, h, "conv1", 1, 32)), 2);
+    h = g.max_pool2d(g.relu(conv3x3(g, h, "conv2", 32, 64)), 2);
+    h = g.relu(linear(g, g.flatten(h), "fc1", 64 * 7 * 7, 128));
     return linear(g, h, "fc2", 128, 10);
 }
 

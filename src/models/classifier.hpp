@@ -16,8 +16,8 @@ struct Classifier {
     Tensor loss;    // cross-entropy, output "loss" only when compiled for training
 };
 
-// `name` is "mlp" (784-256-128-10, ReLU) or "cnn" (conv3x3 1->16, ReLU, maxpool 2, conv3x3
-// 16->32, ReLU, maxpool 2, 1568-128-10; images are read as [batch, 1, 28, 28]). Throws mn::Error listing the known names otherwise.
+// `name` is "mlp" (784-256-128-10, ReLU) or "cnn" (conv3x3 1->32, ReLU, maxpool 2, conv3x3
+// 32->64, ReLU, maxpool 2, 3136-128-10; images are read as [batch, 1, 28, 28]). Throws mn::Error listing the known names otherwise.
 Classifier fashion_classifier(const std::string& name, int64_t batch);
 
 // Registry entry "mlp": batch from the "images" input (default 64).

@@ -58,14 +58,16 @@ Evaluation evaluate_classifier(const Device& device, const std::string& model, c
 
 Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
                             const Dataset& test_set) {
-    models::Classifier c = models::fashion_classifier(run.model, run.batch);
-    Session s = compile(*c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .seed = run.seed});
-    Session eval = compile_eval(device, run.model, run.eval_batch);
-    if (!run.resume.empty()) s.load(run.resume);
-
     BatchIterator batches(train_set, run.batch, run.seed);
     const int64_t per_epoch = batches.batches_per_epoch();
     const int64_t total = per_epoch * run.epochs;
+    const LrSchedule schedule{.decay = run.cosine ? LrSchedule::Decay::Cosine : LrSchedule::Decay::Constant,
+                              .total_steps = total};
+    models::Classifier c = models::fashion_classifier(run.model, run.batch);
+    Session s = compile(*c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .schedule = schedule, .seed = run.seed});
+    Session eval = compile_eval(device, run.model, run.eval_batch);
+    if (!run.resume.empty()) s.load(run.resume);
+
     int64_t step = s.step_count();
     if (step >= total) throw Error("the checkpoint has already trained " + std::to_string(step) + " of " +
                                    std::to_string(total) + " steps; pass more --epochs");

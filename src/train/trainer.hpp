@@ -19,6 +19,7 @@ struct ClassifierRun {
     std::string checkpoint = "fashion-mnist.safetensors";
     std::string resume;        // a checkpoint to continue from, with its optimizer state
     std::string curve_prefix;  // writes <prefix>.csv and <prefix>.svg; empty: next to the checkpoint
+    bool cosine = true;        // decay the learning rate to 0 over the run (cosine), else keep it constant
 };
 
 struct Evaluation {
