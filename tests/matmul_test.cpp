@@ -6,6 +6,7 @@
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "gpu_check.hpp"
+#include "meganeura/autodiff.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::test {
@@ -157,6 +158,29 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
             EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
         }
     }
+}
+
+// The fast precision's policy: forward products may take f16 cooperative matrices, the gradient
+// products mn::grad appends stay f32 (gradients underflow f16).
+TEST(MatmulPrecisionPolicy, GradientProductsStayF32) {
+    Graph g;
+    Tensor x = g.input("x", {64, 96});
+    Tensor w = g.parameter("w", {128, 96});
+    Tensor loss = g.mean(g.linear(x, w));
+    g.output("loss", loss);
+    g.output("grad.w", grad(loss, {w})[0]);
+    sched::Tuning tuning;
+    tuning.matmul.max_shared_memory = 48 * 1024;
+    tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+    std::vector<std::string> labels;
+    for (const auto& step : sched::lower(g, roots, tuning).steps) {
+        if (step.kernel.label.rfind("matmul", 0) == 0) labels.push_back(step.kernel.label);
+    }
+    ASSERT_EQ(labels.size(), 2u);
+    EXPECT_EQ(labels[0], "matmul_coop");  // forward
+    EXPECT_EQ(labels[1], "matmul");       // d loss / d w
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // A Graph is a list of nodes in topological order (a node only refers to earlier nodes). Every
 // builder call checks its operands and infers the result's shape and dtype at once, so a graph that
 // was built is well-typed; errors name the op and the shapes involved.
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -224,6 +225,12 @@ public:
     // Appends a node whose shape and dtype the caller has already checked (used by passes).
     Tensor emit(Node n);
 
+    // Nodes from this id on compute gradients (mn::grad marks where it starts appending). The fast
+    // precision keeps their products in f32: gradients underflow f16 (LESSONS.md; measured on the
+    // H200: per-parameter gradient errors up to 100% with f16 backward matmuls).
+    int32_t gradient_start() const { return gradient_start_; }
+    void mark_gradient_start(int32_t id) { gradient_start_ = std::min(gradient_start_, id); }
+
 private:
     Tensor unary(Op op, Tensor x);
     Tensor binary(Op op, Tensor a, Tensor b);
@@ -238,6 +245,7 @@ private:
 
     std::vector<Node> nodes_;
     std::vector<std::pair<std::string, int32_t>> outputs_;
+    int32_t gradient_start_ = INT32_MAX;
 };
 
 // PyTorch-style operators

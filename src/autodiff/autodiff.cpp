@@ -267,6 +267,7 @@ std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt) {
     Graph& g = *loss.graph;
     if (!loss.shape().empty()) throw Error("[grad] loss must be a scalar, got shape " + shape_str(loss.shape()));
     const auto count = static_cast<size_t>(loss.id) + 1;
+    g.mark_gradient_start(static_cast<int32_t>(g.nodes().size()));
 
     // On a path: depends on some wanted input, and the loss depends on it.
     std::vector<bool> from_wrt(count, false), to_loss(count, false);

@@ -205,8 +205,8 @@ private:
         if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
-            case Archetype::MatMul: return lower_matmul(n, in(0), in(1), out);
-            case Archetype::Conv: return lower_conv(n, in(0), in(1), out);
+            case Archetype::MatMul: return lower_matmul(n, matmul_tuning(id), in(0), in(1), out);
+            case Archetype::Conv: return lower_conv(n, matmul_tuning(id), in(0), in(1), out);
             case Archetype::Attention: return lower_attention(n, out);
             default: break;
         }
@@ -334,7 +334,14 @@ private:
         }
     }
 
-    void lower_matmul(const Node& n, int32_t a, int32_t b, int32_t out) {
+    // The matmul tuning for node `id`: gradient products stay f32 (no f16 cooperative matrices).
+    codegen::MatmulTuning matmul_tuning(int32_t id) const {
+        codegen::MatmulTuning t = t_.matmul;
+        if (id >= g_.gradient_start()) t.coop_subgroup = 0;
+        return t;
+    }
+
+    void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out) {
         const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
         const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
@@ -349,7 +356,7 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb)};
-        emit_product(codegen::matmul_kernels(spec, t_.matmul), a, b, out);
+        emit_product(codegen::matmul_kernels(spec, tuning), a, b, out);
     }
 
     // A matmul or convolution product of a and b into out, through f32 partials and their sum
@@ -362,7 +369,7 @@ private:
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
-    void lower_conv(const Node& n, int32_t a, int32_t b, int32_t out) {
+    void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out) {
         const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
         codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints};
         switch (n.op) {
@@ -371,7 +378,7 @@ private:
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
-        auto [kernels, swapped] = codegen::conv2d_kernels(spec, t_.matmul);
+        auto [kernels, swapped] = codegen::conv2d_kernels(spec, tuning);
         if (swapped) std::swap(a, b);
         emit_product(std::move(kernels), a, b, out);
     }

@@ -155,7 +155,7 @@ class SmolLM2(nn.Module):
 
     def forward(self, input_ids):
         c = self.c
-        rope = Rope(c["head_dim"], c["rope_theta"], torch.arange(input_ids.shape[1]))
+        rope = Rope(c["head_dim"], c["rope_theta"], torch.arange(input_ids.shape[1], device=input_ids.device))
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, causal=True, rope=rope)
