@@ -61,7 +61,7 @@ def attention(q, k, v, causal):
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         tq, tk = q.shape[2], k.shape[2]
-        hidden = torch.ones(tq, tk, dtype=torch.bool).triu(tk - tq + 1)
+        hidden = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
         scores = scores.masked_fill(hidden, float("-inf"))
     return scores.softmax(-1) @ v
 
@@ -128,7 +128,8 @@ class Rope:
     """Hugging Face Llama's rotary embedding: angles in float32, rotate-half pairing."""
 
     def __init__(self, head_dim, theta, positions):
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        steps = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float()
+        inv_freq = 1.0 / (theta ** (steps / head_dim))
         angles = positions.float()[:, None] * inv_freq[None, :]
         emb = torch.cat((angles, angles), dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
