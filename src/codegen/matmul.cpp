@@ -36,6 +36,32 @@ int64_t inner_dim(const MatmulSpec& spec, char operand) {
 
 }  // namespace
 
+const char* const kRegisterFetchGlsl = R"(
+const uint GA = BM * BK / 4u / WG;
+const uint GB = BN * BK / 4u / WG;
+vec4 ra[GA], rb[GB];
+uint lid, m0, n0, a_off, b_off;
+
+void fetch(uint k0) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
+#if TRANS_A
+        ra[p] = load_a(a_off, k0 + o, m0 + i);
+#else
+        ra[p] = load_a(a_off, m0 + o, k0 + i);
+#endif
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
+#if TRANS_B
+        rb[p] = load_b(b_off, n0 + o, k0 + i);
+#else
+        rb[p] = load_b(b_off, k0 + o, n0 + i);
+#endif
+    }
+}
+)";
+
 std::string define(const std::string& name, int64_t value) {
     return "#define " + name + " " + std::to_string(value) + "u\n";
 }

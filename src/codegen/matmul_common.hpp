@@ -30,6 +30,11 @@ bool vec4_operand(const MatmulSpec& spec, char operand);
 
 std::string define(const std::string& name, int64_t value);
 
+// GLSL shared by the tiled and cooperative kernels, after A_TI and B_TI (each operand slice's
+// contiguous extent) are defined: the register arrays ra/rb, the thread's lid/m0/n0/a_off/b_off,
+// and `void fetch(uint k0)`, which loads this thread's 4-element groups of the A and B slices at k0.
+extern const char* const kRegisterFetchGlsl;
+
 // glsl_preamble with GL_EXT_control_flow_attributes ([[unroll]]: register tiles must stay in
 // registers) and `extensions` right after #version.
 std::string preamble(const KernelInterface& iface, const std::string& extensions);

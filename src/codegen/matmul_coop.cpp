@@ -21,7 +21,7 @@ const char* const kExtensions =
     "#extension GL_KHR_memory_scope_semantics : require\n"
     "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
-const char* const kBody = R"(
+const char* const kHead = R"(
 #define F16MAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32MAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 const uint WARPS_N = BN / WN;
@@ -41,30 +41,11 @@ const uint A_S = A_TI + 8u, B_S = B_TI + 8u;
 shared float16_t As[A_TO * A_S];
 shared float16_t Bs[B_TO * B_S];
 shared float Cs[WG / SG * 256u];
-const uint GA = BM * BK / 4u / WG;
-const uint GB = BN * BK / 4u / WG;
-vec4 ra[GA], rb[GB];
-uint lid, m0, n0, a_off, b_off;
+)";
 
-void fetch(uint k0) {
-    [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
-#if TRANS_A
-        ra[p] = load_a(a_off, k0 + o, m0 + i);
-#else
-        ra[p] = load_a(a_off, m0 + o, k0 + i);
-#endif
-    }
-    [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
-#if TRANS_B
-        rb[p] = load_b(b_off, n0 + o, k0 + i);
-#else
-        rb[p] = load_b(b_off, k0 + o, n0 + i);
-#endif
-    }
-}
-
+// After the shared register fetch (matmul_common.hpp): writing the fetched groups to shared memory
+// and the main loop.
+const char* const kTail = R"(
 void stash() {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
@@ -164,7 +145,7 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, uint32_t
                        define("WN", t.wn) + define("SG", subgroup_size) + "#define TRANS_A " +
                        (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") +
                        "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, kExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
+    k.glsl = preamble(k.iface, kExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }

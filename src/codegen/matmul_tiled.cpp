@@ -12,7 +12,7 @@ namespace mn::codegen::matmul_detail {
 
 namespace {
 
-const char* const kBody = R"(
+const char* const kHead = R"(
 shared vec4 As[BK][BM / 4u + 1u];
 shared vec4 Bs[BK][BN / 4u + 1u];
 const uint TX = BN / TN;   // threads along n
@@ -28,30 +28,11 @@ const uint B_TI = BK;
 #else
 const uint B_TI = BN;
 #endif
-const uint GA = BM * BK / 4u / WG;
-const uint GB = BN * BK / 4u / WG;
-vec4 ra[GA], rb[GB];
-uint lid, m0, n0, a_off, b_off;
+)";
 
-void fetch(uint k0) {
-    [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
-#if TRANS_A
-        ra[p] = load_a(a_off, k0 + o, m0 + i);
-#else
-        ra[p] = load_a(a_off, m0 + o, k0 + i);
-#endif
-    }
-    [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
-#if TRANS_B
-        rb[p] = load_b(b_off, n0 + o, k0 + i);
-#else
-        rb[p] = load_b(b_off, k0 + o, n0 + i);
-#endif
-    }
-}
-
+// After the shared register fetch (matmul_common.hpp): writing the fetched groups to shared memory
+// and the main loop.
+const char* const kTail = R"(
 void stash() {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
@@ -130,7 +111,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                        define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kBody;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }
