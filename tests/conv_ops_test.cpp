@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "gpu_check.hpp"
+#include "temp_dir.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::test {
@@ -41,18 +42,6 @@ TEST_F(ConvOpsTest, Conv2dMatchesReference) {
     }
 }
 
-// Sets a tuning variable (MEGANEURA_MATMUL_TILE, MEGANEURA_MATMUL_SPLITS) for one scope; ""
-// leaves the choice to the heuristic.
-class Forced {
-public:
-    Forced(const char* name, const std::string& value) : name_(name) {
-        if (value.empty()) unsetenv(name); else setenv(name, value.c_str(), 1);
-    }
-    ~Forced() { unsetenv(name_); }
-
-private:
-    const char* name_;
-};
 
 // The forward and both derivatives of one convolution, as outputs "y", "gx", "gw".
 void add_conv_and_derivatives(Graph& g, const ConvCase& c) {
@@ -81,7 +70,7 @@ TEST_F(ConvOpsTest, DerivativesOnEveryPathMatchReference) {
     const std::vector<std::pair<const char*, const char*>> settings = {{"", ""}, {"32", "3"}, {"128", "3"}, {"64", "1"}};
     uint64_t seed = 600;
     for (const auto& [tile, splits] : settings) {
-        Forced forced_tile("MEGANEURA_MATMUL_TILE", tile), forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        ScopedEnv forced_tile("MEGANEURA_MATMUL_TILE", tile), forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
         for (const ConvCase& c : cases) {
             SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w) + " stride " + std::to_string(c.o.stride) + " groups " +
                          std::to_string(c.o.groups) + " tile '" + tile + "' splits '" + splits + "'");
@@ -109,7 +98,7 @@ TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 1, 1}, {}, false}), (L{"matmul", "matmul", "matmul", "matmul_split_sum"}));
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 1, 1}, {.stride = 2}, false}),
               (L{"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}));
-    Forced forced("MEGANEURA_MATMUL_SPLITS", "2");
+    ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", "2");
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}),
               (L{"conv2d", "matmul_split_sum", "conv2d_grad_input", "matmul_split_sum", "conv2d_grad_weight",
                  "matmul_split_sum"}));

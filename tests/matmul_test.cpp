@@ -6,6 +6,7 @@
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "gpu_check.hpp"
+#include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
 #include "schedule/schedule.hpp"
 
@@ -52,18 +53,6 @@ const std::vector<Case> kLongK = {
     {{50, 2048}, {36, 2048}, false, true},
 };
 
-// Sets a tuning variable (MEGANEURA_MATMUL_TILE, MEGANEURA_MATMUL_SPLITS) for one scope; ""
-// leaves the choice to the heuristic.
-class Forced {
-public:
-    Forced(const char* name, const std::string& value) : name_(name) {
-        if (value.empty()) unsetenv(name); else setenv(name, value.c_str(), 1);
-    }
-    ~Forced() { unsetenv(name_); }
-
-private:
-    const char* name_;
-};
 
 void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, CompileOptions options = {}) {
     for (const auto& c : cases) {
@@ -81,7 +70,7 @@ bool device_has_coop() {
 TEST_F(MatmulTest, TiledEveryGeometry) {
     for (const char* bm : {"", "128", "64", "32"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
-        Forced forced("MEGANEURA_MATMUL_TILE", bm);
+        ScopedEnv forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4000, 1e-5);
     }
 }
@@ -93,11 +82,11 @@ TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
 TEST_F(MatmulTest, SplitK) {
     for (const char* splits : {"3", ""}) {
         SCOPED_TRACE(std::string("splits ") + (*splits ? splits : "chosen"));
-        Forced forced("MEGANEURA_MATMUL_SPLITS", splits);
+        ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
         check_cases(kTiled, 4500, 1e-5);
         check_cases(kLongK, 4600, 1e-5);
     }
-    Forced splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
+    ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
     check_cases(kLongK, 4700, 1e-5);
 }
 
@@ -114,12 +103,12 @@ TEST_F(MatmulTest, FastPrecision) {
     fast.precision = Precision::Fast;
     for (const char* bm : {"", "128", "64", "32"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
-        Forced forced("MEGANEURA_MATMUL_TILE", bm);
+        ScopedEnv forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4200, tol, fast);
     }
     check_cases(kGemv, 4300, 1e-5, fast);  // M or N == 1 stays on the f32 GEMV
     check_cases(kLongK, 4310, tol, fast);
-    Forced forced("MEGANEURA_MATMUL_SPLITS", "3");
+    ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", "3");
     check_cases(kTiled, 4320, tol, fast);
 }
 
