@@ -164,6 +164,10 @@ void stash() {
     }
 }
 
+)";
+
+// After the shared register-tile product (matmul_common.hpp): the kernel itself.
+const char* const kTileMain = R"(
 void main() {
     lid = gl_LocalInvocationID.x;
     uint tx = lid % TX, ty = lid / TX;
@@ -178,28 +182,7 @@ void main() {
     bcol = col_of(g, n0 + lid % BN);
 #endif
 
-    vec4 acc[TM][TN / 4u];
-    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
-
-    fetch(k_begin);
-    stash();
-    barrier();
-    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        bool more = k0 + BK < k_end;
-        if (more) fetch(k0 + BK);
-        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
-            vec4 av[TM / 4u], bv[TN / 4u];
-            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
-            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
-            [[unroll]] for (uint r = 0u; r < TM; ++r)
-                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
-        }
-        barrier();
-        if (more) {
-            stash();
-            barrier();
-        }
-    }
+    multiply_range(k_begin, k_end, tx, ty);
     [[unroll]] for (uint r = 0u; r < TM; ++r) {
         uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
         if (gm >= M) continue;
@@ -297,7 +280,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                              define("TN", t.tn) + "#define STORE " + storage_type(spec.dtype) + "\n";
     const char* read_x = spec.mode == ConvMode::GradInput ? "" : kReadX;  // grad input has no X binding
-    k.glsl = matmul_detail::preamble(k.iface, "") + defs + kDims + read_x + mode + kTileLoop;
+    k.glsl = matmul_detail::preamble(k.iface, "") + defs + kDims + read_x + mode + kTileLoop + matmul_detail::kRegisterTileProductGlsl + kTileMain;
     const int64_t gx = (n + t.bn - 1) / t.bn, gy = (m + t.bm - 1) / t.bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
         throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +

@@ -62,6 +62,33 @@ void fetch(uint k0) {
 }
 )";
 
+const char* const kRegisterTileProductGlsl = R"(
+vec4 acc[TM][TN / 4u];
+void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
+    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
+
+    fetch(k_begin);
+    stash();
+    barrier();
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
+        if (more) fetch(k0 + BK);
+        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
+            vec4 av[TM / 4u], bv[TN / 4u];
+            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
+            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
+            [[unroll]] for (uint r = 0u; r < TM; ++r)
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
+        }
+        barrier();
+        if (more) {
+            stash();
+            barrier();
+        }
+    }
+}
+)";
+
 std::string define(const std::string& name, int64_t value) {
     return "#define " + name + " " + std::to_string(value) + "u\n";
 }

@@ -35,6 +35,12 @@ std::string define(const std::string& name, int64_t value);
 // and `void fetch(uint k0)`, which loads this thread's 4-element groups of the A and B slices at k0.
 extern const char* const kRegisterFetchGlsl;
 
+// GLSL shared by the tiled matmul and the convolution kernels, after their fetch() and stash():
+// `vec4 acc[TM][TN / 4u]` and `void multiply_range(k_begin, k_end, tx, ty)`, which accumulates the
+// product of the K range into acc, BK-deep slices staged through shared memory (As, Bs), the next
+// slice fetched into registers while the current one is multiplied.
+extern const char* const kRegisterTileProductGlsl;
+
 // glsl_preamble with GL_EXT_control_flow_attributes ([[unroll]]: register tiles must stay in
 // registers) and `extensions` right after #version.
 std::string preamble(const KernelInterface& iface, const std::string& extensions);

@@ -30,8 +30,7 @@ const uint B_TI = BN;
 #endif
 )";
 
-// After the shared register fetch (matmul_common.hpp): writing the fetched groups to shared memory
-// and the main loop.
+// After the shared register fetch (matmul_common.hpp): writing the fetched groups to shared memory.
 const char* const kTail = R"(
 void stash() {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
@@ -52,6 +51,10 @@ void stash() {
     }
 }
 
+)";
+
+// After the shared register-tile product (matmul_common.hpp): the kernel itself.
+const char* const kMain = R"(
 void main() {
     lid = gl_LocalInvocationID.x;
     uint tx = lid % TX, ty = lid / TX;
@@ -60,28 +63,7 @@ void main() {
     uint k_begin, k_end;
     split_range(k_begin, k_end, a_off, b_off);
 
-    vec4 acc[TM][TN / 4u];
-    [[unroll]] for (uint r = 0u; r < TM; ++r) [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] = vec4(0.0);
-
-    fetch(k_begin);
-    stash();
-    barrier();
-    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        bool more = k0 + BK < k_end;
-        if (more) fetch(k0 + BK);
-        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
-            vec4 av[TM / 4u], bv[TN / 4u];
-            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
-            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
-            [[unroll]] for (uint r = 0u; r < TM; ++r)
-                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
-        }
-        barrier();
-        if (more) {
-            stash();
-            barrier();
-        }
-    }
+    multiply_range(k_begin, k_end, tx, ty);
 
     uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
     [[unroll]] for (uint r = 0u; r < TM; ++r) {
@@ -111,7 +93,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                        define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }

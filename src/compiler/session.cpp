@@ -37,14 +37,7 @@ int32_t Session::Impl::lookup(std::string_view name) const {
 }
 
 void Session::Impl::write_now(int32_t v, const void* bytes) {
-    const rt::BufferRange dst = range(v);
-    rt::Buffer staging(ctx, dst.size, rt::MemoryKind::Upload);
-    std::memset(staging.mapped(), 0, dst.size);
-    std::memcpy(staging.mapped(), bytes, value(v).bytes());
-    rt::Program p(ctx);
-    p.copy({&staging, 0, dst.size}, dst);
-    p.finish();
-    p.run();
+    write_many({v}, [&](size_t, uint8_t* dst) { std::memcpy(dst, bytes, value(v).bytes()); });
 }
 
 void Session::Impl::write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill) {
