@@ -24,6 +24,7 @@ slower than PyTorch the kernels that take its GPU time.
 evaluated (a missing file or tensor).
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -269,7 +270,10 @@ def main(argv):
     ap.add_argument("--json", help="write the numbers and gate results here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a gate fails or cannot be evaluated")
     args = ap.parse_args(argv)
-    cells = [load_cell(d) for d in find_cells(args.paths)]
+    dirs = find_cells(args.paths)
+    # The gates read every cell's outputs (gigabytes for SmolLM2): the cells are evaluated in parallel.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(len(dirs), os.cpu_count() or 1))) as pool:
+        cells = list(pool.map(load_cell, dirs))
     if not cells:
         print(f"compare.py: no meganeura.json under {', '.join(args.paths)}", file=sys.stderr)
         return 2

@@ -4,7 +4,6 @@
 #
 #   bench/run_gpu.sh MEGANEURA_BINARY [--out DIR] [--repeat 20] [--warmup 3] [--budget 570]
 #                    [--models "smollm2 smolvla sd_unet resnet50 whisper"] [--size full] [--no-gpu-env]
-#                    [--compile-jobs 3] [--reserve 150]
 #
 # Run from anywhere; it works in the repository root, sources scripts/gpu-env.sh (the Vulkan loader
 # carried in .gl/), and keeps the cells (weights, inputs, outputs: gigabytes) in a scratch folder
@@ -13,18 +12,19 @@
 # DIR/YYYY-MM-DD-h200.md (commit, command, table, raw JSON; DIR defaults to bench/results).
 #
 # Order, so that running out of --budget seconds loses the least: meganeura for every cell, then
-# PyTorch eager for every cell (which also writes the reference outputs the gates need), then the
-# torch.compile first compiles (--compile-jobs processes at once, into one fresh inductor cache;
-# their times are reported as cold), then torch.compile timing for every cell (warm compiles), strict
-# before fast. Every step gets only the time that is left (the first compiles leave --reserve
-# seconds); what did not run shows as "—" and is listed in the notes.
+# PyTorch eager for every cell (which also writes the reference outputs the gates need), then
+# torch.compile: one process per cell, all at once, into one fresh inductor cache; they compile
+# together (cold), then take turns timing, then compile again (warm; see bench/torch_bench.py).
+# Every step gets only the time that is left before the last REPORT_SECONDS of the budget, which are
+# the report's; what did not run shows as "—" and is listed in the notes.
 set -u -o pipefail
 
 usage() { sed -n '4,6p' "$0" | sed 's/^# *//'; exit 2; }
 [ $# -ge 1 ] || usage
 BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full COMPILE_JOBS=3 RESERVE=150
+OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full
+REPORT_SECONDS=45  # compare.py reads every cell's outputs (gigabytes for SmolLM2)
 MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,17 +34,15 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
-    --compile-jobs) COMPILE_JOBS=$2; shift 2 ;;
-    --reserve) RESERVE=$2; shift 2 ;;
     --no-gpu-env) GPU_ENV=0; shift ;;
     *) usage ;;
   esac
 done
 [ -x "$BINARY" ] || { echo "run_gpu.sh: $BINARY is not an executable" >&2; exit 2; }
-COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\" --compile-jobs $COMPILE_JOBS --reserve $RESERVE"
+COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\""
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
-DEADLINE=$((START + BUDGET))
+DEADLINE=$((START + BUDGET - REPORT_SECONDS))
 left() { echo $((DEADLINE - $(date +%s))); }
 
 cd "$ROOT"
@@ -92,34 +90,25 @@ torch_pass() {  # torch_pass MODE [EXTRA ARGS]: one torch_bench.py process over 
     --deadline "$DEADLINE" "$@" "${READY[@]}" || echo "- PyTorch $mode: exit status $? (see the cells' reports)" >> "$NOTES"
 }
 
-# torch.compile is the slow part (minutes per model, cold). Its graphs are compiled first by
-# COMPILE_JOBS processes at once, one model's strict and fast cells in the same process (the second
-# reuses the first's kernels), filling the shared inductor cache; then the timing pass compiles warm.
-# No timing runs while they compile. Compiling stops starting new cells RESERVE seconds before the
-# deadline, so the timing pass keeps time to run.
-compile_warmup() {
-  local t=$(( $(left) - RESERVE )) jobs=() i=0 model cells
-  echo "== torch.compile, first compiles, $COMPILE_JOBS at once ($(left) s left)"
-  [ "$t" -gt 30 ] || { echo "- torch.compile first compiles: not run, out of time" >> "$NOTES"; return; }
-  "$PYTHON" -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' || return 0  # the timing pass says why
-  for model in $MODELS; do
-    cells=()
-    for precision in strict fast; do
-      [ -s "$WORK/$model-$precision/meganeura.json" ] && cells+=("$WORK/$model-$precision")
-    done
-    [ "${#cells[@]}" -gt 0 ] && jobs[i % COMPILE_JOBS]+=" ${cells[*]}" && i=$((i + 1))
+# torch.compile, one process per cell, all at once (torch_bench.py --processes: they wait for each
+# other between compiling and timing, and time one at a time).
+compile_pass() {
+  local t=$(left) rendezvous="$WORK/rendezvous" pids=()
+  echo "== PyTorch compile, ${#READY[@]} processes ($t s left)"
+  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch compile: not run" >> "$NOTES"; return; fi
+  rm -rf "$rendezvous" && mkdir -p "$rendezvous"
+  for cell in "${READY[@]}"; do
+    timeout "$t" "$PYTHON" bench/torch_bench.py --mode compile --repeat "$REPEAT" --warmup "$WARMUP" \
+      --deadline "$DEADLINE" --processes "${#READY[@]}" --rendezvous "$rendezvous" "$cell" &
+    pids+=($!)
   done
-  for group in "${jobs[@]}"; do
-    # shellcheck disable=SC2086  # the group is a space-separated list of cell folders (no spaces inside)
-    timeout "$t" "$PYTHON" bench/torch_bench.py --mode compile --compile-only --concurrent "${#jobs[@]}" \
-      --deadline $(( DEADLINE - RESERVE )) $group &
+  for pid in "${pids[@]}"; do
+    wait "$pid" || echo "- PyTorch compile: a process ended with status $? (see the cells' reports)" >> "$NOTES"
   done
-  wait
 }
 
 torch_pass eager
-compile_warmup
-torch_pass compile
+compile_pass
 
 STAMP=$(date -u +%Y-%m-%d)
 REPORT="$OUT/$STAMP-h200.md"
@@ -131,7 +120,7 @@ COMMIT=${MEGANEURA_COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo u
   echo "- commit: \`$COMMIT\`"
   echo "- command: \`$COMMAND\`"
   echo "- device: $(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')"
-  echo "- PyTorch: $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null); inductor cache fresh at the start of the run"
+  echo "- PyTorch: $(grep -h -m1 '"torch_version"' "$WORK"/*/torch-eager.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/'); inductor cache fresh at the start of the run"
   echo "- wall time of the whole run: $(( $(date +%s) - START )) s"
   echo
   echo "$TABLE"
