@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "gpu_check.hpp"
+#include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
 
 namespace mn::test {
@@ -237,6 +238,32 @@ TEST_P(AttentionBackward, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, AttentionBackward, ::testing::ValuesIn(kGpuGradCases), case_name);
+
+// The defaults give problems of 16 rows or more to the blocked kernels and the rest to the row-wise
+// ones. Here the row-wise kernels take many rows, and the blocked ones other tile shapes: few
+// threads per row group with a head dim they do not divide, a tile wider than the keys.
+class AttentionTileShapes : public GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(AttentionTileShapes, ForwardAndBackwardMatchReference) {
+    const ScopedEnv tiles("MEGANEURA_ATTENTION_TILES", GetParam());
+    for (const Case& c : {kGpuGradCases[0], kGpuGradCases[1], kGpuGradCases[2]}) {
+        SCOPED_TRACE(c.name);
+        Loss l = loss_of(c, 41);
+        Graph& g = *l.b.g;
+        g.output("out", l.out);
+        g.output("dq", l.grads[0]);
+        g.output("dk", l.grads[1]);
+        g.output("dv", l.grads[2]);
+        expect_matches_reference(g, l.feeds);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionTileShapes, ::testing::Values("16,4,32,rowwise", "8,3,6", "64,16,128"),
+                         [](const auto& info) {
+                             std::string name = info.param;
+                             for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                             return name;
+                         });
 
 // ---- errors ----
 

@@ -261,6 +261,11 @@ json run_benchmark(const BenchOptions& o) {
     if (o.repeat < 1) throw Error("bench: --repeat must be at least 1");
     if (o.warmup < 0) throw Error("bench: --warmup must not be negative");
     if (o.out_dir.empty()) throw Error("bench: an output folder is required");
+    // Cold means cold for the driver too: its own shader disk cache (NVIDIA's, Mesa's) would make the
+    // cold compile of a second process, or of the step after the inference, partly warm. Drivers read
+    // these when they load, before the first device opens. Warm compiles use meganeura's own caches.
+    setenv("__GL_SHADER_DISK_CACHE", "0", 0);
+    setenv("MESA_SHADER_CACHE_DISABLE", "true", 0);
     const models::ModelEntry& entry = models::find_model(o.model);
     fs::create_directories(o.out_dir);
     const fs::path out(o.out_dir);

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "codegen/attention_blocked.hpp"
 #include "codegen/families.hpp"
 
 namespace mn::codegen {
@@ -340,6 +341,31 @@ AttentionTiles fit(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stre
     return t;
 }
 
+// The blocked kernels' tiles: rows a power of two from 4 (groups of 4) up to the rows there are,
+// the streamed tile a multiple of the threads per group; halved (the tile first) until they fit.
+AttentionTiles fit_blocked(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stream_rows, BlockedKind kind) {
+    t.rows = std::max(4u, std::min(std::bit_floor(t.rows), pow2_at_least(own_rows)));
+    t.threads_per_row = std::bit_floor(t.threads_per_row);
+    t.tile = std::max(t.threads_per_row, std::min(std::bit_floor(t.tile), pow2_at_least(stream_rows)));
+    const auto bytes = [&] { return blocked_shared_bytes(kind, t.rows, t.tile, t.threads_per_row, static_cast<uint64_t>(dim)); };
+    while (bytes() > t.shared_bytes) {
+        if (t.tile > t.threads_per_row && (t.tile >= t.rows || t.rows == 4)) {
+            t.tile /= 2;
+        } else if (t.rows > 4) {
+            t.rows /= 2;
+        } else {
+            throw Error("[attention] head dim " + std::to_string(dim) + " needs more shared memory than the device's " +
+                        std::to_string(t.shared_bytes) + " bytes");
+        }
+    }
+    return t;
+}
+
+// Problems with at least this many rows per workgroup's side take the blocked kernels.
+constexpr int64_t kBlockedMinRows = 16;
+
+bool use_blocked(const AttentionTiles& t, int64_t own_rows) { return t.blocked && own_rows >= kBlockedMinRows; }
+
 // The largest of 8, 4, 2, 1 that divides the head dim: dot products run in unrolled chunks of it.
 int64_t head_dim_chunk(int64_t dim) {
     int64_t c = 8;
@@ -351,12 +377,13 @@ uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float
 
 // The interface and the shared GLSL of the three tiled kernels; `bindings` lists the inputs
 // before query_start, `outputs` those after it.
-KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, std::vector<Binding> inputs,
-                          const std::vector<Binding>& outputs, const char* body, uint64_t groups, uint32_t max_groups) {
+KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
+                          std::vector<Binding> inputs, const std::vector<Binding>& outputs, const char* body,
+                          uint64_t groups, uint32_t max_groups) {
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
-    k.iface.local_size = t.rows * t.threads_per_row;
+    k.iface.local_size = (blocked ? t.rows / 4 : t.rows) * t.threads_per_row;
     k.iface.spec_constants = {"HEADS", "G", "TQ", "TK", "D", "CAUSAL", "WINDOW", "QSTART", "SCALE_BITS"};
     k.spec_values = {checked_u32(s.batch * s.kv_heads, "attention heads"), checked_u32(s.q_heads / s.kv_heads, "attention group"),
                      checked_u32(s.q_len, "attention length"), checked_u32(s.kv_len, "attention length"),
@@ -372,7 +399,7 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
-    k.glsl = glsl_preamble(k.iface) + defs + kFlatGroupId + kCommon + body;
+    k.glsl = glsl_preamble(k.iface) + defs + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + body;
     k.groups = grid_for(groups, max_groups);
     return k;
 }
@@ -383,28 +410,34 @@ uint64_t blocks_of(int64_t n, uint32_t block) { return static_cast<uint64_t>((n 
 
 KernelSource attention_forward_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
-    const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
-    return tiled_kernel("attention", s, t, {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}},
-                        {{"o", s.dtype, true}, {"lse", DType::F32, true}}, kForward,
+    const bool blocked = use_blocked(tiles, rows);
+    const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward)
+                                     : fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
+    return tiled_kernel("attention", s, t, blocked, {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}},
+                        {{"o", s.dtype, true}, {"lse", DType::F32, true}}, blocked ? kBlockedForward : kForward,
                         static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
 }
 
 KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
-    const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {2, 2, 1, 0});
-    return tiled_kernel("attention_grad_q", s, t,
+    const bool blocked = use_blocked(tiles, rows);
+    const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::GradQ)
+                                     : fit(tiles, s.head_dim, rows, s.kv_len, {2, 2, 1, 0});
+    return tiled_kernel("attention_grad_q", s, t, blocked,
                         {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
                          {"delta", DType::F32}},
-                        {{"dq", s.dtype, true}}, kGradQ,
+                        {{"dq", s.dtype, true}}, blocked ? kBlockedGradQ : kGradQ,
                         static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
 }
 
 KernelSource attention_grad_kv_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
-    const AttentionTiles t = fit(tiles, s.head_dim, s.kv_len, s.q_len, {2, 2, 2, 2});
-    return tiled_kernel("attention_grad_kv", s, t,
+    const bool blocked = use_blocked(tiles, s.kv_len);
+    const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, s.kv_len, s.q_len, BlockedKind::GradKV)
+                                     : fit(tiles, s.head_dim, s.kv_len, s.q_len, {2, 2, 2, 2});
+    return tiled_kernel("attention_grad_kv", s, t, blocked,
                         {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
                          {"delta", DType::F32}},
-                        {{"dk", s.dtype, true}, {"dv", s.dtype, true}}, kGradKV,
+                        {{"dk", s.dtype, true}, {"dv", s.dtype, true}}, blocked ? kBlockedGradKV : kGradKV,
                         static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(s.kv_len, t.rows), max_groups);
 }
 

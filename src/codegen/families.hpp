@@ -134,6 +134,9 @@ struct AttentionTiles {
     uint32_t threads_per_row = 4;  // each owns head_dim / threads_per_row output columns
     uint32_t tile = 32;            // rows of the other operand staged in shared memory per step
     uint32_t shared_bytes = 32768;  // the device's limit; tiles shrink until they fit
+    // Problems with many rows take the register-blocked kernels: there `rows` are taken in groups
+    // of 4 and threads_per_row threads share a group (attention_blocked.cpp).
+    bool blocked = true;
 };
 // Bindings: q, k, v, [query_start], out, lse (f32 [B, Hq, Tq]).
 KernelSource attention_forward_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);

@@ -483,22 +483,29 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
     t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
-    // Attention: a CPU driver runs a workgroup as one loop, so small groups; a GPU gets 8 threads
-    // per row (16 head-dim columns each at D = 128, few enough registers to avoid spills).
-    t.attention = {.rows = cpu ? 16u : 32u, .threads_per_row = cpu ? 4u : std::min(8u, std::max(caps.subgroup_size, 1u)),
-                   .tile = 32, .shared_bytes = caps.max_shared_memory};
+    // Attention: a CPU driver runs a workgroup as one loop, so small groups. A GPU's blocked kernels
+    // get 64 rows with 16 threads per group of 4 (256 threads; 4 head-dim columns each at D = 64) and
+    // 64-key tiles, shrunk to fit shared memory: on the H200 (Whisper, 1500 keys) wider groups won
+    // over fewer threads with more columns each (bench/results/2026-11-29-attention-h200.md). The
+    // row-wise kernels of few-row problems (decode) widen their rows to up to 32 threads anyway.
+    t.attention = {.rows = cpu ? 16u : 64u, .threads_per_row = cpu ? 4u : 16u, .tile = cpu ? 32u : 64u,
+                   .shared_bytes = caps.max_shared_memory};
     while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
-    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile forces the attention tiles (tests, tuning on
-    // a new device); they still shrink to fit shared memory.
+    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile[,rowwise] forces the attention tiles (tests,
+    // tuning on a new device); they still shrink to fit shared memory. ",rowwise" keeps every problem
+    // on the row-wise kernels.
     if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES"); e && *e) {
         codegen::AttentionTiles a = t.attention;
-        if (std::sscanf(e, "%u,%u,%u", &a.rows, &a.threads_per_row, &a.tile) != 3 || !a.rows || !a.threads_per_row ||
-            !a.tile || a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
-            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile within the device's "
-                                    "workgroup size, got '") + e + "'");
+        char kernel[16] = "";
+        const int n = std::sscanf(e, "%u,%u,%u,%15s", &a.rows, &a.threads_per_row, &a.tile, kernel);
+        if ((n != 3 && !(n == 4 && std::string(kernel) == "rowwise")) || !a.rows || !a.threads_per_row || !a.tile ||
+            a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
+            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile[,rowwise] within the "
+                                    "device's workgroup size, got '") + e + "'");
         }
+        a.blocked = n == 3;
         t.attention = a;
     }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,

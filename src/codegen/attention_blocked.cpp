@@ -1,0 +1,324 @@
+// The register-blocked attention kernels, for problems with many rows (prefill, training). Same
+// algorithms as the row-wise kernels of attention.cpp (online-softmax forward, dQ, dK+dV without
+// atomics), but each tile step is two small matrix products computed from registers:
+//
+//   a workgroup owns BR rows in groups of 4; NT threads share a group. Thread (rg, tx) keeps
+//   4 rows x BT/NT scores (tile columns tx + n*NT) and 4 rows x D/NT outputs (head-dim columns
+//   tx + c*NT) as vec4s, one component per row. The owned operands are staged once, transposed,
+//   as vec4 arrays [d][row group] (one load feeds 4 rows); the streamed ones as float arrays
+//   [d][tile row] with stride BT + 1, so that both a product over d (threads read consecutive tile
+//   rows) and one over tile rows (threads read consecutive d, stride BT + 1 apart: distinct banks)
+//   read them without bank conflicts. The scores go through shared memory once, transposed into
+//   [tile row][row group] vec4s, to feed the second product.
+//
+// Per multiply-add a thread loads about 1/4 of a shared word (the row-wise kernels: 1 to 2).
+#include "codegen/attention_blocked.hpp"
+
+namespace mn::codegen {
+
+const char* const kBlockedCommon = R"(
+const uint NT = TPR;                  // threads per group of 4 rows
+const uint RG = BR / 4u;              // row groups
+const uint SN = BT / NT;              // score columns per thread
+const uint ON = (D + NT - 1u) / NT;   // head-dim columns per thread
+const uint DP = ON * NT;              // head dim padded to whole column sets
+const uint R4 = RG + 1u;              // vec4 stride of a [d][row group] array (padded)
+const uint KS = BT + 1u;              // float stride of a [d][tile row] array
+
+// rg: the thread's row group (rows 4*rg .. 4*rg+3 of the block), tx: its lane within the group.
+#define BLOCK_THREAD uint lid = gl_LocalInvocationID.x, rg = lid / NT, tx = lid % NT;
+
+// A streamed tile: BT rows of src from row `first` (those past `valid` as zeros), d < DP, fetched
+// into registers (CPT values per thread: all loads in flight at once, and while the previous tile
+// is being used) and then stored as dst[d * KS + i].
+const uint CPT = (BT * DP + WG - 1u) / WG;
+#define FETCH_COLUMNS(regs, src, first, valid, factor) \
+    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
+        uint e = lid + u * WG, i = e / DP, d = e % DP; \
+        regs[u] = e < BT * DP && i < (valid) && d < D ? float(src.d[((first) + i) * D + d]) * (factor) : 0.0; \
+    }
+#define STORE_COLUMNS(dst, regs) \
+    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
+        uint e = lid + u * WG; \
+        if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
+    }
+// BR rows of src from row `first` into dst[d * R4 + i / 4][i % 4].
+#define STAGE_ROWS4(dst, src, first, valid, factor) \
+    for (uint e = lid; e < BR * D; e += WG) { \
+        uint i = e / D, d = e % D; \
+        dst[d * R4 + i / 4u][i % 4u] = i < (valid) ? float(src.d[((first) + i) * D + d]) * (factor) : 0.0; \
+    }
+)";
+
+const char* const kBlockedForward = R"(
+shared vec4 Qt[D * R4];
+shared float Kt[DP * KS];
+shared float Vt[DP * KS];
+shared vec4 Pt[BT * R4];
+shared vec4 Red[RG * NT];
+
+void main() {
+    BLOCK_THREAD
+    uint blocks = (ROWS + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, r0 = (g % blocks) * BR;
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale())
+    bvec4 live;
+    ivec4 position;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        uint r = r0 + rg * 4u + i;
+        live[i] = r < ROWS;
+        position[i] = query_start() + int(r % TQ);
+    }
+    vec4 acc[ON];
+    [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
+    vec4 m = vec4(NEG_INF), l = vec4(0.0);  // l: this thread's share of the row sums
+    float k_next[CPT], v_next[CPT];
+    FETCH_COLUMNS(k_next, k, head * TK + keys.x, TK - keys.x, 1.0)
+    FETCH_COLUMNS(v_next, v, head * TK + keys.x, TK - keys.x, 1.0)
+    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
+        barrier();  // the previous tile is consumed (and Qt staged, on the first pass)
+        STORE_COLUMNS(Kt, k_next)
+        STORE_COLUMNS(Vt, v_next)
+        barrier();
+        if (j0 + BT < keys.y) {
+            FETCH_COLUMNS(k_next, k, head * TK + j0 + BT, TK - j0 - BT, 1.0)
+            FETCH_COLUMNS(v_next, v, head * TK + j0 + BT, TK - j0 - BT, 1.0)
+        }
+        vec4 s[SN];
+        [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] = vec4(0.0);
+        HEAD_DIM(d) {
+            vec4 a = Qt[d * R4 + rg];
+            [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] += a * Kt[d * KS + tx + n * NT];
+        }
+        vec4 tile_max = vec4(NEG_INF);
+        [[unroll]] for (uint n = 0u; n < SN; ++n) {
+            uint j = j0 + tx + n * NT;
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                if (!(live[i] && j < keys.y && sees(position[i], j))) s[n][i] = NEG_INF;
+            }
+            tile_max = max(tile_max, s[n]);
+        }
+        Red[rg * NT + tx] = tile_max;
+        barrier();
+        [[unroll]] for (uint t = 0u; t < NT; ++t) tile_max = max(tile_max, Red[rg * NT + t]);
+        vec4 m_new = max(m, tile_max);
+        vec4 base = mix(m_new, vec4(0.0), isinf(m_new));  // a row that has seen no key: p = 0
+        vec4 alpha = exp(m - base);
+        m = m_new;
+        l *= alpha;
+        [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] *= alpha;
+        [[unroll]] for (uint n = 0u; n < SN; ++n) {
+            vec4 p = exp(s[n] - base);
+            l += p;
+            Pt[(tx + n * NT) * R4 + rg] = p;
+        }
+        barrier();
+        [[unroll]] for (uint jj = 0u; jj < BT; ++jj) {
+            vec4 p = Pt[jj * R4 + rg];
+            [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += p * Vt[(tx + c * NT) * KS + jj];
+        }
+    }
+    // The row sums across the group's threads (every read of Red above precedes the last barrier).
+    Red[rg * NT + tx] = l;
+    barrier();
+    vec4 total = vec4(0.0);
+    [[unroll]] for (uint t = 0u; t < NT; ++t) total += Red[rg * NT + t];
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        if (!live[i]) continue;
+        uint r = head * ROWS + r0 + rg * 4u + i;
+        float inv = total[i] > 0.0 ? 1.0 / total[i] : 0.0;  // a row that sees no key yields zeros
+        [[unroll]] for (uint c = 0u; c < ON; ++c) {
+            uint d = tx + c * NT;
+            if (d < D) o.d[r * D + d] = STORE(acc[c][i] * inv);
+        }
+        if (tx == 0u) lse.d[r] = total[i] > 0.0 ? m[i] + log(total[i]) : NEG_INF;
+    }
+}
+)";
+
+const char* const kBlockedGradQ = R"(
+shared vec4 Qt[D * R4];
+shared vec4 Ot[D * R4];
+shared float Kt[DP * KS];
+shared float Vt[DP * KS];
+shared vec4 St[BT * R4];
+
+void main() {
+    BLOCK_THREAD
+    uint blocks = (ROWS + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, r0 = (g % blocks) * BR;
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale())
+    STAGE_ROWS4(Ot, dout, head * ROWS + r0, ROWS - r0, 1.0)
+    bvec4 live;
+    ivec4 position;
+    vec4 row_lse, row_delta;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        uint r = r0 + rg * 4u + i;
+        live[i] = r < ROWS;
+        position[i] = query_start() + int(r % TQ);
+        row_lse[i] = live[i] ? lse.d[head * ROWS + r] : 0.0;
+        row_delta[i] = live[i] ? delta.d[head * ROWS + r] : 0.0;
+    }
+    vec4 acc[ON];
+    [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
+    float k_next[CPT], v_next[CPT];
+    FETCH_COLUMNS(k_next, k, head * TK + keys.x, TK - keys.x, 1.0)
+    FETCH_COLUMNS(v_next, v, head * TK + keys.x, TK - keys.x, 1.0)
+    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
+        barrier();
+        STORE_COLUMNS(Kt, k_next)
+        STORE_COLUMNS(Vt, v_next)
+        barrier();
+        if (j0 + BT < keys.y) {
+            FETCH_COLUMNS(k_next, k, head * TK + j0 + BT, TK - j0 - BT, 1.0)
+            FETCH_COLUMNS(v_next, v, head * TK + j0 + BT, TK - j0 - BT, 1.0)
+        }
+        vec4 s[SN], dp[SN];
+        [[unroll]] for (uint n = 0u; n < SN; ++n) { s[n] = vec4(0.0); dp[n] = vec4(0.0); }
+        HEAD_DIM(d) {
+            vec4 a = Qt[d * R4 + rg], b = Ot[d * R4 + rg];
+            [[unroll]] for (uint n = 0u; n < SN; ++n) {
+                uint at = d * KS + tx + n * NT;
+                s[n] += a * Kt[at];
+                dp[n] += b * Vt[at];
+            }
+        }
+        [[unroll]] for (uint n = 0u; n < SN; ++n) {
+            uint j = j0 + tx + n * NT;
+            vec4 ds = exp(s[n] - row_lse) * (dp[n] - row_delta);
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                if (!(live[i] && j < keys.y && sees(position[i], j))) ds[i] = 0.0;
+            }
+            St[(tx + n * NT) * R4 + rg] = ds;
+        }
+        barrier();
+        [[unroll]] for (uint jj = 0u; jj < BT; ++jj) {
+            vec4 ds = St[jj * R4 + rg];
+            [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += ds * Kt[(tx + c * NT) * KS + jj];
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        if (!live[i]) continue;
+        uint r = head * ROWS + r0 + rg * 4u + i;
+        [[unroll]] for (uint c = 0u; c < ON; ++c) {
+            uint d = tx + c * NT;
+            if (d < D) dq.d[r * D + d] = STORE(acc[c][i] * scale());
+        }
+    }
+}
+)";
+
+const char* const kBlockedGradKV = R"(
+shared vec4 Kt[D * R4];
+shared vec4 Vt[D * R4];
+shared float Qt[DP * KS];
+shared float Ot[DP * KS];
+shared vec4 Pt[BT * R4];
+shared vec4 St[BT * R4];
+
+void main() {
+    BLOCK_THREAD
+    uint blocks = (TK + BR - 1u) / BR;
+    uint g = mn_group_id();
+    if (g >= HEADS * blocks) return;
+    uint head = g / blocks, j0 = (g % blocks) * BR;
+    int s0 = query_start();
+    uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
+    STAGE_ROWS4(Kt, k, head * TK + j0, TK - j0, 1.0)
+    STAGE_ROWS4(Vt, v, head * TK + j0, TK - j0, 1.0)
+    uvec4 key = uvec4(j0 + rg * 4u) + uvec4(0u, 1u, 2u, 3u);
+    bvec4 live = lessThan(key, uvec4(TK));
+    vec4 dk_acc[ON], dv_acc[ON];
+    [[unroll]] for (uint c = 0u; c < ON; ++c) { dk_acc[c] = vec4(0.0); dv_acc[c] = vec4(0.0); }
+    // One step per tile of BT query rows of each of the G heads; the next step's tile is fetched
+    // into registers while this one is used.
+    uint per_head = (queries.y - queries.x + BT - 1u) / BT, steps = G * per_head;
+#define QUERY_TILE(step) \
+    uint t0 = queries.x + ((step) % per_head) * BT, rbase = head * ROWS + (step) / per_head * TQ + t0;
+    float q_next[CPT], o_next[CPT];
+    if (steps > 0u) {
+        QUERY_TILE(0u)
+        FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
+        FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
+    }
+    for (uint step = 0u; step < steps; ++step) {
+        barrier();  // the previous tile is consumed
+        STORE_COLUMNS(Qt, q_next)
+        STORE_COLUMNS(Ot, o_next)
+        barrier();
+        if (step + 1u < steps) {
+            QUERY_TILE(step + 1u)
+            FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
+            FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
+        }
+        QUERY_TILE(step)
+        vec4 s[SN], dp[SN];
+        float row_lse[SN], row_delta[SN];  // read now, used after the products
+        [[unroll]] for (uint n = 0u; n < SN; ++n) {
+            s[n] = vec4(0.0);
+            dp[n] = vec4(0.0);
+            bool in_range = t0 + tx + n * NT < queries.y;
+            row_lse[n] = in_range ? lse.d[rbase + tx + n * NT] : 0.0;
+            row_delta[n] = in_range ? delta.d[rbase + tx + n * NT] : 0.0;
+        }
+        HEAD_DIM(d) {
+            vec4 a = Kt[d * R4 + rg], b = Vt[d * R4 + rg];
+            [[unroll]] for (uint n = 0u; n < SN; ++n) {
+                uint at = d * KS + tx + n * NT;
+                s[n] += a * Qt[at];
+                dp[n] += b * Ot[at];
+            }
+        }
+        [[unroll]] for (uint n = 0u; n < SN; ++n) {
+            uint i = tx + n * NT, t = t0 + i;
+            vec4 p = exp(s[n] - row_lse[n]);
+            vec4 ds = p * (dp[n] - row_delta[n]);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                if (!(live[c] && t < queries.y && sees(s0 + int(t), key[c]))) { p[c] = 0.0; ds[c] = 0.0; }
+            }
+            Pt[i * R4 + rg] = p;
+            St[i * R4 + rg] = ds;
+        }
+        barrier();
+        [[unroll]] for (uint i = 0u; i < BT; ++i) {
+            vec4 p = Pt[i * R4 + rg], ds = St[i * R4 + rg];
+            [[unroll]] for (uint c = 0u; c < ON; ++c) {
+                uint at = (tx + c * NT) * KS + i;
+                dv_acc[c] += p * Ot[at];
+                dk_acc[c] += ds * Qt[at];  // Qt holds scale * q
+            }
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        if (!live[i]) continue;
+        uint at = (head * TK + key[i]) * D;
+        [[unroll]] for (uint c = 0u; c < ON; ++c) {
+            uint d = tx + c * NT;
+            if (d < D) {
+                dk.d[at + d] = STORE(dk_acc[c][i]);
+                dv.d[at + d] = STORE(dv_acc[c][i]);
+            }
+        }
+    }
+}
+)";
+
+uint64_t blocked_shared_bytes(BlockedKind kind, uint64_t rows, uint64_t tile, uint64_t threads, uint64_t dim) {
+    const uint64_t owned = 4 * dim * (rows / 4 + 1);                          // a [d][row group] vec4 array
+    const uint64_t streamed = (dim + threads - 1) / threads * threads * (tile + 1);  // a [d][tile row] array
+    const uint64_t scores = 4 * tile * (rows / 4 + 1);                        // a [tile row][row group] array
+    switch (kind) {
+        case BlockedKind::Forward: return 4 * (owned + 2 * streamed + scores + rows * threads);
+        case BlockedKind::GradQ: return 4 * (2 * owned + 2 * streamed + scores);
+        case BlockedKind::GradKV: return 4 * (2 * owned + 2 * streamed + 2 * scores);
+    }
+    return 0;
+}
+
+}  // namespace mn::codegen
