@@ -15,15 +15,20 @@
 #include "meganeura/graph.hpp"
 #include "meganeura/optim.hpp"
 
+struct VkCommandBuffer_T;  // VkCommandBuffer, as <vulkan/vulkan.h> declares it
+
 namespace mn {
 
 namespace rt { class Context; }
+struct VulkanHandles;  // meganeura/vulkan.hpp
 
 class Device {
 public:
     // The best device, or the one `selector` names (an index or part of the name); when empty,
     // the MEGANEURA_DEVICE environment variable is read.
     static Device open(const std::string& selector = "");
+    // A host application's device and queue (meganeura/vulkan.hpp), shared, never destroyed here.
+    static Device adopt(const VulkanHandles& handles);
     std::string name() const;
     std::shared_ptr<rt::Context> context() const { return ctx_; }
 
@@ -73,6 +78,10 @@ public:
     void set(std::string_view name, const std::vector<int32_t>& data);
     // Runs the recorded program once (one submit).
     void run();
+    // Records what run() submits into the caller's VkCommandBuffer (in the recording state, on this
+    // session's device), for a host that shares its queue (meganeura/vulkan.hpp): inputs set before
+    // the submit are read, outputs are readable with get() once it has completed.
+    void record(VkCommandBuffer_T* command_buffer) const;
     // Training sessions: one optimizer step (forward + backward + update, one submit); returns
     // the loss. step_count() is the number of steps taken, restored by load().
     float step();

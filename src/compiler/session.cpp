@@ -15,6 +15,12 @@ Device Device::open(const std::string& selector) {
     return d;
 }
 
+Device Device::adopt(const VulkanHandles& handles) {
+    Device d;
+    d.ctx_ = rt::Context::adopt(handles);
+    return d;
+}
+
 std::string Device::name() const { return ctx_->caps().name; }
 
 rt::BufferRange Session::Impl::range(int32_t v) const {
@@ -154,6 +160,11 @@ void Session::set(std::string_view name, const std::vector<int32_t>& data) {
 }
 
 void Session::run() { impl_->program->run(); }
+
+void Session::record(VkCommandBuffer_T* command_buffer) const {
+    if (!command_buffer) throw Error("record: no command buffer");
+    impl_->program->record_into(command_buffer);
+}
 
 float Session::step() {
     if (!impl_->training) throw Error("step: this session was compiled without a loss (CompileOptions::loss)");

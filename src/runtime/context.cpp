@@ -130,6 +130,55 @@ void create_device(Context::Impl& impl) {
     vkGetPhysicalDeviceMemoryProperties(d.handle, &impl.memory);
 }
 
+// An adopted device has only the features and extensions its creator enabled: the capabilities
+// that need others are turned off, so no kernel uses them.
+void restrict_to_enabled(PhysicalDevice& d, const VkPhysicalDeviceFeatures2* chain,
+                         const std::vector<std::string>& extensions, bool& full_subgroups) {
+    VkPhysicalDeviceVulkan11Features v11{};
+    VkPhysicalDeviceVulkan12Features v12{};
+    VkPhysicalDeviceVulkan13Features v13{};
+    bool coop_nv = false, coop_khr = false, bf16 = false;
+    for (auto* p = reinterpret_cast<const VkBaseInStructure*>(chain); p; p = p->pNext) {
+        switch (p->sType) {
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES:
+                v11 = *reinterpret_cast<const VkPhysicalDeviceVulkan11Features*>(p);
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES:
+                v12 = *reinterpret_cast<const VkPhysicalDeviceVulkan12Features*>(p);
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES:
+                v13 = *reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(p);
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV:
+                coop_nv = reinterpret_cast<const VkPhysicalDeviceCooperativeMatrixFeaturesNV*>(p)->cooperativeMatrix;
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR:
+                coop_khr = reinterpret_cast<const VkPhysicalDeviceCooperativeMatrixFeaturesKHR*>(p)->cooperativeMatrix;
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR:
+                bf16 = reinterpret_cast<const VkPhysicalDeviceShaderBfloat16FeaturesKHR*>(p)->shaderBFloat16Type;
+                break;
+            default: break;
+        }
+    }
+    const auto enabled = [&](const char* e) { return std::find(extensions.begin(), extensions.end(), e) != extensions.end(); };
+    DeviceCaps& c = d.caps;
+    c.storage_16bit = c.storage_16bit && v11.storageBuffer16BitAccess;
+    c.shader_float16 = c.shader_float16 && v12.shaderFloat16;
+    c.shader_int8 = c.shader_int8 && v12.shaderInt8;
+    c.vulkan_memory_model = c.vulkan_memory_model && v12.vulkanMemoryModel;
+    c.buffer_device_address = c.buffer_device_address && v12.bufferDeviceAddress;
+    c.subgroup_size_control = c.subgroup_size_control && v13.subgroupSizeControl;
+    full_subgroups = v13.computeFullSubgroups;
+    if (!(coop_nv && enabled(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))) c.coop_nv.clear();
+    if (!(coop_khr && enabled(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME))) c.coop_khr.clear();
+    c.shader_bfloat16 = c.shader_bfloat16 && bf16 && enabled(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
+    d.extensions = extensions;
+    // Kernels target the SPIR-V of caps.api_version; SPIR-V 1.6 (Vulkan 1.3) sets the workgroup size
+    // with LocalSizeId, which needs maintenance4.
+    c.api_version = std::min(d.api, v13.maintenance4 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2);
+}
+
 bool env_flag(const char* name) {
     const char* v = std::getenv(name);
     return v && *v && std::strcmp(v, "0") != 0;
@@ -186,14 +235,14 @@ void Context::Impl::create_instance(bool with_validation) {
 Context::Impl::~Impl() {
     if (device) {
         close_pipelines();
-        vkDestroyDevice(device, nullptr);
+        if (owns_handles) vkDestroyDevice(device, nullptr);
     }
     if (messenger) {
         auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
             vkGetInstanceProcAddr(instance, "vkDestroyDebugUtilsMessengerEXT"));
         destroy(instance, messenger, nullptr);
     }
-    if (instance) vkDestroyInstance(instance, nullptr);
+    if (instance && owns_handles) vkDestroyInstance(instance, nullptr);
 }
 
 std::vector<DeviceCaps> Context::enumerate() {
@@ -216,6 +265,38 @@ std::shared_ptr<Context> Context::open(const std::string& selector) {
                     std::to_string(VK_API_VERSION_MINOR(impl->physical.api)) + "; meganeura needs 1.2");
     if (impl->physical.queue_family == UINT32_MAX) throw Error(caps.name + " has no compute queue");
     create_device(*impl);
+    impl->open_pipeline_cache();
+    return std::shared_ptr<Context>(new Context(std::move(impl)));
+}
+
+std::shared_ptr<Context> Context::adopt(const VulkanHandles& h) {
+    if (!h.instance || !h.physical_device || !h.device || !h.queue)
+        throw Error("Device::adopt: VulkanHandles needs an instance, a physical device, a device and a queue");
+    auto impl = std::make_unique<Impl>();
+    impl->owns_handles = false;
+    impl->instance = h.instance;
+    impl->instance_api = std::min<uint32_t>(h.api_version, VK_API_VERSION_1_3);
+    for (auto& d : list_or_throw(*impl))
+        if (d.handle == h.physical_device) impl->physical = std::move(d);
+    PhysicalDevice& d = impl->physical;
+    if (!d.handle) throw Error("Device::adopt: the physical device is not one of the instance's");
+    if (d.api < VK_API_VERSION_1_2)
+        throw Error("Device::adopt: " + d.caps.name + " with an instance of Vulkan 1." +
+                    std::to_string(VK_API_VERSION_MINOR(d.api)) + "; meganeura needs 1.2");
+    uint32_t count = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(count);
+    vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &count, families.data());
+    if (h.queue_family >= count || !(families[h.queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+        throw Error("Device::adopt: queue family " + std::to_string(h.queue_family) + " of " + d.caps.name +
+                    " has no compute");
+    d.queue_family = h.queue_family;
+    d.timestamp_bits = families[h.queue_family].timestampValidBits;
+    d.caps.timestamps = d.timestamp_bits > 0;
+    restrict_to_enabled(d, h.enabled_features, h.enabled_extensions, impl->full_subgroups);
+    impl->device = h.device;
+    impl->queue = h.queue;
+    vkGetPhysicalDeviceMemoryProperties(d.handle, &impl->memory);
     impl->open_pipeline_cache();
     return std::shared_ptr<Context>(new Context(std::move(impl)));
 }

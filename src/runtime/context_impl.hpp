@@ -46,6 +46,7 @@ struct FeatureChain {
 };
 
 struct Context::Impl {
+    bool owns_handles = true;  // false: the instance and device are a host application's (adopt)
     VkInstance instance = VK_NULL_HANDLE;
     uint32_t instance_api = 0;
     bool validation = false;

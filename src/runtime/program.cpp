@@ -64,6 +64,7 @@ struct Program::Impl {
     VkDescriptorPool descriptor_pool = VK_NULL_HANDLE;
     VkQueryPool query_pool = VK_NULL_HANDLE;
     VkFence fence = VK_NULL_HANDLE;
+    std::vector<VkDescriptorSet> sets;  // one per dispatch
 
     // Destroying the pools frees the command buffer and descriptor sets allocated from them.
     ~Impl() {
@@ -76,7 +77,10 @@ struct Program::Impl {
         if (finished) throw Error(std::string("Program: ") + what + " after finish()");
         commands.push_back(std::move(c));
     }
-    void record_dispatch(const Dispatch& d, VkDescriptorSet set, const Pipeline*& bound, uint32_t index);
+    // The commands, between a host-write barrier and a host-read barrier, into `into`.
+    void record(VkCommandBuffer into, bool with_timestamps) const;
+    void record_dispatch(VkCommandBuffer into, const Dispatch& d, VkDescriptorSet set, const Pipeline*& bound,
+                         uint32_t index, bool with_timestamps) const;
 };
 
 Program::Program(std::shared_ptr<Context> ctx) : impl_(std::make_unique<Impl>()) {
@@ -144,17 +148,18 @@ void Program::dispatch(Dispatch d) {
     ++impl_->dispatches;
 }
 
-void Program::Impl::record_dispatch(const Dispatch& d, VkDescriptorSet set, const Pipeline*& bound, uint32_t index) {
+void Program::Impl::record_dispatch(VkCommandBuffer into, const Dispatch& d, VkDescriptorSet set,
+                                    const Pipeline*& bound, uint32_t index, bool with_timestamps) const {
     if (bound != d.pipeline) {
-        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->handle);
+        vkCmdBindPipeline(into, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->handle);
         bound = d.pipeline;
     }
-    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &set, 0, nullptr);
+    vkCmdBindDescriptorSets(into, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &set, 0, nullptr);
     if (!d.push_constants.empty())
-        vkCmdPushConstants(cmd, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+        vkCmdPushConstants(into, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            uint32_t(d.push_constants.size()), d.push_constants.data());
-    vkCmdDispatch(cmd, d.groups[0], d.groups[1], d.groups[2]);
-    if (timestamps) vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, query_pool, index + 1);
+    vkCmdDispatch(into, d.groups[0], d.groups[1], d.groups[2]);
+    if (with_timestamps) vkCmdWriteTimestamp(into, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, query_pool, index + 1);
 }
 
 void Program::finish(bool timestamps) {
@@ -224,30 +229,43 @@ void Program::finish(bool timestamps) {
         MN_VK_CHECK(vkCreateQueryPool(m.device, &info, nullptr, &m.query_pool));
     }
 
+    m.sets = std::move(sets);
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // replayed: not one-time
     MN_VK_CHECK(vkBeginCommandBuffer(m.cmd, &begin));
-    memory_barrier(m.cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, kDeviceStages, kDeviceAccess);
-    if (timestamps) {
-        vkCmdResetQueryPool(m.cmd, m.query_pool, 0, queries);
-        vkCmdWriteTimestamp(m.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, m.query_pool, 0);
+    m.record(m.cmd, timestamps);
+    MN_VK_CHECK(vkEndCommandBuffer(m.cmd));
+}
+
+void Program::Impl::record(VkCommandBuffer into, bool with_timestamps) const {
+    const uint32_t queries = uint32_t(dispatches + 1);
+    memory_barrier(into, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, kDeviceStages, kDeviceAccess);
+    if (with_timestamps) {
+        vkCmdResetQueryPool(into, query_pool, 0, queries);
+        vkCmdWriteTimestamp(into, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool, 0);
     }
     const Pipeline* bound = nullptr;
     uint32_t index = 0;
-    for (const auto& command : m.commands) {
+    for (const auto& command : commands) {
         if (auto* c = std::get_if<Copy>(&command)) {
             VkBufferCopy region{c->src.offset, c->dst.offset, c->src.size};
-            vkCmdCopyBuffer(m.cmd, c->src.buffer->handle(), c->dst.buffer->handle(), 1, &region);
+            vkCmdCopyBuffer(into, c->src.buffer->handle(), c->dst.buffer->handle(), 1, &region);
         } else if (auto* f = std::get_if<Fill>(&command)) {
-            vkCmdFillBuffer(m.cmd, f->dst.buffer->handle(), f->dst.offset, f->dst.size, f->word);
+            vkCmdFillBuffer(into, f->dst.buffer->handle(), f->dst.offset, f->dst.size, f->word);
         } else if (std::holds_alternative<Barrier>(command)) {
-            memory_barrier(m.cmd, kDeviceStages, kDeviceWrites, kDeviceStages, kDeviceAccess);
+            memory_barrier(into, kDeviceStages, kDeviceWrites, kDeviceStages, kDeviceAccess);
         } else {
-            m.record_dispatch(std::get<Dispatch>(command), sets[index], bound, index);
+            record_dispatch(into, std::get<Dispatch>(command), sets[index], bound, index, with_timestamps);
             ++index;
         }
     }
-    memory_barrier(m.cmd, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
-    MN_VK_CHECK(vkEndCommandBuffer(m.cmd));
+    memory_barrier(into, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+}
+
+void Program::record_into(VkCommandBuffer cmd) const {
+    const Impl& m = *impl_;
+    if (!m.finished) throw Error("Program: record_into() before finish()");
+    if (m.timestamps) throw Error("Program: a profiled program runs only on its own command buffer");
+    m.record(cmd, false);
 }
 
 void Program::run() {

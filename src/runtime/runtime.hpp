@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "meganeura/vulkan.hpp"
+
 namespace mn::rt {
 
 struct CoopMatrixShape {
@@ -74,6 +76,8 @@ public:
     // case-insensitive substring of the device name. When selector is empty the environment
     // variable MEGANEURA_DEVICE is read. MEGANEURA_VALIDATE=1 enables the Khronos validation layer.
     static std::shared_ptr<Context> open(const std::string& selector = "");
+    // A host application's instance, device and queue: used, never destroyed (meganeura/vulkan.hpp).
+    static std::shared_ptr<Context> adopt(const VulkanHandles& handles);
 
     ~Context();
     Context(const Context&) = delete;
@@ -180,6 +184,9 @@ public:
     void finish(bool timestamps = false);
 
     void run();  // submit and wait; throws mn::Error on failure or device loss
+    // Records what run() submits into a command buffer of the caller's, in the recording state, on
+    // this context's device and a queue family with compute; the caller submits and waits.
+    void record_into(VkCommandBuffer cmd) const;
     size_t dispatch_count() const;
     size_t barrier_count() const;
     // After run() of a program finished with timestamps: GPU time of each dispatch in ms
