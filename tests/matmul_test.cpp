@@ -90,6 +90,15 @@ TEST_F(MatmulTest, SplitK) {
     check_cases(kLongK, 4700, 1e-5);
 }
 
+// K long enough (1.2M slices of 16 would be 75,000 iterations of the tiled kernel's main loop) that
+// one invocation would pass llvmpipe's 65,535-iteration limit, which ends it silently (see
+// DeviceCaps::max_loop_iterations; unsplit, 30-40% of the result went missing). Summing 1.2M f32
+// terms in sequence carries about 2^-24 * sqrt(K) = 6.5e-5 relative error, so the bound is 1e-4.
+TEST_F(MatmulTest, VeryLongK) {
+    check_cases({{{4, 1200000}, {1200000, 3}}, {{1200000, 5}, {1200000, 2}, true, false}, {{1, 1200000}, {2, 1200000}, false, true}},
+                4800, 1e-4);
+}
+
 // Precision Fast: where the device has NV f16 cooperative matrices, matmuls run on them with f16
 // operands and f32 accumulation. Rounding an operand to f16 has relative error <= 2^-11 (4.9e-4),
 // so each product a*b carries about sqrt(2) * 4.9e-4 = 7e-4 relative error, uncorrelated across

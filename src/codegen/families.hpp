@@ -75,6 +75,7 @@ struct MatmulTuning {
     uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
     uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
     uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
+    uint32_t max_loop_iterations = 0;  // DeviceCaps::max_loop_iterations: K is split to stay under it
 };
 
 // The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the

@@ -250,17 +250,28 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
 // shorter than kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split
 // regardless. The pieces are summed by one more dispatch. Returns the k range of a piece (K: no
 // split).
+//
+// A device that ends long loops (DeviceCaps::max_loop_iterations) gets pieces short enough that
+// the main loop, one iteration per K-slice of at least 16, uses at most half of the allowance.
 uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups) {
     constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
     const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
-    if (spec.dtype != DType::F32) return checked_u32(k, "matmul K");  // partial sums are f32
+    const int64_t longest = t.max_loop_iterations ? int64_t(t.max_loop_iterations) / 2 * std::min<int64_t>(16, t.forced_bk ? t.forced_bk : 16) : k;
+    if (spec.dtype != DType::F32) {  // partial sums are f32: no split
+        if (k > longest) {
+            throw Error("matmul: K = " + std::to_string(k) + " in " + std::string(dtype_name(spec.dtype)) +
+                        " is longer than one shader invocation of this device may loop over (" +
+                        std::to_string(longest) + ")");
+        }
+        return checked_u32(k, "matmul K");
+    }
     int64_t splits = 1;
     if (t.forced_splits) {
         splits = t.forced_splits;
     } else if (!t.cpu && groups < target) {
         splits = std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece);
     }
-    splits = std::max<int64_t>(splits, 1);
+    splits = std::max<int64_t>({splits, 1, (k + longest - 1) / longest});
     const int64_t piece = ((k + splits - 1) / splits + 31) / 32 * 32;
     return checked_u32(std::min(piece, k), "matmul K piece");
 }

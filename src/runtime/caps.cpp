@@ -174,6 +174,8 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
         c.coop_khr = coop_shapes<VkCooperativeMatrixPropertiesKHR>(
             handle, query, VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR);
     }
+    // Mesa's gallivm loop limiter (LP_MAX_TGSI_LOOP_ITERATIONS).
+    if (d.api >= VK_API_VERSION_1_2 && driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_iterations = 65535;
     c.timestamps = l.timestampComputeAndGraphics || d.timestamp_bits > 0;
     c.timestamp_period_ns = l.timestampPeriod;
 
@@ -262,6 +264,10 @@ std::string describe(const DeviceCaps& c) {
     char period[32];
     std::snprintf(period, sizeof period, "%g ns", c.timestamp_period_ns);
     s += std::string("  timestamps: ") + (c.timestamps ? std::string("period ") + period : "no") + "\n";
+    if (c.max_loop_iterations) {
+        s += "  loops: the driver ends an invocation after " + std::to_string(c.max_loop_iterations) +
+             " iterations (long reductions are split)\n";
+    }
     s += "  memory heaps:";
     for (size_t i = 0; i < c.heaps.size(); ++i) {
         s += i ? ", " : " ";

@@ -56,6 +56,9 @@ struct DeviceCaps {
     std::vector<CoopMatrixShape> coop_khr;  // VK_KHR_cooperative_matrix
     bool timestamps = false;
     float timestamp_period_ns = 0;
+    // > 0: the driver silently ends a shader invocation after this many loop iterations, all its
+    // loops together (llvmpipe: 65,535); kernels with long loops split their work to stay under it.
+    uint32_t max_loop_iterations = 0;
     std::vector<MemoryHeap> heaps;
 };
 
