@@ -42,6 +42,36 @@ const uint CPT = (BT * DP + WG - 1u) / WG;
         uint e = lid + u * WG; \
         if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
     }
+// The forward's and dQ's block of query rows: its head, first row r0 and the keys it may see;
+// Qt staged (scaled); whether each of the thread's 4 rows exists and its position among the keys.
+#define BLOCKED_QUERY_BLOCK \
+    BLOCK_THREAD \
+    uint blocks = (ROWS + BR - 1u) / BR; \
+    uint g = mn_group_id(); \
+    if (g >= HEADS * blocks) return; \
+    uint head = g / blocks, r0 = (g % blocks) * BR; \
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u); \
+    STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale()) \
+    bvec4 live; \
+    ivec4 position; \
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+        uint r = r0 + rg * 4u + i; \
+        live[i] = r < ROWS; \
+        position[i] = query_start() + int(r % TQ); \
+    }
+// Key tiles for the forward and dQ, in registers k_next and v_next: FETCH_KEY_TILE(j0) reads tile
+// j0 of k and v; STAGE_KEY_TILE(j0, end) stores it as Kt and Vt once every thread is done with the
+// previous tile (and the owned rows are staged), then fetches the tile after j0 while the caller
+// uses this one.
+#define FETCH_KEY_TILE(j0) \
+    FETCH_COLUMNS(k_next, k, head * TK + (j0), TK - (j0), 1.0) \
+    FETCH_COLUMNS(v_next, v, head * TK + (j0), TK - (j0), 1.0)
+#define STAGE_KEY_TILE(j0, end) \
+    barrier(); \
+    STORE_COLUMNS(Kt, k_next) \
+    STORE_COLUMNS(Vt, v_next) \
+    barrier(); \
+    if ((j0) + BT < (end)) { FETCH_KEY_TILE((j0) + BT) }
 // BR rows of src from row `first` into dst[d * R4 + i / 4][i % 4].
 #define STAGE_ROWS4(dst, src, first, valid, factor) \
     for (uint e = lid; e < BR * D; e += WG) { \
@@ -58,35 +88,14 @@ shared vec4 Pt[BT * R4];
 shared vec4 Red[RG * NT];
 
 void main() {
-    BLOCK_THREAD
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR;
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
-    STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale())
-    bvec4 live;
-    ivec4 position;
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        uint r = r0 + rg * 4u + i;
-        live[i] = r < ROWS;
-        position[i] = query_start() + int(r % TQ);
-    }
+    BLOCKED_QUERY_BLOCK
     vec4 acc[ON];
     [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
     vec4 m = vec4(NEG_INF), l = vec4(0.0);  // l: this thread's share of the row sums
     float k_next[CPT], v_next[CPT];
-    FETCH_COLUMNS(k_next, k, head * TK + keys.x, TK - keys.x, 1.0)
-    FETCH_COLUMNS(v_next, v, head * TK + keys.x, TK - keys.x, 1.0)
+    FETCH_KEY_TILE(keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();  // the previous tile is consumed (and Qt staged, on the first pass)
-        STORE_COLUMNS(Kt, k_next)
-        STORE_COLUMNS(Vt, v_next)
-        barrier();
-        if (j0 + BT < keys.y) {
-            FETCH_COLUMNS(k_next, k, head * TK + j0 + BT, TK - j0 - BT, 1.0)
-            FETCH_COLUMNS(v_next, v, head * TK + j0 + BT, TK - j0 - BT, 1.0)
-        }
+        STAGE_KEY_TILE(j0, keys.y)
         vec4 s[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] = vec4(0.0);
         HEAD_DIM(d) {
@@ -147,38 +156,20 @@ shared float Vt[DP * KS];
 shared vec4 St[BT * R4];
 
 void main() {
-    BLOCK_THREAD
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR;
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
-    STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale())
+    BLOCKED_QUERY_BLOCK
     STAGE_ROWS4(Ot, dout, head * ROWS + r0, ROWS - r0, 1.0)
-    bvec4 live;
-    ivec4 position;
     vec4 row_lse, row_delta;
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        uint r = r0 + rg * 4u + i;
-        live[i] = r < ROWS;
-        position[i] = query_start() + int(r % TQ);
-        row_lse[i] = live[i] ? lse.d[head * ROWS + r] : 0.0;
-        row_delta[i] = live[i] ? delta.d[head * ROWS + r] : 0.0;
+        uint r = head * ROWS + r0 + rg * 4u + i;
+        row_lse[i] = live[i] ? lse.d[r] : 0.0;
+        row_delta[i] = live[i] ? delta.d[r] : 0.0;
     }
     vec4 acc[ON];
     [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
     float k_next[CPT], v_next[CPT];
-    FETCH_COLUMNS(k_next, k, head * TK + keys.x, TK - keys.x, 1.0)
-    FETCH_COLUMNS(v_next, v, head * TK + keys.x, TK - keys.x, 1.0)
+    FETCH_KEY_TILE(keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();
-        STORE_COLUMNS(Kt, k_next)
-        STORE_COLUMNS(Vt, v_next)
-        barrier();
-        if (j0 + BT < keys.y) {
-            FETCH_COLUMNS(k_next, k, head * TK + j0 + BT, TK - j0 - BT, 1.0)
-            FETCH_COLUMNS(v_next, v, head * TK + j0 + BT, TK - j0 - BT, 1.0)
-        }
+        STAGE_KEY_TILE(j0, keys.y)
         vec4 s[SN], dp[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) { s[n] = vec4(0.0); dp[n] = vec4(0.0); }
         HEAD_DIM(d) {
