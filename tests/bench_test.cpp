@@ -86,6 +86,19 @@ TEST(Bench, MlpEndToEndWithGates) {
         if (wl["gpu_ms"].is_null()) continue;  // a device without timestamp queries
         expect_summary(wl["gpu_ms"], runs, std::string("gpu ") + w);
         EXPECT_FALSE(wl["top_kernels"].empty()) << w;
+        // The trace: one complete event per dispatch, end to end, named by kernel.
+        EXPECT_EQ(wl["trace"], std::string("trace-") + w + ".json");
+        const json trace = read_json(cell + "/" + wl["trace"].get<std::string>());
+        ASSERT_EQ(trace["traceEvents"].size(), wl["dispatches"].get<size_t>()) << w;
+        double end = 0;
+        for (const json& e : trace["traceEvents"]) {
+            EXPECT_EQ(e["ph"], "X");
+            EXPECT_DOUBLE_EQ(e["ts"].get<double>(), end);
+            EXPECT_GE(e["dur"].get<double>(), 0.0);
+            end += e["dur"].get<double>();
+        }
+        const json& slowest = wl["top_dispatches"][0];
+        EXPECT_EQ(trace["traceEvents"][slowest["index"].get<size_t>()]["name"], slowest["label"]) << w;
     }
     // Training has more dispatches than inference, and a step more than training (the update).
     EXPECT_LT(mn["workloads"]["inference"]["dispatches"], mn["workloads"]["training"]["dispatches"]);

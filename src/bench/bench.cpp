@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -153,10 +154,25 @@ void load_and_feed(models::PreparedModel& p, const std::string& weights, const i
     models::set_inputs(p.session, p.model, inputs);
 }
 
+// A Chrome / Perfetto trace (the JSON trace event format; ui.perfetto.dev or chrome://tracing open
+// it) of one run's dispatches, each with its median time, laid end to end in dispatch order. A
+// dispatch's time runs from the previous timestamp to its own, so the barrier before it is included
+// and dispatches that overlapped on the GPU are shown one after the other.
+json chrome_trace(const std::vector<std::string>& labels, const std::vector<double>& ms) {
+    json events = json::array();
+    double at_us = 0;
+    for (size_t d = 0; d < labels.size(); ++d) {
+        events.push_back({{"name", labels[d]}, {"cat", "dispatch"}, {"ph", "X"}, {"ts", at_us}, {"dur", ms[d] * 1e3},
+                          {"pid", 1}, {"tid", 1}, {"args", {{"index", d}}}});
+        at_us += ms[d] * 1e3;
+    }
+    return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
 // GPU time per run (the sum of the per-dispatch timestamps) and the kernels that take it: by label
 // (summed medians, dispatch count) and the single dispatches (index in dispatch order, as
-// MEGANEURA_DEBUG=1 lists them).
-json gpu_times(Session& s, Mode mode, const BenchOptions& o) {
+// MEGANEURA_DEBUG=1 lists them). The median run's dispatches also go to `trace_path` (chrome_trace).
+json gpu_times(Session& s, Mode mode, const BenchOptions& o, const fs::path& trace_path) {
     warm_up(s, mode, o);
     std::vector<double> totals;
     std::vector<std::string> labels;
@@ -177,8 +193,10 @@ json gpu_times(Session& s, Mode mode, const BenchOptions& o) {
     }
     std::map<std::string, std::pair<double, int>> by_label;
     std::vector<std::pair<double, size_t>> dispatches;
+    std::vector<double> medians;
     for (size_t d = 0; d < labels.size(); ++d) {
         const double ms = median_of(per_dispatch[d]);
+        medians.push_back(ms);
         by_label[labels[d]].first += ms;
         by_label[labels[d]].second += 1;
         dispatches.emplace_back(ms, d);
@@ -196,7 +214,11 @@ json gpu_times(Session& s, Mode mode, const BenchOptions& o) {
         const size_t d = dispatches[i].second;
         top_dispatches.push_back({{"index", d}, {"label", labels[d]}, {"ms", dispatches[i].first}});
     }
-    return {{"gpu_ms", summary(totals)}, {"top_kernels", top_kernels}, {"top_dispatches", top_dispatches}};
+    std::ofstream trace(trace_path);
+    trace << chrome_trace(labels, medians).dump() << "\n";
+    if (!trace) throw Error("bench: cannot write " + trace_path.string());
+    return {{"gpu_ms", summary(totals)}, {"top_kernels", top_kernels}, {"top_dispatches", top_dispatches},
+            {"trace", trace_path.filename().string()}};
 }
 
 // One workload: wall time and session statistics from an unprofiled compile, then GPU time from a
@@ -241,7 +263,7 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
     if (ctx.caps().timestamps) {
         models::PreparedModel p = prepare(device, o, r, w.mode, true);
         load_and_feed(p, weights, inputs);
-        result.update(gpu_times(p.session, w.mode, o));
+        result.update(gpu_times(p.session, w.mode, o, fs::path(o.out_dir) / ("trace-" + std::string(w.name) + ".json")));
     } else {
         result["gpu_ms"] = nullptr;
     }
