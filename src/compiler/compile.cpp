@@ -13,6 +13,7 @@
 
 #include "codegen/shader_compiler.hpp"
 #include "common/half.hpp"
+#include "compiler/check.hpp"
 #include "compiler/hazards.hpp"
 #include "compiler/initial_values.hpp"
 #include "compiler/session_impl.hpp"
@@ -99,7 +100,13 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
             arena_values.push_back(static_cast<int32_t>(v));
         }
     }
-    const memory::Plan plan = memory::plan_arena(requests, align, options.plan_memory);
+    // MEGANEURA_CHECK reads every intermediate value after the run: none may share bytes.
+    const double check_limit = compiler::check_limit(options.precision);
+    if (check_limit > 0) {
+        impl->check_graph = std::make_shared<const Graph>(graph);
+        impl->check_limit = check_limit;
+    }
+    const memory::Plan plan = memory::plan_arena(requests, align, options.plan_memory && check_limit == 0);
 
     mark("plan");
 

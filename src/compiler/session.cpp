@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/half.hpp"
+#include "compiler/check.hpp"
 #include "compiler/session_impl.hpp"
 #include "train/optimizer.hpp"
 
@@ -159,7 +160,17 @@ void Session::set(std::string_view name, const std::vector<int32_t>& data) {
     std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + impl_->upload_at.at(v), data.data(), val.bytes());
 }
 
-void Session::run() { impl_->program->run(); }
+void Session::Impl::run_program() {
+    if (!check_graph) {
+        program->run();
+        return;
+    }
+    const ref::Feeds feeds = compiler::feeds_for_check(*this, *check_graph);
+    program->run();
+    compiler::check_against_reference(*this, *check_graph, feeds, check_limit);
+}
+
+void Session::run() { impl_->run_program(); }
 
 void Session::record(VkCommandBuffer_T* command_buffer) const {
     if (!command_buffer) throw Error("record: no command buffer");

@@ -26,6 +26,9 @@ struct Session::Impl {
     CompileOptions options;
     bool training = false;
     int64_t steps_taken = 0;
+    // MEGANEURA_CHECK (compiler/check.hpp): the compiled graph and the limit; null when off.
+    std::shared_ptr<const Graph> check_graph;
+    double check_limit = 0;
 
     const sched::Value& value(int32_t v) const { return schedule.values[static_cast<size_t>(v)]; }
     rt::BufferRange range(int32_t v) const;
@@ -37,6 +40,7 @@ struct Session::Impl {
     void write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill);
     std::vector<uint8_t> read_now(int32_t v) const;
     std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
+    void run_program();  // one submit, checked against the reference under MEGANEURA_CHECK
 };
 
 }  // namespace mn

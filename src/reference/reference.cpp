@@ -418,15 +418,19 @@ void settle(Value& value, const Node& node) {
 
 }  // namespace
 
+Value evaluate_node(const Node& node, const std::vector<const Value*>& inputs, const Feeds& feeds) {
+    Value value = compute(node, inputs, feeds);
+    settle(value, node);
+    return value;
+}
+
 std::vector<Value> evaluate(const Graph& graph, const Feeds& feeds) {
     std::vector<Value> values;
     values.reserve(graph.nodes().size());
     for (const Node& node : graph.nodes()) {
         std::vector<const Value*> in;
         for (int32_t id : node.inputs) in.push_back(&values.at(static_cast<size_t>(id)));
-        Value value = compute(node, in, feeds);
-        settle(value, node);
-        values.push_back(std::move(value));
+        values.push_back(evaluate_node(node, in, feeds));
     }
     return values;
 }

@@ -24,6 +24,9 @@ using Feeds = std::map<std::string, Value>;  // inputs and parameters, by name
 // missing (naming it) or has the wrong shape.
 std::vector<Value> evaluate(const Graph& graph, const Feeds& feeds);
 
+// One node from the given values of its inputs (inputs[i] for node.inputs[i]); leaves read `feeds`.
+Value evaluate_node(const Node& node, const std::vector<const Value*>& inputs, const Feeds& feeds);
+
 // Rounds to the nearest IEEE half (ties to even), saturating to infinity like a conversion does.
 double round_to_half(double x);
 
