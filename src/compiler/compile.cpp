@@ -14,6 +14,7 @@
 #include "codegen/shader_compiler.hpp"
 #include "common/half.hpp"
 #include "compiler/check.hpp"
+#include "compiler/dump.hpp"
 #include "compiler/hazards.hpp"
 #include "compiler/initial_values.hpp"
 #include "compiler/session_impl.hpp"
@@ -47,7 +48,9 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         impl->stats.pass_ms.emplace_back(pass, std::chrono::duration<double, std::milli>(now - mark_time).count());
         mark_time = now;
     };
+    const std::string dump = compiler::dump_pass();
     mark("build");
+    if (dump == "build") std::fputs(graph.str().c_str(), stderr);
 
     // ---- pass: lower ----
     std::vector<int32_t> roots;
@@ -60,10 +63,12 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     sched::Schedule& s = impl->schedule;
 
     mark("lower");
+    if (dump == "lower") std::fputs(compiler::dump_schedule(s, graph, false).c_str(), stderr);
 
     // ---- pass: order by level (independent steps share a barrier) ----
     sched::order_by_level(s);
     mark("order");
+    if (dump == "order") std::fputs(compiler::dump_schedule(s, graph, true).c_str(), stderr);
     const size_t nv = s.values.size();
 
     // Leaves no output depends on stay known by name (-1) so that setting them is harmless.
@@ -109,6 +114,7 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
     const memory::Plan plan = memory::plan_arena(requests, align, options.plan_memory && check_limit == 0);
 
     mark("plan");
+    if (dump == "plan") std::fputs(compiler::dump_plan(s, first, last, arena_values, plan).c_str(), stderr);
 
     // ---- pass: compile shaders (each distinct source once, in parallel) ----
     std::vector<std::string> sources;
