@@ -80,7 +80,8 @@ uvec2 query_range(uint j0, uint j1) {
 // registers), dot products over the head dim in unrolled chunks of HC (a divisor of D). Lavapipe
 // needs the latter: its JIT silently ends a shader invocation's loops once they have run 65535
 // iterations in all (gallivm's loop limiter), which a long key sweep reached with one iteration
-// per multiply-add; unrolling the whole dot product instead made its compiles take a minute.
+// per multiply-add; unrolling the whole dot product instead made its compiles take a minute. Sweeps
+// too long even so take the blocked kernels there, or are refused (use_blocked, check_loop_limit).
 #define HEAD_DIM(d) \
     for (uint d##_0 = 0u; d##_0 < D; d##_0 += HC) [[unroll]] for (uint d##_u = 0u, d = d##_0; d##_u < HC; ++d##_u, ++d)
 
@@ -361,10 +362,30 @@ AttentionTiles fit_blocked(AttentionTiles t, int64_t dim, int64_t own_rows, int6
     return t;
 }
 
-// Problems with at least this many rows per workgroup's side take the blocked kernels.
-constexpr int64_t kBlockedMinRows = 16;
+// Problems with at least this many rows per workgroup's side take the blocked kernels, and so do
+// sweeps longer than kLongSweep on a device that limits loop iterations (a decode step over 300,000
+// keys passed llvmpipe's limit in the row-wise kernel, 40,000 did not).
+constexpr int64_t kBlockedMinRows = 16, kLongSweep = 4096;
 
-bool use_blocked(const AttentionTiles& t, int64_t own_rows) { return t.blocked && own_rows >= kBlockedMinRows; }
+bool use_blocked(const AttentionTiles& t, int64_t own_rows, int64_t stream_rows) {
+    return t.blocked && (own_rows >= kBlockedMinRows || (t.max_loop_iterations && stream_rows > kLongSweep));
+}
+
+int64_t head_dim_chunk(int64_t dim);
+
+// On a device that ends long loops (llvmpipe), a blocked kernel's sweep must fit: its loops run
+// once per tile of the sweep and once per head-dim chunk in it (the others are unrolled), over
+// `passes` sweeps of `stream_rows` rows. Measured on llvmpipe: 9,375 tiles at head dim 16 pass,
+// at head dim 64 (9 loop iterations a tile) they come out wrong.
+void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows, int64_t passes) {
+    if (!t.max_loop_iterations) return;
+    const int64_t per_tile = dim / head_dim_chunk(dim) + 1, budget = int64_t(t.max_loop_iterations) * 9 / 10;
+    if (passes * ((stream_rows + t.tile - 1) / t.tile) * per_tile <= budget) return;
+    throw Error("[attention] a sweep over " + std::to_string(stream_rows) + " rows (x" + std::to_string(passes) +
+                ") at head dim " + std::to_string(dim) + " needs more loop iterations than this device allows one shader "
+                "invocation (" + std::to_string(t.max_loop_iterations) + "); at most " +
+                std::to_string(budget / per_tile / passes * t.tile) + " rows here");
+}
 
 // The largest of 8, 4, 2, 1 that divides the head dim: dot products run in unrolled chunks of it.
 int64_t head_dim_chunk(int64_t dim) {
@@ -410,9 +431,10 @@ uint64_t blocks_of(int64_t n, uint32_t block) { return static_cast<uint64_t>((n 
 
 KernelSource attention_forward_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
-    const bool blocked = use_blocked(tiles, rows);
+    const bool blocked = use_blocked(tiles, rows, s.kv_len);
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward)
                                      : fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
+    if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
     return tiled_kernel("attention", s, t, blocked, {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}},
                         {{"o", s.dtype, true}, {"lse", DType::F32, true}}, blocked ? kBlockedForward : kForward,
                         static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
@@ -420,9 +442,10 @@ KernelSource attention_forward_kernel(const AttentionSpec& s, const AttentionTil
 
 KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
-    const bool blocked = use_blocked(tiles, rows);
+    const bool blocked = use_blocked(tiles, rows, s.kv_len);
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::GradQ)
                                      : fit(tiles, s.head_dim, rows, s.kv_len, {2, 2, 1, 0});
+    if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
     return tiled_kernel("attention_grad_q", s, t, blocked,
                         {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
                          {"delta", DType::F32}},
@@ -431,9 +454,10 @@ KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTile
 }
 
 KernelSource attention_grad_kv_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
-    const bool blocked = use_blocked(tiles, s.kv_len);
+    const bool blocked = use_blocked(tiles, s.kv_len, s.q_len * (s.q_heads / s.kv_heads));
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, s.kv_len, s.q_len, BlockedKind::GradKV)
                                      : fit(tiles, s.head_dim, s.kv_len, s.q_len, {2, 2, 2, 2});
+    if (blocked) check_loop_limit(t, s.head_dim, s.q_len, s.q_heads / s.kv_heads);
     return tiled_kernel("attention_grad_kv", s, t, blocked,
                         {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
                          {"delta", DType::F32}},

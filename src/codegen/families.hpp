@@ -138,6 +138,9 @@ struct AttentionTiles {
     // Problems with many rows take the register-blocked kernels: there `rows` are taken in groups
     // of 4 and threads_per_row threads share a group (attention_blocked.cpp).
     bool blocked = true;
+    // DeviceCaps::max_loop_iterations: the row-wise kernels' loops over a long sweep can pass it, so
+    // such sweeps take the blocked kernels, whose loops run once per tile.
+    uint32_t max_loop_iterations = 0;
 };
 // Bindings: q, k, v, [query_start], out, lse (f32 [B, Hq, Tq]).
 KernelSource attention_forward_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);

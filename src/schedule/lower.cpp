@@ -489,7 +489,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     // over fewer threads with more columns each (bench/results/2026-11-29-attention-h200.md). The
     // row-wise kernels of few-row problems (decode) widen their rows to up to 32 threads anyway.
     t.attention = {.rows = cpu ? 16u : 64u, .threads_per_row = cpu ? 4u : 16u, .tile = cpu ? 32u : 64u,
-                   .shared_bytes = caps.max_shared_memory};
+                   .shared_bytes = caps.max_shared_memory, .max_loop_iterations = caps.max_loop_iterations};
     while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
