@@ -14,6 +14,7 @@
 #include "io/safetensors.hpp"
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
+#include "models/whisper.hpp"
 #include "temp_dir.hpp"
 
 namespace mn::test {
@@ -155,6 +156,40 @@ TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     EXPECT_EQ(c.rms_eps, 1e-5);
     EXPECT_TRUE(c.tied_embeddings);
     EXPECT_THROW(models::LlamaConfig::from_json(dir.path("missing.json")), Error);
+}
+
+void write_text(const std::string& path, const char* text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_TRUE(f) << path;
+    std::fputs(text, f);
+    std::fclose(f);
+}
+
+// openai/whisper-tiny's config.json (the fields the encoder reads, and some it does not) gives the
+// built-in configuration; a config that does not fit is refused naming what is wrong.
+TEST(TransformerModels, WhisperConfigJsonLoadsLikeHuggingFace) {
+    TempDir dir("config");
+    write_text(dir.path("config.json"), R"({"architectures": ["WhisperForConditionalGeneration"], "d_model": 384,
+        "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "num_mel_bins": 80,
+        "max_source_positions": 1500, "decoder_layers": 4, "vocab_size": 51865, "torch_dtype": "float32"})");
+    const models::WhisperConfig c = models::WhisperConfig::from_json(dir.path("config.json"));
+    const models::WhisperConfig d = models::WhisperConfig::tiny_en();
+    EXPECT_EQ(c.mels, d.mels);
+    EXPECT_EQ(c.frames, d.frames);
+    EXPECT_EQ(c.d, d.d);
+    EXPECT_EQ(c.layers, d.layers);
+    EXPECT_EQ(c.heads, d.heads);
+    EXPECT_EQ(c.ffn, d.ffn);
+    const models::BuiltModel m = models::find_model("whisper").build({.config_path = dir.path("config.json")});
+    EXPECT_EQ(m.graph->find("model.encoder.embed_positions.weight")->shape(), (Shape{1500, 384}));
+
+    write_text(dir.path("bad.json"), R"({"d_model": 384, "encoder_attention_heads": 5})");
+    try {
+        models::WhisperConfig::from_json(dir.path("bad.json"));
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("d_model 384 with 5 heads"), std::string::npos) << e.what();
+    }
 }
 
 // A registry model already outputs its loss as "loss": compiling it for training reuses that

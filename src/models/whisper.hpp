@@ -12,6 +12,9 @@ struct WhisperConfig {
 
     static WhisperConfig tiny_en() { return {}; }  // whisper-tiny's encoder
     static WhisperConfig tiny();                   // the test configuration
+    // A Hugging Face WhisperConfig's config.json: num_mel_bins, max_source_positions (frames / 2),
+    // d_model, encoder_layers, encoder_attention_heads, encoder_ffn_dim.
+    static WhisperConfig from_json(const std::string& path);
 };
 
 // Registry entry "whisper": input input_features [B, mels, frames]; output the last hidden
