@@ -133,16 +133,19 @@ TEST_F(KvCacheTest, GenerateIsGreedyUnderTheFullForward) {
     }
 }
 
+void write_text(const std::string& path, const char* text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_TRUE(f) << path;
+    std::fputs(text, f);
+    std::fclose(f);
+}
+
 TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     TempDir dir("config");
-    {
-        std::FILE* f = std::fopen(dir.path("config.json").c_str(), "w");
-        std::fputs(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_hidden_layers": 30,
-            "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
-            "rope_theta": 100000, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
-            "max_position_embeddings": 8192, "torch_dtype": "bfloat16"})", f);
-        std::fclose(f);
-    }
+    write_text(dir.path("config.json"), R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 576,
+        "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+        "vocab_size": 49152, "rope_theta": 100000, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+        "max_position_embeddings": 8192, "torch_dtype": "bfloat16"})");
     const models::LlamaConfig c = models::LlamaConfig::from_json(dir.path("config.json"));
     const models::LlamaConfig d = models::LlamaConfig::smollm2_135m();
     EXPECT_EQ(c.hidden, d.hidden);
@@ -156,13 +159,6 @@ TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     EXPECT_EQ(c.rms_eps, 1e-5);
     EXPECT_TRUE(c.tied_embeddings);
     EXPECT_THROW(models::LlamaConfig::from_json(dir.path("missing.json")), Error);
-}
-
-void write_text(const std::string& path, const char* text) {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_TRUE(f) << path;
-    std::fputs(text, f);
-    std::fclose(f);
 }
 
 // openai/whisper-tiny's config.json (the fields the encoder reads, and some it does not) gives the
