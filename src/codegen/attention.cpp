@@ -325,9 +325,10 @@ struct Footprint {
 // threads each, up to 32, so the workgroup stays as wide), halved (the streamed tile first) until
 // the shared arrays fit the device.
 AttentionTiles fit(AttentionTiles t, int64_t dim, int64_t own_rows, int64_t stream_rows, const Footprint& fp) {
-    const uint32_t threads = t.rows * t.threads_per_row;
+    const uint32_t threads = std::min(t.rows * t.threads_per_row, t.max_invocations);
     t.rows = std::min(t.rows, pow2_at_least(own_rows));
     t.threads_per_row = std::max(t.threads_per_row, std::min<uint32_t>({threads / t.rows, 32u, pow2_at_least(dim)}));
+    while (t.rows > 1 && t.rows * t.threads_per_row > t.max_invocations) t.rows /= 2;
     t.tile = std::min(t.tile, pow2_at_least(stream_rows));
     while (fp.bytes(t.rows, t.tile, static_cast<uint64_t>(dim)) > t.shared_bytes) {
         if (t.tile > 1 && (t.tile >= t.rows || t.rows == 1)) {

@@ -135,6 +135,7 @@ struct AttentionTiles {
     uint32_t threads_per_row = 4;  // each owns head_dim / threads_per_row output columns
     uint32_t tile = 32;            // rows of the other operand staged in shared memory per step
     uint32_t shared_bytes = 32768;  // the device's limit; tiles shrink until they fit
+    uint32_t max_invocations = 1024;  // the device's workgroup size limit
     // Problems with many rows take the register-blocked kernels: there `rows` are taken in groups
     // of 4 and threads_per_row threads share a group (attention_blocked.cpp).
     bool blocked = true;

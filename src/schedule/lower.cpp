@@ -489,8 +489,9 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     // over fewer threads with more columns each (bench/results/2026-11-29-attention-h200.md). The
     // row-wise kernels of few-row problems (decode) widen their rows to up to 32 threads anyway.
     t.attention = {.rows = cpu ? 16u : 64u, .threads_per_row = cpu ? 4u : 16u, .tile = cpu ? 32u : 64u,
-                   .shared_bytes = caps.max_shared_memory, .max_loop_iterations = caps.max_loop_iterations};
-    while (t.attention.rows > 1 && t.attention.rows * t.attention.threads_per_row > caps.max_workgroup_invocations) {
+                   .shared_bytes = caps.max_shared_memory, .max_invocations = caps.max_workgroup_invocations,
+                   .max_loop_iterations = caps.max_loop_iterations};
+    while (t.attention.rows > 4 && t.attention.rows / 4 * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
     // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile[,rowwise] forces the attention tiles (tests,
@@ -500,12 +501,14 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         codegen::AttentionTiles a = t.attention;
         char kernel[16] = "";
         const int n = std::sscanf(e, "%u,%u,%u,%15s", &a.rows, &a.threads_per_row, &a.tile, kernel);
-        if ((n != 3 && !(n == 4 && std::string(kernel) == "rowwise")) || !a.rows || !a.threads_per_row || !a.tile ||
-            a.rows * a.threads_per_row > caps.max_workgroup_invocations) {
-            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile[,rowwise] within the "
-                                    "device's workgroup size, got '") + e + "'");
-        }
         a.blocked = n == 3;
+        const uint32_t threads = a.blocked ? a.rows / 4 * a.threads_per_row : a.rows * a.threads_per_row;
+        if ((n != 3 && !(n == 4 && std::string(kernel) == "rowwise")) || !a.rows || !a.threads_per_row || !a.tile ||
+            (a.blocked && a.rows % 4) || threads > caps.max_workgroup_invocations) {
+            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile[,rowwise] within the "
+                                    "device's workgroup size (blocked: rows a multiple of 4, rows / 4 * threads), got '") +
+                        e + "'");
+        }
         t.attention = a;
     }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
