@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "gpu_check.hpp"
+#include "error_of.hpp"
 #include "temp_dir.hpp"
 #include "schedule/schedule.hpp"
 
@@ -179,25 +180,17 @@ TEST_F(ConvOpsTest, BatchNormUpdatesRunningStats) {
 TEST(ConvErrors, ShapesAreCheckedAtBuildTime) {
     Graph g;
     Tensor x = g.input("x", {2, 4, 8, 8});
-    auto message = [](auto build) {
-        try {
-            build();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
-    EXPECT_NE(message([&] { g.conv2d(x, g.input("w1", {6, 3, 3, 3})); }).find("[conv2d]"), std::string::npos);
-    EXPECT_NE(message([&] { g.conv2d(x, g.input("w2", {6, 2, 3, 3}), std::nullopt, {.groups = 3}); }).find("groups"),
+    EXPECT_NE(error_of([&] { g.conv2d(x, g.input("w1", {6, 3, 3, 3})); }).find("[conv2d]"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.conv2d(x, g.input("w2", {6, 2, 3, 3}), std::nullopt, {.groups = 3}); }).find("groups"),
               std::string::npos);
-    EXPECT_NE(message([&] { g.conv2d(x, g.input("w3", {6, 4, 9, 9})); }).find("does not fit"), std::string::npos);
-    EXPECT_NE(message([&] { g.conv2d(x, g.input("w4", {6, 4, 3, 3}), g.input("b4", {5})); }).find("bias"), std::string::npos);
-    EXPECT_NE(message([&] { g.conv1d(x, g.input("w5", {6, 4, 3})); }).find("[conv1d]"), std::string::npos);
-    EXPECT_NE(message([&] { g.conv2d(x, g.input("w6", {6, 4, 3, 3}), std::nullopt, {.stride = 0}); }).find("stride"),
+    EXPECT_NE(error_of([&] { g.conv2d(x, g.input("w3", {6, 4, 9, 9})); }).find("does not fit"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.conv2d(x, g.input("w4", {6, 4, 3, 3}), g.input("b4", {5})); }).find("bias"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.conv1d(x, g.input("w5", {6, 4, 3})); }).find("[conv1d]"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.conv2d(x, g.input("w6", {6, 4, 3, 3}), std::nullopt, {.stride = 0}); }).find("stride"),
               std::string::npos);
-    EXPECT_NE(message([&] { g.max_pool2d(x, 3, 1, 2); }).find("[max_pool2d]"), std::string::npos);
-    EXPECT_NE(message([&] { g.group_norm(x, 3, g.input("gw", {4}), g.input("gb", {4})); }).find("groups"), std::string::npos);
-    EXPECT_NE(message([&] { g.batch_norm(x, g.input("bw", {3}), g.input("bb", {3}), std::nullopt, std::nullopt, true); })
+    EXPECT_NE(error_of([&] { g.max_pool2d(x, 3, 1, 2); }).find("[max_pool2d]"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.group_norm(x, 3, g.input("gw", {4}), g.input("gb", {4})); }).find("groups"), std::string::npos);
+    EXPECT_NE(error_of([&] { g.batch_norm(x, g.input("bw", {3}), g.input("bb", {3}), std::nullopt, std::nullopt, true); })
                   .find("[batch_norm]"),
               std::string::npos);
 }

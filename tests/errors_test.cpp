@@ -1,18 +1,9 @@
 // Bad input gets a clear mn::Error whose message names the op, the shapes or the known names.
 #include "gpu_check.hpp"
+#include "error_of.hpp"
 
 namespace mn::test {
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
 
 TEST(GraphErrorsTest, ShapeMismatchesNameTheOpAndShapes) {
     Graph g;

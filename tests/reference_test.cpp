@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "meganeura/graph.hpp"
 #include "reference/reference.hpp"
 
@@ -45,16 +46,7 @@ void expect_values(const Value& v, const Shape& shape, const std::vector<double>
     }
 }
 
-// The message of the mn::Error that fn throws, or "" when it throws none.
-template <class Fn>
-std::string error_of(Fn fn) {
-    try {
-        fn();
-    } catch (const mn::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using mn::test::error_of;
 
 // ---- round_to_half ----
 

@@ -2,6 +2,7 @@
 // sizes: rows longer than a workgroup, repeated ids, positions in the thousands; and their
 // builders' errors. Their VJPs are checked by finite differences in autodiff_test.cpp.
 #include "gpu_check.hpp"
+#include "error_of.hpp"
 
 namespace mn::test {
 namespace {
@@ -107,19 +108,11 @@ TEST(TransformerOps, BuildersNameTheOpAndShapes) {
     Graph g;
     Tensor ids = g.input("ids", {4}, DType::I32);
     Tensor x = g.input("x", {4, 6});
-    auto message = [](auto fn) {
-        try {
-            fn();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
-    EXPECT_EQ(message([&] { g.embedding(x, x); }), "[embedding] ids must be i32, got f32");
-    EXPECT_EQ(message([&] { g.rms_norm(x, g.input("w5", {5})); }), "[rms_norm] x is (4,6), weight is (5): expected (6)");
-    EXPECT_EQ(message([&] { g.rope(x, g.input("p3", {3}, DType::I32)); }),
+    EXPECT_EQ(error_of([&] { g.embedding(x, x); }), "[embedding] ids must be i32, got f32");
+    EXPECT_EQ(error_of([&] { g.rms_norm(x, g.input("w5", {5})); }), "[rms_norm] x is (4,6), weight is (5): expected (6)");
+    EXPECT_EQ(error_of([&] { g.rope(x, g.input("p3", {3}, DType::I32)); }),
               "[rope] x is (4,6), positions are i32(3): expected i32 (4)");
-    EXPECT_EQ(message([&] { g.slice_scatter(x, g.input("big", {5, 6}), 0, g.input("s", {}, DType::I32)); }),
+    EXPECT_EQ(error_of([&] { g.slice_scatter(x, g.input("big", {5, 6}), 0, g.input("s", {}, DType::I32)); }),
               "[slice_scatter] x is (4,6), src is (5,6): they must agree outside axis 0 and src must fit");
     ref::Feeds feeds{{"ids", {{4}, {0, 1, 2, 3}}}, {"x", {{4, 6}, std::vector<double>(24, 0.0)}},
                      {"r", {{1, 6}, std::vector<double>(6, 0.0)}}, {"at", {{}, {4}}}};

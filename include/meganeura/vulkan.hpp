@@ -1,6 +1,8 @@
 #pragma once
 // Sharing a Vulkan device with a host application, such as a renderer: meganeura runs on the
-// host's VkDevice and queue and records its programs into the host's command buffers.
+// host's VkDevice and queue and records its programs into the host's command buffers. With
+// meganeura/meganeura.hpp for Device and Session (this header only needs <vulkan/vulkan.h>, so the
+// runtime can include it too).
 //
 //   mn::VulkanHandles h{instance, physical_device, device, queue, queue_family, VK_API_VERSION_1_3,
 //                       &features2_used_at_vkCreateDevice, {"VK_KHR_...", ...}};
@@ -19,8 +21,6 @@
 
 #include <string>
 #include <vector>
-
-#include "meganeura/session.hpp"
 
 namespace mn {
 
