@@ -372,7 +372,12 @@ bool use_blocked(const AttentionTiles& t, int64_t own_rows, int64_t stream_rows)
     return t.blocked && (own_rows >= kBlockedMinRows || (t.max_loop_iterations && stream_rows > kLongSweep));
 }
 
-int64_t head_dim_chunk(int64_t dim);
+// The largest of 8, 4, 2, 1 that divides the head dim: dot products run in unrolled chunks of it.
+int64_t head_dim_chunk(int64_t dim) {
+    int64_t c = 8;
+    while (dim % c != 0) c /= 2;
+    return c;
+}
 
 // On a device that ends long loops (llvmpipe), a blocked kernel's sweep must fit: its loops run
 // once per tile of the sweep and once per head-dim chunk in it (the others are unrolled), over
@@ -386,13 +391,6 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
                 ") at head dim " + std::to_string(dim) + " needs more loop iterations than this device allows one shader "
                 "invocation (" + std::to_string(t.max_loop_iterations) + "); at most " +
                 std::to_string(budget / per_tile / passes * t.tile) + " rows here");
-}
-
-// The largest of 8, 4, 2, 1 that divides the head dim: dot products run in unrolled chunks of it.
-int64_t head_dim_chunk(int64_t dim) {
-    int64_t c = 8;
-    while (dim % c != 0) c /= 2;
-    return c;
 }
 
 uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }

@@ -256,7 +256,8 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
 uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups) {
     constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
     const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
-    const int64_t longest = t.max_loop_iterations ? int64_t(t.max_loop_iterations) / 2 * std::min<int64_t>(16, t.forced_bk ? t.forced_bk : 16) : k;
+    const int64_t shortest_slice = t.forced_bk ? std::min<int64_t>(16, t.forced_bk) : 16;
+    const int64_t longest = t.max_loop_iterations ? int64_t(t.max_loop_iterations) / 2 * shortest_slice : k;
     if (spec.dtype != DType::F32) {  // partial sums are f32: no split
         if (k > longest) {
             throw Error("matmul: K = " + std::to_string(k) + " in " + std::string(dtype_name(spec.dtype)) +
