@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""meganeura beside eager and compiled PyTorch: one markdown table, with the correctness gates.
+"""meganeura beside three PyTorch configurations and the chip's floor: one record per workload, a
+markdown table generated from them, and the correctness gates.
 
-  compare.py ROOT_OR_CELL_DIR... [--json FILE] [--check]
+  compare.py ROOT_OR_CELL_DIR... [--json FILE] [--meta KEY=VALUE]... [--check]
+  compare.py --render FILE
 
 Every folder holding a meganeura.json is a cell (one model at one precision), as `meganeura bench`
-and bench/torch_bench.py leave it. The table has one row per cell and workload: meganeura's median
-wall time (and GPU time), PyTorch eager's and torch.compile's median wall times, and their ratios
-(PyTorch ms / meganeura ms: above 1 means meganeura is faster). The gates column, on each cell's first
-row, compares meganeura's outputs.safetensors with reference.safetensors (PyTorch eager in float64,
+and bench/torch_bench.py leave it. Each cell gives one record per workload (inference, latency,
+training, step): meganeura's median wall time (and GPU time); the median wall times of PyTorch eager,
+torch.compile (default mode) and torch.compile(mode="reduce-overhead") (CUDA graphs); the fastest of
+the three, the reference, named; and the floor, max(product FLOPs / peak, bytes / bandwidth) from the
+counts `meganeura bench` takes of the graph (src/bench/floor.hpp) and the H200 peaks in PEAKS. The
+headline ratio is the fastest PyTorch's ms / meganeura's ms (above 1: meganeura is faster). A time
+that was not measured, or that an earlier run left behind (a PyTorch report written for another
+meganeura run of the cell), is null and the record's notes say why. The gates, on each cell's first
+row, compare meganeura's outputs.safetensors with reference.safetensors (PyTorch eager in float64,
 from the same float32 weights and inputs):
 
   forward   relative L2 of the inference output                      < 1%
@@ -18,10 +25,11 @@ where the relative L2 of x against the reference r is ||x - r|| / ||r||. That bo
 the gradient norm, | ||x|| - ||r|| | / ||r||, from above, and also catches a gradient of the right
 size pointing the wrong way; the norm errors are reported in the JSON as well. Below the table:
 compile times, dispatches, memory, the binary's size, and for every workload where meganeura is
-slower than PyTorch the kernels that take its GPU time.
+slower than the fastest PyTorch the kernels that take its GPU time.
 
---json FILE writes the numbers and gate results; --check exits 1 when a gate fails or cannot be
-evaluated (a missing file or tensor).
+--json FILE writes the records, the cells' gates and details and --meta's pairs (run_gpu.sh: commit,
+command, ...); the markdown printed is rendered from exactly that, and --render prints it again from
+a stored FILE. --check exits 1 when a gate fails or cannot be evaluated (a missing file or tensor).
 """
 import argparse
 import concurrent.futures
@@ -40,7 +48,11 @@ from safetensors_io import read_safetensors  # noqa: E402
 GATES = {"forward": 0.01, "grad": 0.05, "worst": 0.05}
 WORKLOADS = ["inference", "latency", "training", "step"]
 MODEL_ORDER = ["smollm2", "smolvla", "sd_unet", "resnet50", "whisper"]
-TORCH_MODES = ["eager", "compile"]
+TORCH_MODES = ["eager", "compile", "cudagraphs"]
+SCHEMA = "meganeura-results/1"
+# The H200's measured peaks (../shared/DEVICE.md): cuBLAS 8192³ matmuls in f32 (strict's products)
+# and f16 (fast's), and a 1 GiB device copy.
+PEAKS = {"device": "NVIDIA H200", "strict_flops": 51e12, "fast_flops": 743e12, "bytes_per_s": 4.0e12}
 
 
 def rel_l2(x, r):
@@ -117,22 +129,32 @@ def find_cells(paths):
 
 
 def load_cell(cell_dir):
+    """A cell's reports (a PyTorch report that failed, or that was written for an earlier meganeura run
+    of this folder, is None with a note) and its gates."""
     mn = load_json(os.path.join(cell_dir, "meganeura.json"))
     cell = {"dir": cell_dir, "model": mn.get("model", "?"), "precision": mn.get("precision", "?"),
-            "size": mn.get("size", "?"), "meganeura": mn}
+            "size": mn.get("size", "?"), "meganeura": mn, "missing": {}, "torch_notes": {}}
     for mode in TORCH_MODES:
-        cell[mode] = load_json(os.path.join(cell_dir, f"torch-{mode}.json"))
+        report = load_json(os.path.join(cell_dir, f"torch-{mode}.json"))
+        if report is None:
+            cell["missing"][mode] = f"PyTorch {mode} did not run"
+        elif report.get("cell_started_at") != mn.get("started_at"):
+            cell["missing"][mode] = f"PyTorch {mode}: its report is of an earlier run, ignored"
+            report = None
+        elif report.get("error"):
+            cell["missing"][mode] = f"PyTorch {mode}: {report['error']}"
+        cell[mode] = report
+        cell["torch_notes"][mode] = (report or {}).get("notes", [])
     reference_path = os.path.join(cell_dir, "reference.safetensors")
-    if not os.path.exists(reference_path):
-        cell["gates"] = {"pass": False, "problems": ["no reference.safetensors (run torch_bench.py --mode eager)"]}
-        cell["torch_gates"] = {}
+    cell["torch_gates"] = {}
+    if not os.path.exists(reference_path) or "eager" in cell["missing"]:
+        cell["gates"] = {"pass": False, "problems": ["no reference.safetensors of this run (run torch_bench.py --mode eager)"]}
         return cell
     reference = read_safetensors(reference_path)
     cell["gates"] = evaluate_gates(read_safetensors(os.path.join(cell_dir, "outputs.safetensors")), reference)
-    cell["torch_gates"] = {}
     for mode in TORCH_MODES:
         path = os.path.join(cell_dir, f"outputs-torch-{mode}.safetensors")
-        if os.path.exists(path):
+        if mode not in cell["missing"] and os.path.exists(path):
             cell["torch_gates"][mode] = evaluate_gates(read_safetensors(path), reference)
     return cell
 
@@ -143,6 +165,74 @@ def median(report, workload, key="wall_ms"):
     except (KeyError, TypeError):
         return None
 
+
+def floor_ms(floor, precision):
+    """max(product FLOPs / peak, bytes / bandwidth) in ms, with the peak of the cell's precision."""
+    if not floor:
+        return None
+    peak = PEAKS["fast_flops" if precision == "fast" else "strict_flops"]
+    return 1e3 * max(floor["product_flops"] / peak, floor["bytes"] / PEAKS["bytes_per_s"])
+
+
+def record(c, w):
+    """One model x precision x workload."""
+    mn = c["meganeura"]
+    wl = (mn.get("workloads") or {}).get(w)
+    notes = [] if wl else [f"meganeura did not run {w}"]
+    rec = {"model": c["model"], "precision": c["precision"], "workload": w,
+           "meganeura_ms": median(mn, w), "meganeura_gpu_ms": median(mn, w, "gpu_ms")}
+    for mode in TORCH_MODES:
+        rec[f"{mode}_ms"] = median(c[mode], w)
+        if rec[f"{mode}_ms"] is None:
+            notes.append(c["missing"].get(mode, f"PyTorch {mode} did not run {w}"))
+    timed = {m: rec[f"{m}_ms"] for m in TORCH_MODES if rec[f"{m}_ms"] is not None}
+    rec["best_torch"] = min(timed, key=timed.get) if timed else None
+    rec["best_torch_ms"] = timed.get(rec["best_torch"])
+    floor = (wl or {}).get("floor")
+    rec["floor_ms"] = floor_ms(floor, c["precision"])
+    rec["floor"] = floor
+    rec["floor_fraction"] = rec["floor_ms"] / rec["meganeura_ms"] if rec["floor_ms"] and rec["meganeura_ms"] else None
+    rec["dispatches"] = (wl or {}).get("dispatches")
+    rec["barriers"] = (wl or {}).get("barriers")
+    program = ((mn.get("compile") or {}).get("inference" if w in ("inference", "latency") else "step")) or {}
+    rec["compile_cold_ms"], rec["compile_warm_ms"] = program.get("cold_ms"), program.get("warm_ms")
+    g = c["gates"]
+    rec["gates_pass"] = g["pass"]
+    for k in GATES:
+        rec[f"gate_{k}"] = (g.get("values") or {}).get(k)
+    rec["gate_worst_parameter"] = g.get("worst_parameter")
+    rec["top_kernels"] = ((wl or {}).get("top_kernels") or [])[:5]
+    rec["notes"] = notes
+    return rec
+
+
+def cell_summary(c):
+    """What the records leave out: the full gates and the details table's numbers."""
+    mn = c["meganeura"]
+    train = (mn.get("workloads") or {}).get("training") or {}
+    notes = []
+    for mode in TORCH_MODES:
+        notes += [f"PyTorch {mode}: {n}" for n in c["torch_notes"][mode]]
+    notes += [f"meganeura: {n}" for n in mn.get("notes", [])]
+    if c["gates"].get("ungated"):
+        notes.append(f"gradients without a PyTorch reference, not gated: {', '.join(c['gates']['ungated'][:8])}")
+    return {"model": c["model"], "precision": c["precision"], "size": c["size"], "dir": c["dir"],
+            "gates": c["gates"], "torch_gates": c["torch_gates"], "missing": c["missing"],
+            "compile_ms": {"meganeura": mn.get("compile")} | {m: (c[m] or {}).get("compile") for m in TORCH_MODES},
+            "peak_device_bytes": {"meganeura": mn.get("peak_device_bytes")} |
+                                 {m: (c[m] or {}).get("peak_device_bytes") for m in TORCH_MODES},
+            "arena_bytes": train.get("physical_bytes"), "logical_bytes": train.get("logical_bytes"),
+            "binary_bytes": mn.get("binary_bytes"), "notes": notes}
+
+
+def summarize(cells, meta):
+    return {"schema": SCHEMA, "meta": meta, "peaks": PEAKS,
+            "records": [record(c, w) for c in cells for w in WORKLOADS],
+            "cells": [cell_summary(c) for c in cells],
+            "all_gates_pass": bool(cells) and all(c["gates"]["pass"] for c in cells)}
+
+
+# --- the markdown, from the summary alone ---
 
 def ms(v):
     return "—" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
@@ -161,23 +251,32 @@ def gate_text(g):
             f"grad {v['grad']:.1e} {mark('grad')} · worst {g['worst_parameter']} {v['worst']:.1e} {mark('worst')}")
 
 
-def torch_status(report):
-    if report is None:
-        return "not run"
-    return report.get("error")
+def compared(records):
+    return [r for r in records if r["meganeura_ms"] is not None and r["best_torch_ms"] is not None]
 
 
-def main_table(cells):
-    lines = ["| model | precision | workload | meganeura ms | meganeura GPU ms | eager ms | compiled ms "
-             "| eager ÷ mn | compiled ÷ mn | gates |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for c in cells:
-        for i, w in enumerate(WORKLOADS):
-            mn = median(c["meganeura"], w)
-            eager, comp = median(c["eager"], w), median(c["compile"], w)
-            gates = gate_text(c["gates"]) if i == 0 else ""
-            lines.append(f"| {c['model']} | {c['precision']} | {w} | {ms(mn)} | {ms(median(c['meganeura'], w, 'gpu_ms'))} "
-                         f"| {ms(eager)} | {ms(comp)} | {ratio(eager, mn)} | {ratio(comp, mn)} | {gates} |")
+def headline(records):
+    both = compared(records)
+    ahead = [r for r in both if r["meganeura_ms"] < r["best_torch_ms"]]
+    per = "; ".join(f"{p} {sum(r['precision'] == p for r in ahead)} of {sum(r['precision'] == p for r in both)}"
+                    for p in ("strict", "fast") if any(r["precision"] == p for r in both))
+    best = ", ".join(f"{m} in {n}" for m in TORCH_MODES if (n := sum(r["best_torch"] == m for r in both)))
+    return (f"**meganeura is ahead of the fastest PyTorch configuration in {len(ahead)} of {len(both)} workloads** "
+            f"({per}). The fastest PyTorch is {best or 'none'}.")
+
+
+def main_table(summary):
+    gates = {(c["model"], c["precision"]): gate_text(c["gates"]) for c in summary["cells"]}
+    lines = ["| model | precision | workload | meganeura ms | GPU ms | eager ms | compile ms | cudagraphs ms "
+             "| fastest PyTorch | fastest ÷ mn | floor ms | floor ÷ mn | gates |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for r in summary["records"]:
+        fraction = "—" if r["floor_fraction"] is None else f"{100 * r['floor_fraction']:.2g}%"
+        gate = gates.pop((r["model"], r["precision"]), "")
+        lines.append(f"| {r['model']} | {r['precision']} | {r['workload']} | {ms(r['meganeura_ms'])} "
+                     f"| {ms(r['meganeura_gpu_ms'])} | {ms(r['eager_ms'])} | {ms(r['compile_ms'])} "
+                     f"| {ms(r['cudagraphs_ms'])} | {r['best_torch'] or '—'} | {ratio(r['best_torch_ms'], r['meganeura_ms'])} "
+                     f"| {ms(r['floor_ms'])} | {fraction} | {gate} |")
     return "\n".join(lines)
 
 
@@ -185,104 +284,102 @@ def mib(v):
     return "—" if v is None else f"{v / 2**20:.1f}"
 
 
-def details(cells):
-    lines = ["| model | precision | compile cold / warm ms (inference; step) | torch.compile cold / warm ms "
-             "(inference; step) | dispatches / barriers (inf, lat, train, step) | arena / logical MiB (train) "
-             "| peak MiB mn / eager / compiled | binary MiB |",
-             "| --- | --- | --- | --- | --- | --- | --- | ---: |"]
-    for c in cells:
-        r = c["meganeura"]
-        comp = r.get("compile", {})
-        ct = "; ".join(f"{ms(comp.get(k, {}).get('cold_ms'))} / {ms(comp.get(k, {}).get('warm_ms'))}"
-                       for k in ("inference", "step"))
-        tc = (c["compile"] or {}).get("compile") or {}
-        tct = "; ".join(f"{ms((tc.get(k) or {}).get('cold_ms'))} / {ms((tc.get(k) or {}).get('warm_ms'))}"
-                        for k in ("inference", "step")) if tc else "—"
-        wl = r.get("workloads", {})
-        db = ", ".join(f"{wl[w]['dispatches']}/{wl[w]['barriers']}" for w in WORKLOADS if w in wl)
-        train = wl.get("training", {})
-        peaks = " / ".join(mib((x or {}).get("peak_device_bytes")) for x in (r, c["eager"], c["compile"]))
-        lines.append(f"| {c['model']} | {c['precision']} | {ct} | {tct} | {db} | "
-                     f"{mib(train.get('physical_bytes'))} / {mib(train.get('logical_bytes'))} | {peaks} | "
-                     f"{mib(r.get('binary_bytes'))} |")
+def compile_text(times):
+    if not times:
+        return "—"
+    return "; ".join(f"{ms((times.get(k) or {}).get('cold_ms'))} / {ms((times.get(k) or {}).get('warm_ms'))}"
+                     for k in ("inference", "step"))
+
+
+def details(summary):
+    lines = ["| model | precision | compile cold / warm ms (inference; step): meganeura | compile | cudagraphs "
+             "| dispatches / barriers (inf, lat, train, step) | floor GFLOP / MB (inf, train, step) "
+             "| arena / logical MiB (train) | peak MiB mn / eager / compile / cudagraphs | binary MiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | ---: |"]
+    for c in summary["cells"]:
+        records = {r["workload"]: r for r in summary["records"] if (r["model"], r["precision"]) == (c["model"], c["precision"])}
+        db = ", ".join(f"{r['dispatches']}/{r['barriers']}" for r in records.values())
+        fl = ", ".join(f"{r['floor']['product_flops'] / 1e9:.1f} / {r['floor']['bytes'] / 1e6:.0f}"
+                       for w, r in records.items() if w != "latency" and r["floor"])
+        compiles = " | ".join(compile_text(c["compile_ms"][k]) for k in ["meganeura", "compile", "cudagraphs"])
+        peaks = " / ".join(mib(c["peak_device_bytes"][k]) for k in ["meganeura"] + TORCH_MODES)
+        lines.append(f"| {c['model']} | {c['precision']} | {compiles} | {db} | {fl} | "
+                     f"{mib(c['arena_bytes'])} / {mib(c['logical_bytes'])} | {peaks} | {mib(c['binary_bytes'])} |")
     return "\n".join(lines)
 
 
-def slow_kernels(cells):
+def slow_kernels(summary):
     lines = []
-    for c in cells:
-        for w in WORKLOADS:
-            mn = median(c["meganeura"], w)
-            fastest = min((t for t in (median(c["eager"], w), median(c["compile"], w)) if t is not None), default=None)
-            if mn is None or fastest is None or mn <= fastest:
-                continue
-            top = c["meganeura"]["workloads"][w].get("top_kernels") or []
-            kernels = ", ".join(f"{k['label']} {k['ms']:.3f} ms ×{k['dispatches']}" for k in top[:5]) or "no timestamps"
-            lines.append(f"- {c['model']} {c['precision']} {w}: {ms(mn)} ms vs {ms(fastest)} ms; GPU time in {kernels}")
-    return "\n".join(lines) or "- none: meganeura is at least as fast as PyTorch in every measured workload"
+    for r in compared(summary["records"]):
+        if r["meganeura_ms"] <= r["best_torch_ms"]:
+            continue
+        kernels = ", ".join(f"{k['label']} {k['ms']:.3f} ms ×{k['dispatches']}" for k in r["top_kernels"]) or "no timestamps"
+        lines.append(f"- {r['model']} {r['precision']} {r['workload']}: {ms(r['meganeura_ms'])} ms vs "
+                     f"{r['best_torch']} {ms(r['best_torch_ms'])} ms; GPU time in {kernels}")
+    return "\n".join(lines) or "- none: meganeura is at least as fast as the fastest PyTorch in every measured workload"
 
 
-def notes(cells):
+def notes(summary):
     lines = []
-    for c in cells:
-        for mode in TORCH_MODES:
-            status = torch_status(c[mode])
-            if status:
-                lines.append(f"- {c['model']} {c['precision']} PyTorch {mode}: {status}")
-            for n in (c[mode] or {}).get("notes", []):
-                lines.append(f"- {c['model']} {c['precision']} PyTorch {mode}: {n}")
-        for n in c["meganeura"].get("notes", []):
-            lines.append(f"- {c['model']} {c['precision']} meganeura: {n}")
-        if c["gates"].get("ungated"):
-            lines.append(f"- {c['model']} {c['precision']}: gradients without a PyTorch reference, not gated: "
-                         f"{', '.join(c['gates']['ungated'][:8])}")
+    for c in summary["cells"]:
+        name = f"{c['model']} {c['precision']}"
+        lines += [f"- {name}: {n}" for n in c["missing"].values()]
+        lines += [f"- {name} {n}" for n in c["notes"]]
         for mode, g in c["torch_gates"].items():
             if mode == "eager" and c["precision"] == "strict":
                 continue  # the reference itself
-            lines.append(f"- {c['model']} {c['precision']} PyTorch {mode} against the reference: {gate_text(g)}")
+            lines.append(f"- {name} PyTorch {mode} against the reference: {gate_text(g)}")
     return "\n".join(lines)
 
 
-def report_markdown(cells):
-    parts = [main_table(cells), "", "Ratios are PyTorch ms ÷ meganeura ms (wall clock, median); above 1× "
-             "meganeura is faster. Gates: meganeura against PyTorch eager in float64 on the same weights and inputs, relative L2; "
-             "limits forward 1%, gradients 5%.", "", "### Details", "", details(cells), "",
-             "### Where meganeura is slower, its GPU time by kernel", "", slow_kernels(cells)]
-    extra = notes(cells)
+def render(summary):
+    p = summary["peaks"]
+    parts = [headline(summary["records"]), "", main_table(summary), "",
+             "Times are wall clock, median. The fastest PyTorch is the fastest of eager, torch.compile and "
+             "torch.compile(mode=\"reduce-overhead\") (cudagraphs) in that workload; fastest ÷ mn above 1× means "
+             "meganeura is faster. Floor: max(product FLOPs / peak, bytes / bandwidth) with the "
+             f"{p['device']}'s measured {p['strict_flops'] / 1e12:.0f} TFLOP/s (strict, f32) or "
+             f"{p['fast_flops'] / 1e12:.0f} TFLOP/s (fast, f16) and {p['bytes_per_s'] / 1e12:.1f} TB/s, counted as "
+             "bench/README.md says; floor ÷ mn is the fraction of the chip meganeura reaches. Gates: meganeura "
+             "against PyTorch eager in float64 on the same weights and inputs, relative L2; limits forward 1%, "
+             "gradients 5%.", "", "### Details", "", details(summary), "",
+             "### Where meganeura is slower than the fastest PyTorch, its GPU time by kernel", "", slow_kernels(summary)]
+    extra = notes(summary)
     if extra:
         parts += ["", "### Notes", "", extra]
     return "\n".join(parts)
 
 
-def summary_json(cells):
-    out = []
-    for c in cells:
-        out.append({"model": c["model"], "precision": c["precision"], "size": c["size"], "dir": c["dir"],
-                    "gates": c["gates"], "torch_gates": c["torch_gates"],
-                    "wall_ms": {w: {"meganeura": median(c["meganeura"], w), "eager": median(c["eager"], w),
-                                    "compile": median(c["compile"], w)} for w in WORKLOADS}})
-    return {"cells": out, "all_gates_pass": bool(cells) and all(c["gates"]["pass"] for c in cells)}
-
-
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("paths", nargs="+", help="a results folder of cells, or cell folders")
-    ap.add_argument("--json", help="write the numbers and gate results here")
+    ap.add_argument("paths", nargs="*", help="a results folder of cells, or cell folders")
+    ap.add_argument("--json", help="write the records, gates and details here")
+    ap.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="recorded in the JSON's meta")
+    ap.add_argument("--render", metavar="FILE", help="print the markdown of a stored --json FILE")
     ap.add_argument("--check", action="store_true", help="exit 1 when a gate fails or cannot be evaluated")
     args = ap.parse_args(argv)
-    dirs = find_cells(args.paths)
-    # The gates read every cell's outputs (gigabytes for SmolLM2): the cells are evaluated in parallel.
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(len(dirs), os.cpu_count() or 1))) as pool:
-        cells = list(pool.map(load_cell, dirs))
-    if not cells:
-        print(f"compare.py: no meganeura.json under {', '.join(args.paths)}", file=sys.stderr)
-        return 2
-    print(report_markdown(cells))
-    result = summary_json(cells)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, default=lambda v: None)
-    return 1 if args.check and not result["all_gates_pass"] else 0
+    if args.render:
+        summary = load_json(args.render)
+        if not summary or summary.get("schema") != SCHEMA:
+            print(f"compare.py: {args.render} is not a {SCHEMA} file", file=sys.stderr)
+            return 2
+    else:
+        dirs = find_cells(args.paths)
+        # The gates read every cell's outputs (gigabytes for SmolLM2): the cells are evaluated in parallel.
+        with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(len(dirs), os.cpu_count() or 1))) as pool:
+            cells = list(pool.map(load_cell, dirs))
+        if not cells:
+            print(f"compare.py: no meganeura.json under {', '.join(args.paths)}", file=sys.stderr)
+            return 2
+        summary = summarize(cells, dict(kv.split("=", 1) for kv in args.meta))
+        # Through JSON and back, so that the markdown shows exactly what the file holds.
+        text = json.dumps(summary, indent=2, default=lambda v: None)
+        summary = json.loads(text)
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    print(render(summary))
+    return 1 if args.check and not summary["all_gates_pass"] else 0
 
 
 if __name__ == "__main__":

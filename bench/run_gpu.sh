@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # The evaluation protocol on the GPU machine (../shared/DEVICE.md): the five workloads at both
-# precisions, meganeura and PyTorch (eager and torch.compile) side by side, in one call.
+# precisions, meganeura and PyTorch (eager, torch.compile, torch.compile with CUDA graphs) side by
+# side, with the floors and the gates, in one call.
 #
 #   bench/run_gpu.sh MEGANEURA_BINARY [--out DIR] [--repeat 20] [--warmup 3] [--budget 570]
 #                    [--models "smollm2 smolvla sd_unet resnet50 whisper"] [--size full] [--no-gpu-env]
+#                    [--torch-warm-compile]
 #
 # Run from anywhere; it works in the repository root, sources scripts/gpu-env.sh (the Vulkan loader
 # carried in .gl/), and keeps the cells (weights, inputs, outputs: gigabytes) in a scratch folder
 # ($BENCH_WORK, else a new folder under /tmp). --no-gpu-env skips scripts/gpu-env.sh, to try the
-# script on a development machine (lavapipe; PYTHON=/usr/bin/python3 there). It prints the comparison table and writes
-# DIR/YYYY-MM-DD-h200.md (commit, command, table, raw JSON; DIR defaults to bench/results).
+# script on a development machine (lavapipe; PYTHON=/usr/bin/python3 there). It writes
+# DIR/YYYY-MM-DD-h200.json (bench/compare.py's records: one per model x precision x workload) and
+# DIR/YYYY-MM-DD-h200.md (commit, command, the table rendered from that JSON, the raw reports; DIR
+# defaults to bench/results), and prints the table.
 #
 # Order, so that running out of --budget seconds loses the least: meganeura for every cell, then
-# PyTorch eager for every cell (which also writes the reference outputs the gates need), then
-# torch.compile: one process per cell, all at once, into one fresh inductor cache; they compile
-# together (cold), then take turns timing, then compile again (warm; see bench/torch_bench.py).
+# PyTorch eager for every cell (which also writes the reference outputs the gates need), then the
+# compiled configurations: one process per cell, all at once, into one fresh inductor cache, each
+# compiling torch.compile(mode="reduce-overhead") (cold) and then default torch.compile (from the
+# kernels the first left in the caches), then taking turns timing (see bench/torch_bench.py).
+# --torch-warm-compile also compiles both again after the timing (the warm compile times, about
+# 10 s more and no timing).
 # Every step gets only the time that is left before the last REPORT_SECONDS of the budget, which are
 # the report's; what did not run shows as "—" and is listed in the notes.
 set -u -o pipefail
@@ -25,7 +32,7 @@ BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full
 REPORT_SECONDS=45  # compare.py reads every cell's outputs (gigabytes for SmolLM2)
-MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1
+MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1 WARM_COMPILE=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
@@ -35,15 +42,18 @@ while [ $# -gt 0 ]; do
     --models) MODELS=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     --no-gpu-env) GPU_ENV=0; shift ;;
+    --torch-warm-compile) WARM_COMPILE=(--warm-compile); shift ;;
     *) usage ;;
   esac
 done
 [ -x "$BINARY" ] || { echo "run_gpu.sh: $BINARY is not an executable" >&2; exit 2; }
-COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\""
+COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\"${WARM_COMPILE:+ --torch-warm-compile}"
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - REPORT_SECONDS))
 left() { echo $((DEADLINE - $(date +%s))); }
+STAGES=""  # "stage N s, ...": where the budget went
+stage_done() { STAGES+="${STAGES:+, }$1 $(( $(date +%s) - STAGE_START )) s"; STAGE_START=$(date +%s); }
 
 cd "$ROOT"
 if [ "$GPU_ENV" = 1 ]; then
@@ -64,6 +74,7 @@ for precision in strict fast; do
 done
 
 echo "== meganeura ($(left) s left)"
+STAGE_START=$(date +%s)
 for cell in "${CELLS[@]}"; do
   name=$(basename "$cell") model=${name%-*} precision=${name##*-}
   t=$(left)
@@ -78,6 +89,8 @@ for cell in "${CELLS[@]}"; do
   cat "$cell/meganeura.log"
 done
 
+stage_done meganeura
+
 READY=()
 for cell in "${CELLS[@]}"; do [ -s "$cell/meganeura.json" ] && READY+=("$cell"); done
 
@@ -90,38 +103,46 @@ torch_pass() {  # torch_pass MODE [EXTRA ARGS]: one torch_bench.py process over 
     --deadline "$DEADLINE" "$@" "${READY[@]}" || echo "- PyTorch $mode: exit status $? (see the cells' reports)" >> "$NOTES"
 }
 
-# torch.compile, one process per cell, all at once (torch_bench.py --processes: they wait for each
-# other between compiling and timing, and time one at a time).
+# The compiled configurations, one process per cell, all at once (torch_bench.py --processes: they
+# wait for each other between compiling and timing, and time one at a time).
 compile_pass() {
   local t=$(left) rendezvous="$WORK/rendezvous" pids=()
-  echo "== PyTorch compile, ${#READY[@]} processes ($t s left)"
-  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch compile: not run" >> "$NOTES"; return; fi
+  echo "== PyTorch cudagraphs and compile, ${#READY[@]} processes ($t s left)"
+  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch cudagraphs and compile: not run" >> "$NOTES"; return; fi
   rm -rf "$rendezvous" && mkdir -p "$rendezvous"
   for cell in "${READY[@]}"; do
-    timeout "$t" "$PYTHON" bench/torch_bench.py --mode compile --repeat "$REPEAT" --warmup "$WARMUP" \
-      --deadline "$DEADLINE" --processes "${#READY[@]}" --rendezvous "$rendezvous" "$cell" &
+    timeout "$t" "$PYTHON" bench/torch_bench.py --mode cudagraphs,compile --repeat "$REPEAT" --warmup "$WARMUP" \
+      --deadline "$DEADLINE" --processes "${#READY[@]}" --rendezvous "$rendezvous" "${WARM_COMPILE[@]}" "$cell" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do
-    wait "$pid" || echo "- PyTorch compile: a process ended with status $? (see the cells' reports)" >> "$NOTES"
+    wait "$pid" || echo "- PyTorch cudagraphs and compile: a process ended with status $? (see the cells' reports)" >> "$NOTES"
   done
 }
 
 torch_pass eager
+stage_done "PyTorch eager"
 compile_pass
+stage_done "PyTorch cudagraphs and compile"
 
 STAMP=$(date -u +%Y-%m-%d)
-REPORT="$OUT/$STAMP-h200.md"
-TABLE=$("$PYTHON" bench/compare.py "$WORK" --json "$WORK/gates.json")
+REPORT="$OUT/$STAMP-h200.md" SUMMARY="$OUT/$STAMP-h200.json"
 COMMIT=${MEGANEURA_COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}
+DEVICE=$(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
+TORCH=$(grep -h -m1 '"torch_version"' "$WORK"/*/torch-eager.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
+"$PYTHON" bench/compare.py "$WORK" --json "$SUMMARY" --meta "date=$STAMP" --meta "commit=$COMMIT" \
+  --meta "command=$COMMAND" --meta "device=$DEVICE" --meta "torch=$TORCH" --meta "stages=$STAGES" > /dev/null
+stage_done report
+TABLE=$("$PYTHON" bench/compare.py --render "$SUMMARY")
 {
   echo "# meganeura vs PyTorch on the H200, $STAMP"
   echo
   echo "- commit: \`$COMMIT\`"
   echo "- command: \`$COMMAND\`"
-  echo "- device: $(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')"
-  echo "- PyTorch: $(grep -h -m1 '"torch_version"' "$WORK"/*/torch-eager.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/'); inductor cache fresh at the start of the run"
-  echo "- wall time of the whole run: $(( $(date +%s) - START )) s"
+  echo "- device: $DEVICE"
+  echo "- PyTorch: $TORCH; inductor cache fresh at the start of the run"
+  echo "- wall time of the whole run: $(( $(date +%s) - START )) s ($STAGES)"
+  echo "- records: \`$(basename "$SUMMARY")\` (the table below is rendered from it: \`bench/compare.py --render\`)"
   echo
   echo "$TABLE"
   if [ -s "$NOTES" ]; then echo; echo "### Run notes"; echo; cat "$NOTES"; fi
@@ -129,15 +150,13 @@ COMMIT=${MEGANEURA_COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo u
   echo "<details><summary>raw JSON</summary>"
   echo
   for cell in "${CELLS[@]}"; do
-    for f in meganeura.json torch-eager.json torch-compile.json; do
+    for f in meganeura.json torch-eager.json torch-compile.json torch-cudagraphs.json; do
       [ -s "$cell/$f" ] || continue
       echo "#### $(basename "$cell")/$f"; echo; echo '```json'; cat "$cell/$f"; echo '```'; echo
     done
   done
-  echo "#### gates.json"; echo; echo '```json'; cat "$WORK/gates.json" 2>/dev/null; echo '```'
-  echo
   echo "</details>"
 } > "$REPORT"
 echo "$TABLE"
 [ -s "$NOTES" ] && cat "$NOTES"
-echo "written: $REPORT (cells in $WORK)"
+echo "written: $REPORT and $SUMMARY (cells in $WORK)"

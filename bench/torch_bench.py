@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The PyTorch side of the benchmark: the workloads of `meganeura bench`, on identical values.
 
-  torch_bench.py --mode eager|compile [--repeat 20] [--warmup 3] [--device auto|cuda|cpu]
-                 [--deadline UNIX_SECONDS] [--processes N --rendezvous DIR] CELL_DIR...
+  torch_bench.py --mode eager|compile|cudagraphs|cudagraphs,compile [--repeat 20] [--warmup 3]
+                 [--device auto|cuda|cpu] [--deadline UNIX_SECONDS] [--processes N --rendezvous DIR]
+                 [--warm-compile] CELL_DIR...
 
 A cell folder is what `meganeura bench --out-dir DIR --json DIR/meganeura.json` wrote: meganeura.json
 names the model, size and precision; weights.safetensors, inputs.safetensors and
@@ -19,17 +20,24 @@ on CUDA). strict = TF32 off for matmuls and convolutions, fast = TF32 on. Times:
 each run ended by torch.cuda.synchronize, and on CUDA the GPU span between two CUDA events, after
 warm-up runs.
 
-Eager mode runs one cell after the other. Compile mode first compiles every cell's graphs (the first
-calls, from an empty inductor cache: the cold compile times), then times them, then compiles them
-again after torch._dynamo.reset() (from the inductor cache: the warm compile times). Compiling is
-the slow part (minutes for SmolLM2), so bench/run_gpu.sh runs one compile-mode process per cell, all
-at once, with --processes N --rendezvous DIR: they wait for each other between the stages, so the
-compiles share the machine while the timing has it alone, one process at a time.
+Modes: eager; compile, torch.compile(dynamic=False) with its default mode; cudagraphs,
+torch.compile(mode="reduce-overhead"), which replays CUDA graphs: each call begins with
+torch.compiler.cudagraph_mark_step_begin() and its output and loss are cloned out of the graph's
+memory pool (the next replay overwrites it), as a training loop that keeps them would.
+Eager mode runs one cell after the other. The compiled modes first compile every cell's graphs (the
+first calls: the cold compile times), then time them, and with --warm-compile compile them again
+after torch._dynamo.reset() (from the inductor cache: the warm compile times; off by default, it
+adds a few seconds per graph and no timing). Modes given together ("cudagraphs,compile") compile in
+that order in one process, so the later ones find the earlier ones' kernels in the caches and their
+cold times are not cold; their reports say so. Compiling is the slow part (minutes for SmolLM2), so
+bench/run_gpu.sh runs one compiled-mode process per cell, all at once, with --processes N
+--rendezvous DIR: they wait for each other between the stages, so the compiles share the machine
+while the timing has it alone, one process at a time.
 Each model comes from its twin: a module in tests/torch with NAMES, build(name, size) and
 run(name, module, inputs) -> (output, loss) (see tests/torch/mlp_model.py).
 
 A cell that fails, or a stage that would start after --deadline, gets a report with "error" and the
-next cell goes on. Without torch.compile (Debian's torch 1.13) the compile mode runs eagerly and says so.
+next cell goes on. Without torch.compile (Debian's torch 1.13) the compiled modes run eagerly and say so.
 """
 import argparse
 import contextlib
@@ -55,6 +63,8 @@ from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 SCHEMA = "meganeura-bench/1"
 TWIN_MODULES = ["mlp_model", "transformer_models", "conv_models"]
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)  # mn::AdamW's defaults
+# torch.compile's arguments for each compiled mode.
+COMPILED_MODES = {"compile": {}, "cudagraphs": {"mode": "reduce-overhead"}}
 
 
 def find_twin(name):
@@ -101,7 +111,7 @@ WARMUP_SECONDS = 0.3
 class Runner:
     """One cell's model on one device, with its four workloads as closures."""
 
-    def __init__(self, twin, cell, cell_dir, device, compiled):
+    def __init__(self, twin, cell, cell_dir, device, mode, compiled):
         self.cuda = device.type == "cuda"
         self.notes = []
         module = twin.build(cell["model"], cell["size"])
@@ -129,7 +139,16 @@ class Runner:
         def forward(inputs):
             return twin.run(name, self.module, inputs)
 
-        self.forward = torch.compile(forward, dynamic=False) if compiled else forward
+        self.forward = torch.compile(forward, dynamic=False, **COMPILED_MODES[mode]) if compiled else forward
+        if compiled and mode == "cudagraphs":
+            graphed = self.forward
+
+            def forward_replayed(inputs):
+                torch.compiler.cudagraph_mark_step_begin()
+                output, loss = graphed(inputs)
+                return output.clone(), loss.clone()
+
+            self.forward = forward_replayed
         extra = {"fused": True} if self.cuda else {}
         self.optimizer = torch.optim.AdamW(self.params, **ADAMW, **extra)
 
@@ -257,14 +276,15 @@ class Cell:
     def __init__(self, cell_dir, mode, args, device):
         self.dir, self.mode, self.runner = cell_dir, mode, None
         self.cell = read_cell(cell_dir)
-        self.compiled = mode == "compile" and hasattr(torch, "compile")
+        self.compiled = mode in COMPILED_MODES and hasattr(torch, "compile")
         self.report = {"schema": SCHEMA, "framework": f"pytorch-{mode}", "model": self.cell["model"],
                        "size": self.cell["size"], "precision": self.cell["precision"], "repeat": args.repeat,
                        "warmup": args.warmup,
                        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        "torch_version": torch.__version__, "compiled": self.compiled, "binary_bytes": None,
+                       "cell_started_at": self.cell.get("started_at"),
                        "files": {"outputs": f"outputs-torch-{mode}.safetensors"}, "notes": []}
-        if mode == "compile" and not self.compiled:
+        if mode in COMPILED_MODES and not self.compiled:
             self.report["notes"].append(f"torch {torch.__version__} has no torch.compile: this report is eager")
 
     def fail(self, e):
@@ -275,7 +295,7 @@ class Cell:
     def build(self, device):
         """The model, the eager reference (eager mode) and the outputs; in compile mode the first calls
         compile the graphs from an empty inductor cache: the cold compile times."""
-        self.runner = Runner(find_twin(self.cell["model"]), self.cell, self.dir, device, self.compiled)
+        self.runner = Runner(find_twin(self.cell["model"]), self.cell, self.dir, device, self.mode, self.compiled)
         self.report["notes"] += self.runner.notes
         if self.mode == "eager":
             write_safetensors(os.path.join(self.dir, "reference.safetensors"), self.runner.reference())
@@ -314,7 +334,7 @@ class Cell:
         gc.collect()
         torch._dynamo.reset()
         set_tf32(self.cell["precision"] == "fast")
-        runner = Runner(find_twin(self.cell["model"]), self.cell, self.dir, device, True)
+        runner = Runner(find_twin(self.cell["model"]), self.cell, self.dir, device, self.mode, True)
         _, first_calls = runner.results()
         self.report["compile"]["inference"]["warm_ms"] = first_calls["inference"]
         self.report["compile"]["step"]["warm_ms"] = first_calls["training"]
@@ -360,11 +380,21 @@ def run_eager(cells, args, device):
             torch.cuda.empty_cache()
 
 
+def cold_note(cell, cells, args):
+    """What the cold compile times of `cell` are: the first calls of its mode in this process."""
+    earlier = [c.mode for c in cells[:cells.index(cell)] if c.dir == cell.dir]
+    if earlier:
+        return (f"cold: the first calls after {', '.join(earlier)} compiled the same model in this process "
+                "(the generated kernels come from its caches: not a cold compile)")
+    return "cold: the first calls with an empty inductor cache" + (
+        f" ({args.processes} processes compiling at once)" if args.processes > 1 else "")
+
+
 def run_compiled(cells, args, device):
-    """Compile every cell (cold), then time them, then compile them again (warm). With --processes N,
-    N such processes run at once and wait for each other between the stages, so the cold compiles share
-    the machine, the timing has it alone (one process at a time) and no graph is compiled twice before
-    it is timed."""
+    """Compile every cell (cold), then time them, then with --warm-compile compile them again (warm).
+    With --processes N, N such processes run at once and wait for each other between the stages, so
+    the cold compiles share the machine, the timing has it alone (one process at a time) and no graph
+    is compiled twice before it is timed."""
     limit = max(64, 8 * len(cells))  # each runner's three graphs are separate entries for one function
     for option in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, option):
@@ -372,27 +402,28 @@ def run_compiled(cells, args, device):
     for cell in cells:
         attempt(cell, "build", args, device)
     # A process still compiling near the deadline must not cost the others their timings.
-    if not rendezvous(args, "compiled", args.deadline and args.deadline - TIMING_SECONDS * args.processes):
+    if not rendezvous(args, "compiled", args.deadline and args.deadline - TIMING_SECONDS * args.processes * len(cells)):
         for cell in cells:
             cell.report["notes"].append("timed while other processes were still compiling (near the deadline)")
     with machine_to_myself(args):
         for cell in cells:
             attempt(cell, "time", args, args, device)
     rendezvous(args, "timed", 0)
-    note = f" ({args.processes} processes compiling at once)" if args.processes > 1 else ""
     for cell in cells:
         if "error" in cell.report:
             continue
-        cell.report["notes"].append("cold: the first calls with an empty inductor cache" + note +
-                                    "; warm: the first calls after torch._dynamo.reset(), from the inductor cache")
-        if past_deadline(args):
+        cell.report["notes"].append(cold_note(cell, cells, args))
+        if not args.warm_compile:
+            cell.report["notes"].append("warm compile not measured (torch_bench.py --warm-compile)")
+        elif past_deadline(args):
             cell.report["notes"].append("warm compile not measured: past the deadline")
-            continue
-        try:
-            cell.compile_warm(device)
-        except Exception as e:  # the timings stand without it
-            traceback.print_exc()
-            cell.report["notes"].append(f"warm compile failed: {type(e).__name__}: {e}")
+        else:
+            try:
+                cell.compile_warm(device)
+                cell.report["notes"].append("warm: the first calls after torch._dynamo.reset(), from the inductor cache")
+            except Exception as e:  # the timings stand without it
+                traceback.print_exc()
+                cell.report["notes"].append(f"warm compile failed: {type(e).__name__}: {e}")
     for cell in cells:
         cell.write()
 
@@ -400,29 +431,35 @@ def run_compiled(cells, args, device):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cells", nargs="+", help="folders written by meganeura bench --out-dir")
-    ap.add_argument("--mode", choices=["eager", "compile"], required=True)
+    ap.add_argument("--mode", required=True,
+                    help="eager, compile or cudagraphs; compiled modes together (cudagraphs,compile) share a process")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--deadline", type=float, default=0, help="skip what would start after this time")
     ap.add_argument("--processes", type=int, default=1,
-                    help="with --mode compile: how many torch_bench.py processes run at once (see --rendezvous)")
+                    help="with compiled modes: how many torch_bench.py processes run at once (see --rendezvous)")
     ap.add_argument("--rendezvous", help="with --processes: a folder they share to wait for each other")
+    ap.add_argument("--warm-compile", action="store_true",
+                    help="with compiled modes: compile again after the timing, from the caches (the warm times)")
     args = ap.parse_args(argv)
+    modes = args.mode.split(",")
+    if modes != ["eager"] and (len(set(modes)) != len(modes) or any(m not in COMPILED_MODES for m in modes)):
+        ap.error(f"--mode must be eager or compiled modes ({', '.join(COMPILED_MODES)}), each once; got {args.mode!r}")
     if args.repeat < 1 or args.warmup < 1:
         ap.error("--repeat and --warmup must be at least 1")
-    if args.processes < 1 or (args.processes > 1 and (args.mode != "compile" or not args.rendezvous)):
-        ap.error("--processes N > 1 goes with --mode compile and --rendezvous DIR")
+    if args.processes < 1 or (args.processes > 1 and (modes == ["eager"] or not args.rendezvous)):
+        ap.error("--processes N > 1 goes with compiled modes and --rendezvous DIR")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if use_cuda else "cpu")
     cells, unreadable = [], 0
     for cell_dir in args.cells:
         try:
-            cells.append(Cell(cell_dir, args.mode, args, device))
+            cells += [Cell(cell_dir, mode, args, device) for mode in modes]
         except (OSError, ValueError, KeyError) as e:  # no readable meganeura.json: no cell to time
             print(f"torch {args.mode} {cell_dir}: {type(e).__name__}: {e}", flush=True)
             unreadable += 1
-    if args.mode == "compile" and hasattr(torch, "compile"):
+    if modes != ["eager"] and hasattr(torch, "compile"):
         run_compiled(cells, args, device)
     else:
         run_eager(cells, args, device)

@@ -1,5 +1,6 @@
 // The benchmark harness end to end on lavapipe, as bench/README.md runs it: `meganeura bench` on the
-// mlp, bench/torch_bench.py in both modes on the files it wrote, bench/compare.py's table and gates.
+// mlp, bench/torch_bench.py in its three modes on the files it wrote, bench/compare.py's records,
+// table and gates.
 // Two timed runs each: this checks the reports' schema and that the gates are evaluated (and fail
 // when they should), never how fast anything is.
 #include <gtest/gtest.h>
@@ -7,7 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/floor.hpp"
 #include "host_tools.hpp"
+#include "meganeura/autodiff.hpp"
 #include "temp_dir.hpp"
 
 namespace mn::test {
@@ -83,6 +86,8 @@ TEST(Bench, MlpEndToEndWithGates) {
         EXPECT_GT(wl["dispatches"].get<int>(), 0) << w;
         EXPECT_GE(wl["logical_bytes"].get<uint64_t>(), wl["physical_bytes"].get<uint64_t>()) << w;
         EXPECT_GT(wl["peak_device_bytes"].get<uint64_t>(), 0u) << w;
+        EXPECT_GT(wl["floor"]["product_flops"].get<double>(), 0.0) << w;
+        EXPECT_GT(wl["floor"]["bytes"].get<uint64_t>(), wl["floor"]["weight_bytes"].get<uint64_t>()) << w;
         if (wl["gpu_ms"].is_null()) continue;  // a device without timestamp queries
         expect_summary(wl["gpu_ms"], runs, std::string("gpu ") + w);
         EXPECT_FALSE(wl["top_kernels"].empty()) << w;
@@ -104,7 +109,7 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_LT(mn["workloads"]["inference"]["dispatches"], mn["workloads"]["training"]["dispatches"]);
     EXPECT_LT(mn["workloads"]["training"]["dispatches"], mn["workloads"]["step"]["dispatches"]);
 
-    for (const std::string mode : {"eager", "compile"}) {
+    for (const std::string mode : {"eager", "compile", "cudagraphs"}) {
         ASSERT_EQ(exit_status(python("torch_bench.py") + " --mode " + mode + " --repeat 2 --warmup 1 '" + cell +
                               "' > '" + dir.path("torch.log") + "' 2>&1"),
                   0)
@@ -125,9 +130,39 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_LT(g["values"]["forward"].get<double>(), 1e-5);  // strict f32 on both sides
     EXPECT_LT(g["values"]["grad"].get<double>(), 1e-5);
     EXPECT_EQ(g["per_parameter"].size(), 6u);  // fc1..fc3, weight and bias
+    // One record per workload, against the fastest of the three PyTorch configurations, with a floor.
+    ASSERT_EQ(gates["records"].size(), 4u);
+    for (const json& r : gates["records"]) {
+        const std::string w = r["workload"];
+        EXPECT_TRUE(r["notes"].empty()) << w << r["notes"];
+        double fastest = r["eager_ms"];
+        for (const char* mode : {"compile_ms", "cudagraphs_ms"}) fastest = std::min(fastest, r[mode].get<double>());
+        EXPECT_EQ(r["best_torch_ms"].get<double>(), fastest) << w;
+        EXPECT_EQ(r["best_torch_ms"], r[r["best_torch"].get<std::string>() + "_ms"]) << w;
+        EXPECT_GT(r["floor_ms"].get<double>(), 0.0) << w;
+        EXPECT_EQ(r["dispatches"], mn["workloads"][w]["dispatches"]) << w;
+        EXPECT_TRUE(r["gates_pass"]) << w;
+    }
     std::stringstream table;
     table << std::ifstream(dir.path("table.md")).rdbuf();
     EXPECT_NE(table.str().find("| mlp | strict | step |"), std::string::npos) << table.str();
+    // The markdown is the JSON's: rendered again from the file, it is the same.
+    ASSERT_EQ(exit_status(python("compare.py") + " --render '" + dir.path("gates.json") + "' > '" +
+                          dir.path("rendered.md") + "' 2>&1"),
+              0);
+    std::stringstream rendered;
+    rendered << std::ifstream(dir.path("rendered.md")).rdbuf();
+    EXPECT_EQ(rendered.str(), table.str());
+
+    // A PyTorch report of an earlier meganeura run of the folder is not used: its times are null, with a note.
+    json stale = read_json(cell + "/torch-cudagraphs.json");
+    stale["cell_started_at"] = "2000-01-01T00:00:00Z";
+    std::ofstream(cell + "/torch-cudagraphs.json") << stale.dump();
+    ASSERT_EQ(exit_status(python("compare.py") + " '" + cell + "' --json '" + dir.path("stale.json") + "' > /dev/null 2>&1"),
+              0);
+    const json stale_record = read_json(dir.path("stale.json"))["records"][0];
+    EXPECT_TRUE(stale_record["cudagraphs_ms"].is_null());
+    EXPECT_NE(stale_record["notes"].dump().find("earlier run"), std::string::npos) << stale_record["notes"];
 
     // A gradient 20% off must fail the gate and be named as the worst parameter.
     ASSERT_EQ(exit_status("cd '" + kSource + "/tests/torch' && /usr/bin/python3 -c \"from safetensors_io import *; "
@@ -142,6 +177,34 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_EQ(bad["worst_parameter"], "fc2.weight");
     EXPECT_FALSE(bad["passed"]["worst"]);
     EXPECT_TRUE(bad["passed"]["forward"]);
+}
+
+// The floor's counts on graphs small enough to count by hand (bench/floor.hpp).
+TEST(Bench, FloorCountsProductsAndBytes) {
+    Graph g;
+    const Tensor x = g.input("x", {4, 8});
+    const Tensor w = g.parameter("w", {16, 8});
+    const Tensor loss = g.mean(g.relu(g.linear(x, w)));
+    g.output("loss", loss);
+    const bench::Floor forward = bench::count_floor(g, false, false);
+    EXPECT_EQ(forward.product_flops, 2.0 * 4 * 16 * 8);
+    EXPECT_EQ(forward.weight_bytes, 16u * 8 * 4);
+    EXPECT_EQ(forward.input_bytes, 4u * 8 * 4);
+    EXPECT_EQ(forward.output_bytes, 4u);
+    EXPECT_EQ(forward.activation_bytes, 0u);
+
+    (void)grad(loss, {w});  // d w = d yᵀ · x (no d x: x is an input); relu's gradient reads y
+    const bench::Floor step = bench::count_floor(g, true, true);
+    EXPECT_EQ(step.product_flops, 2 * forward.product_flops);
+    EXPECT_EQ(step.output_bytes, 4u + step.weight_bytes);       // the loss and d w
+    EXPECT_EQ(step.activation_bytes, 2u * 4 * 16 * 4);            // y [4, 16], written and read again
+    EXPECT_EQ(step.optimizer_bytes, 6 * step.weight_bytes);
+
+    // Causal attention over 4 keys: the query rows see 1, 2, 3 and 4 of them; 2 heads of dim 8.
+    Graph a;
+    const Tensor q = a.input("q", {1, 2, 4, 8});
+    a.output("out", a.attention(q, q, q, {.causal = true}));
+    EXPECT_EQ(bench::count_floor(a, false, false).product_flops, 4.0 * (2 * 10) * 8);
 }
 
 TEST(Bench, BadOptionsAreOneLineErrors) {

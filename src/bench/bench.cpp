@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 
+#include "bench/floor.hpp"
 #include "codegen/shader_compiler.hpp"
+#include "meganeura/autodiff.hpp"
 #include "meganeura/session.hpp"
 #include "models/runner.hpp"
 #include "runtime/runtime.hpp"
@@ -221,6 +224,32 @@ json gpu_times(Session& s, Mode mode, const BenchOptions& o, const fs::path& tra
             {"trace", trace_path.filename().string()}};
 }
 
+// The workload's floor (bench/floor.hpp), counted on the model built for it, gradients appended for
+// training and the step.
+json floor_of(const BenchOptions& o, const models::ModelRequest& r, Mode mode) {
+    models::BuiltModel m = models::find_model(o.model).build(r);
+    const bool backward = mode != Mode::Inference;
+    if (backward) {
+        std::vector<Tensor> params;
+        for (int32_t id = 0; id < static_cast<int32_t>(m.graph->nodes().size()); ++id) {
+            if (m.graph->node(id).op == Op::Parameter) params.push_back(m.graph->handle(id));
+        }
+        (void)grad(m.loss, params);
+    }
+    return to_json(count_floor(*m.graph, backward, mode == Mode::Step));
+}
+
+// When the report was started, UTC (ISO 8601): the PyTorch reports name it, so compare.py can tell a
+// report of this run from one an earlier run left in the same folder.
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char s[32];
+    std::strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return s;
+}
+
 // One workload: wall time and session statistics from an unprofiled compile, then GPU time from a
 // profiled one. Keeps the inference output and the training loss and gradients in `outputs`.
 json measure(const Device& device, const BenchOptions& o, const Workload& w, const io::TensorMap& inputs,
@@ -248,7 +277,8 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
                   {"physical_bytes", st.physical_bytes},
                   {"pinned_bytes", st.pinned_bytes},
                   {"peak_device_bytes", ctx.device_memory().peak},
-                  {"input_shapes", json::object()}};
+                  {"input_shapes", json::object()},
+                  {"floor", floor_of(o, r, w.mode)}};
         for (const auto& [name, t] : inputs) result["input_shapes"][name] = t.shape;
         if (w.mode == Mode::Inference && !w.latency) {
             outputs["output"] = io::TensorData::from_f32(p.session.shape(p.model.output_name),
@@ -307,6 +337,7 @@ json run_benchmark(const BenchOptions& o) {
                    {"repeat", o.repeat},
                    {"warmup", o.warmup},
                    {"seed", o.seed},
+                   {"started_at", utc_now()},
                    {"binary_bytes", fs::file_size("/proc/self/exe")},
                    {"files", {{"weights", "weights.safetensors"}, {"inputs", "inputs.safetensors"},
                               {"inputs_latency", "inputs_latency.safetensors"}, {"outputs", "outputs.safetensors"}}},
@@ -350,17 +381,19 @@ std::string summarize(const json& r) {
                       t["warm_ms"].get<double>());
         s += line;
     }
-    s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical\n";
+    s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical   "
+         "floor: product GFLOP, MB moved\n";
     for (const Workload& wl : kWorkloads) {
         const std::string name = wl.name;
         const json& w = r["workloads"][name];
         const json& wall = w["wall_ms"];
         char gpu[32] = "-";
         if (!w["gpu_ms"].is_null()) std::snprintf(gpu, sizeof gpu, "%.3f", w["gpu_ms"]["median"].get<double>());
-        std::snprintf(line, sizeof line, "%-10s %10.3f (%.3f, %.3f) %15s %12zu %8zu   %s / %s\n", name.c_str(),
-                      wall["median"].get<double>(), wall["min"].get<double>(), wall["p90"].get<double>(), gpu,
-                      w["dispatches"].get<size_t>(), w["barriers"].get<size_t>(),
-                      mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str());
+        std::snprintf(line, sizeof line, "%-10s %10.3f (%.3f, %.3f) %15s %12zu %8zu   %s / %s   %.2f, %.1f\n",
+                      name.c_str(), wall["median"].get<double>(), wall["min"].get<double>(),
+                      wall["p90"].get<double>(), gpu, w["dispatches"].get<size_t>(), w["barriers"].get<size_t>(),
+                      mib(w["physical_bytes"].get<double>()).c_str(), mib(w["logical_bytes"].get<double>()).c_str(),
+                      w["floor"]["product_flops"].get<double>() * 1e-9, w["floor"]["bytes"].get<double>() * 1e-6);
         s += line;
     }
     for (const Workload& wl : kWorkloads) {
