@@ -160,6 +160,17 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         impl->readback_at[r] = readback_bytes;
         readback_bytes += align_up(std::max<uint64_t>(s.values[static_cast<size_t>(r)].bytes(), 4), 16);
     }
+    if (impl->check_graph) {
+        uint64_t snapshot_bytes = 0;
+        for (size_t i = 0; i < s.steps.size(); ++i) {
+            for (size_t b = 0; b < s.steps[i].values.size(); ++b) {
+                if (!s.steps[i].kernel.iface.bindings[b].writes) continue;
+                impl->checked_writes.push_back({i, b, snapshot_bytes});
+                snapshot_bytes += align_up(impl->range(s.steps[i].values[b]).size, 16);
+            }
+        }
+        impl->check_snapshot = rt::Buffer(impl->ctx, std::max<uint64_t>(snapshot_bytes, 4), rt::MemoryKind::Readback);
+    }
     impl->upload = rt::Buffer(impl->ctx, std::max<uint64_t>(upload_bytes, 4), rt::MemoryKind::Upload);
     impl->readback = rt::Buffer(impl->ctx, std::max<uint64_t>(readback_bytes, 4), rt::MemoryKind::Readback);
     std::memset(impl->upload.mapped(), 0, impl->upload.size());
@@ -209,7 +220,9 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         }
     }
     std::set<const rt::Pipeline*> pipelines;
-    for (const auto& step : s.steps) {
+    auto checked_write = impl->checked_writes.begin();
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+        const sched::Step& step = s.steps[i];
         const auto& k = step.kernel;
         const auto& sp = spirv[source_index.at(k.glsl)];
         rt::Dispatch d{.pipeline = &impl->ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
@@ -224,6 +237,12 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         }
         command(acc);
         prog.dispatch(std::move(d));
+        for (; checked_write != impl->checked_writes.end() && checked_write->step == i; ++checked_write) {
+            const rt::BufferRange src = impl->range(step.values[checked_write->binding]);
+            const rt::BufferRange dst{&impl->check_snapshot, checked_write->at, src.size};
+            command({{src.buffer, src.offset, src.offset + src.size, false}, {dst.buffer, dst.offset, dst.offset + dst.size, true}});
+            prog.copy(src, dst);
+        }
     }
     for (const auto& [v, at] : impl->readback_at) {
         const rt::BufferRange src = impl->range(v);

@@ -26,9 +26,17 @@ struct Session::Impl {
     CompileOptions options;
     bool training = false;
     int64_t steps_taken = 0;
-    // MEGANEURA_CHECK (compiler/check.hpp): the compiled graph and the limit; null when off.
+    // MEGANEURA_CHECK (compiler/check.hpp): the compiled graph and the limit; null when off. The
+    // program then copies every binding a dispatch writes into `check_snapshot` right after that
+    // dispatch, so that the check sees what each write produced even where a later one overwrote it.
+    struct CheckedWrite {
+        size_t step, binding;
+        uint64_t at;  // offset in check_snapshot
+    };
     std::shared_ptr<const Graph> check_graph;
     double check_limit = 0;
+    rt::Buffer check_snapshot;
+    std::vector<CheckedWrite> checked_writes;  // in dispatch order
 
     const sched::Value& value(int32_t v) const { return schedule.values[static_cast<size_t>(v)]; }
     rt::BufferRange range(int32_t v) const;

@@ -58,7 +58,7 @@ public:
         for (int32_t id : copies) {
             const int32_t target = value_of(g_.node(id).inputs[0]);
             const Shape shape = value(target).shape;
-            copy(value_of(g_.node(id).inputs[1]), target,
+            copy(value_of(g_.node(id).inputs[1]), view_for(id, target),
                  {.dims = shape, .in_strides = contiguous_strides(shape), .out_strides = contiguous_strides(shape)});
             s_.steps.back().kernel.label = "assign";
         }
@@ -74,6 +74,14 @@ private:
         return static_cast<int32_t>(s_.values.size() - 1);
     }
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
+    // A value written into `target`'s bytes (an update in place, an assignment's copy) that stands for
+    // node `id`, so that MEGANEURA_CHECK judges the write as that node's.
+    int32_t view_for(int32_t id, int32_t target) {
+        const int32_t v = new_value(value(target).shape, value(target).dtype, Storage::Transient, id);
+        s_.values[static_cast<size_t>(v)].view_of = target;
+        return v;
+    }
+
     void emit(KernelSource k, std::vector<int32_t> values) { s_.steps.push_back({std::move(k), std::move(values)}); }
 
     // A single pointwise op over values (the building block composite lowerings use).
@@ -197,8 +205,9 @@ private:
             return;
         }
         if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
-            s_.node_value[static_cast<size_t>(id)] = value_of(target);
-            return fused_pointwise(id, value_of(target));
+            const int32_t v = view_for(id, value_of(target));
+            s_.node_value[static_cast<size_t>(id)] = v;
+            return fused_pointwise(id, v);
         }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
