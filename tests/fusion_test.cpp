@@ -1,5 +1,6 @@
 // Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
 #include "gpu_check.hpp"
+#include "schedule/schedule.hpp"
 
 namespace mn::test {
 namespace {
@@ -37,6 +38,27 @@ TEST_F(FusionTest, BroadcastOperandIsNotRecomputedPerElement) {
     g.output("out", g.sigmoid(x) * y);  // sigmoid(x) is [4,1]: its own kernel, then the product
     EXPECT_EQ(dispatches_of(g), 2u);
     expect_matches_reference(g, random_feeds(g, 3));
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+    size_t count = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+    return count;
+}
+
+// exp(x) squared four times: each inlined value is computed once, however often its consumers read
+// it (1 exp and 4 products, not 16 and 15).
+TEST_F(FusionTest, InlinedValuesReadTwiceAreComputedOnce) {
+    Graph g;
+    Tensor y = g.exp(g.input("x", {100}));
+    for (int i = 0; i < 4; ++i) y = y * y;
+    g.output("y", y);
+    const sched::Schedule s = sched::lower(g, {g.outputs()[0].second}, sched::tune_for(device().context()->caps()));
+    ASSERT_EQ(s.steps.size(), 1u);
+    EXPECT_EQ(s.steps[0].kernel.label, "exp+mul+mul+mul+mul");
+    EXPECT_EQ(occurrences(s.steps[0].kernel.glsl, " = float(exp("), 1u);
+    EXPECT_EQ(occurrences(s.steps[0].kernel.glsl, " * r"), 4u);
+    expect_matches_reference(g, random_feeds(g, 6, {-1, 1}));
 }
 
 TEST_F(FusionTest, ManyInputsSplitIntoKernelsThatFit) {

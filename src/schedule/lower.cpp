@@ -101,23 +101,23 @@ private:
     void fused_pointwise(int32_t root, int32_t out) {
         codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
         std::vector<int32_t> bind;
-        std::map<int32_t, int32_t> leaf_step;  // leaf node -> the step that loaded it
+        // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
+        // in exp(x) * exp(x), is computed once.
+        std::map<int32_t, int32_t> step_of;
         auto build = [&](auto& self, int32_t node) -> int32_t {
+            if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
             if (node != root && !fusion_.inlined[static_cast<size_t>(node)]) {
-                auto [it, fresh] = leaf_step.emplace(node, static_cast<int32_t>(spec.program.size()));
-                if (fresh) {
-                    bind.push_back(value_of(node));
-                    add_leaf(spec, value_of(node));
-                    spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
-                                            .dtype = value(value_of(node)).dtype});
-                }
-                return it->second;
+                bind.push_back(value_of(node));
+                add_leaf(spec, value_of(node));
+                spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
+                                        .dtype = value(value_of(node)).dtype});
+            } else {
+                const Node& n = g_.node(node);
+                const int32_t a = self(self, n.inputs[0]);
+                const int32_t b = n.inputs.size() > 1 ? self(self, n.inputs[1]) : -1;
+                spec.program.push_back({.op = n.op, .a = a, .b = b, .dtype = n.dtype});
             }
-            const Node& n = g_.node(node);
-            const int32_t a = self(self, n.inputs[0]);
-            const int32_t b = n.inputs.size() > 1 ? self(self, n.inputs[1]) : -1;
-            spec.program.push_back({.op = n.op, .a = a, .b = b, .dtype = n.dtype});
-            return static_cast<int32_t>(spec.program.size() - 1);
+            return step_of[node] = static_cast<int32_t>(spec.program.size() - 1);
         };
         build(build, root);
         bind.push_back(out);
