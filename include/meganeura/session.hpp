@@ -14,6 +14,7 @@
 
 #include "meganeura/graph.hpp"
 #include "meganeura/optim.hpp"
+#include "meganeura/precision.hpp"
 
 struct VkCommandBuffer_T;  // VkCommandBuffer, as <vulkan/vulkan.h> declares it
 
@@ -35,8 +36,6 @@ public:
 private:
     std::shared_ptr<rt::Context> ctx_;
 };
-
-enum class Precision { Strict, Fast };
 
 struct CompileOptions {
     // Training: with a loss, compile appends the backward graph and the optimizer's updates of every

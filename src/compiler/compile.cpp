@@ -20,7 +20,7 @@
 #include "compiler/session_impl.hpp"
 #include "memory/planner.hpp"
 #include "runtime/runtime.hpp"
-#include "train/optimizer.hpp"
+#include "compiler/training.hpp"
 
 namespace mn {
 
@@ -283,7 +283,7 @@ Session compile(const Graph& graph, const Device& device, const CompileOptions& 
     if (!options.loss) return compile_graph(graph, device, options, t0);
     if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
     Graph training = graph;  // the user's graph stays as it was
-    train::append_training(training, training.handle(options.loss->id), options);
+    compiler::append_training(training, training.handle(options.loss->id), options);
     CompileOptions rebound = options;
     rebound.loss = training.handle(options.loss->id);
     return compile_graph(training, device, rebound, t0);

@@ -6,7 +6,7 @@
 #include "common/half.hpp"
 #include "compiler/check.hpp"
 #include "compiler/session_impl.hpp"
-#include "train/optimizer.hpp"
+#include "compiler/training.hpp"
 
 namespace mn {
 
@@ -179,13 +179,13 @@ void Session::record(VkCommandBuffer_T* command_buffer) const {
 
 float Session::step() {
     if (!impl_->training) throw Error("step: this session was compiled without a loss (CompileOptions::loss)");
-    const auto sc = train::step_scalars(impl_->options, impl_->steps_taken + 1);
-    set(train::kLearningRate, std::vector<float>{sc.lr});
-    set(train::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
-    set(train::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+    const auto sc = compiler::step_scalars(impl_->options, impl_->steps_taken + 1);
+    set(compiler::kLearningRate, std::vector<float>{sc.lr});
+    set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+    set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
     run();
     ++impl_->steps_taken;
-    return get(train::kLossOutput)[0];
+    return get(compiler::kLossOutput)[0];
 }
 
 int64_t Session::step_count() const { return impl_->steps_taken; }

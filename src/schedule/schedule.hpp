@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "codegen/families.hpp"
+#include "common/device_caps.hpp"
 #include "meganeura/graph.hpp"
-#include "meganeura/session.hpp"
-#include "runtime/runtime.hpp"
+#include "meganeura/precision.hpp"
 
 namespace mn::sched {
 

@@ -4,7 +4,7 @@
 // parameter and moment values in place. The host feeds only the per-step scalars below.
 #include "meganeura/session.hpp"
 
-namespace mn::train {
+namespace mn::compiler {
 
 // Scalar inputs the training graph reads each step.
 inline constexpr const char* kLearningRate = "train.lr";
@@ -21,4 +21,4 @@ struct StepScalars {
 };
 StepScalars step_scalars(const CompileOptions& options, int64_t t);
 
-}  // namespace mn::train
+}  // namespace mn::compiler

@@ -1,4 +1,4 @@
-#include "train/optimizer.hpp"
+#include "compiler/training.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,7 @@ double learning_rate(const Optimizer& opt) {
     return std::visit([](const auto& o) { return o.lr; }, opt);
 }
 
-namespace train {
+namespace compiler {
 
 namespace {
 
@@ -110,5 +110,5 @@ StepScalars step_scalars(const CompileOptions& options, int64_t t) {
             static_cast<float>(1 - std::pow(b2, static_cast<double>(t)))};
 }
 
-}  // namespace train
+}  // namespace compiler
 }  // namespace mn
