@@ -13,14 +13,15 @@ namespace mn::test {
 namespace {
 
 const std::vector<std::vector<std::string>> kTiers = {
-    {"common", "meganeura", "memory"},         // plain data and the public API's headers
-    {"graph", "io"},                           // the graph builder; file formats
+    {"common", "meganeura"},                          // plain data and the public API's headers
+    {"graph", "io"},                                  // the graph builder; file formats
     {"autodiff", "reference", "codegen", "runtime"},  // rewrites and oracle of graphs; GLSL; Vulkan
-    {"schedule"},                              // graph -> kernels, specialized for DeviceCaps
-    {"compiler"},                              // the passes in order, and Session
-    {"models"},                                // builders over the graph API
-    {"train", "bench"},                        // the trainer, the benchmark harness
-    {"cli"},                                   // the meganeura command
+    {"schedule"},                                     // graph -> kernels, specialized for DeviceCaps
+    {"memory"},                                       // where the schedule's values live
+    {"compiler"},                                     // the passes in order, and Session
+    {"models"},                                       // builders over the graph API
+    {"train", "bench"},                               // the trainer, the benchmark harness
+    {"cli"},                                          // the meganeura command
 };
 
 int tier_of(const std::string& folder) {

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "gpu_check.hpp"
+#include "memory/placement.hpp"
 #include "memory/planner.hpp"
 
 namespace mn::test {
@@ -47,6 +48,30 @@ Graph random_graph(uint64_t seed) {
     }
     for (size_t i = 0; i < pool.size(); ++i) g.output("out" + std::to_string(i), pool[i]);
     return g;
+}
+
+// place_values on its own, over a lowered schedule: pinned values (inputs, outputs) never share bytes;
+// arena values share only when no level touches both; every value in use has a home.
+TEST(PlacementTest, ValuesAliveTogetherNeverShareBytes) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+        const Graph g = random_graph(seed);
+        std::vector<int32_t> roots;
+        for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+        sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
+        sched::order_by_level(s);
+        const memory::Placement p = memory::place_values(s, 256, true);
+        for (size_t a = 0; a < s.values.size(); ++a) {
+            if (s.values[a].view_of >= 0 || p.first[a] < 0) continue;
+            EXPECT_EQ(p.offset[a] % 256, 0u);
+            for (size_t b = a + 1; b < s.values.size(); ++b) {
+                if (s.values[b].view_of >= 0 || p.first[b] < 0 || p.pinned[a] != p.pinned[b]) continue;
+                const bool together = p.pinned[a] || (p.first[a] <= p.last[b] && p.first[b] <= p.last[a]);
+                const bool share = p.offset[a] < p.offset[b] + s.values[b].bytes() && p.offset[b] < p.offset[a] + s.values[a].bytes();
+                EXPECT_FALSE(together && share) << "seed " << seed << ": values " << a << " and " << b;
+            }
+        }
+        EXPECT_LT(p.arena.physical_bytes, p.arena.logical_bytes) << "seed " << seed << ": nothing was shared";
+    }
 }
 
 using PlannerGpuTest = GpuTest;

@@ -20,7 +20,7 @@ import torch
 from safetensors_io import read_safetensors, write_safetensors
 
 def lr_factor(step, warmup_steps, decay, total_steps, min_lr_ratio):
-    """LrSchedule::factor in src/train/optimizer.cpp."""
+    """LrSchedule::factor in src/compiler/training.cpp."""
     if warmup_steps > 0 and step <= warmup_steps:
         return step / warmup_steps
     if decay == "constant" or total_steps <= warmup_steps:
