@@ -6,5 +6,5 @@ bin=${1:-build}/meganeura
 out=${MEGANEURA_OUT:-out}
 mkdir -p "$out"
 "$bin" devices | head -1
-"$bin" train fashion-mnist --epochs 2 --checkpoint "$out/fashion-mnist.safetensors"
+"$bin" train fashion-mnist --epochs 2 --checkpoint "$out/fashion-mnist.safetensors" --force
 "$bin" eval fashion-mnist --checkpoint "$out/fashion-mnist.safetensors"

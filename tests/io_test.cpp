@@ -3,6 +3,7 @@
 // exactly which byte is wrong.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -11,9 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "error_of.hpp"
+#include "io/atomic_file.hpp"
 #include "temp_dir.hpp"
 #include "io/idx.hpp"
 #include "io/safetensors.hpp"
@@ -268,11 +272,6 @@ TEST_F(IoTest, FailedSaveKeepsOldFileAndLeavesNoTemporary) {
 
     // Invalid tensor: rejected before anything is written.
     EXPECT_THROW(mn::io::write_safetensors(file, {{"w", TensorData{"F32", {2}, {1, 2, 3}}}}), mn::Error);
-    // The temporary file cannot be created (its name is taken by a directory).
-    fs::create_directory(file + ".tmp." + std::to_string(getpid()));
-    EXPECT_THROW(mn::io::write_safetensors(file, {{"w", TensorData::from_f32({2}, {3, 4})}}), mn::Error);
-    fs::remove(file + ".tmp." + std::to_string(getpid()));
-    EXPECT_EQ(mn::io::read_safetensors(file).at("w").to_f32(), (std::vector<float>{1, 2}));
 
     // The rename fails (the target is a directory): the temporary file is removed again.
     fs::create_directory(path("folder.safetensors"));
@@ -282,6 +281,76 @@ TEST_F(IoTest, FailedSaveKeepsOldFileAndLeavesNoTemporary) {
     mn::io::write_safetensors(file, {{"w", TensorData::from_f32({2}, {3, 4})}});
     EXPECT_EQ(mn::io::read_safetensors(file).at("w").to_f32(), (std::vector<float>{3, 4}));
     EXPECT_EQ(listing(), (std::vector<std::string>{"folder.safetensors", "model.safetensors"}));
+}
+
+// A symlink planted at the temporary file's name would redirect the save (LESSONS: the writer used
+// fopen("wb")); a taken name is skipped, never opened, and what it points at is untouched.
+TEST_F(IoTest, TempNamesTakenBySomeoneElseAreSkippedNotFollowed) {
+    const std::string file = path("model.safetensors"), victim = path("victim");
+    std::ofstream(victim) << "precious";
+    const std::string stem = file + ".tmp." + std::to_string(getpid()) + ".";
+    fs::create_symlink(victim, stem + "0");
+    fs::create_directory(stem + "1");
+    mn::io::write_safetensors(file, {{"w", TensorData::from_f32({2}, {3, 4})}});
+    EXPECT_EQ(mn::io::read_safetensors(file).at("w").to_f32(), (std::vector<float>{3, 4}));
+    std::stringstream kept;
+    kept << std::ifstream(victim).rdbuf();
+    EXPECT_EQ(kept.str(), "precious");
+    EXPECT_TRUE(fs::is_symlink(stem + "0"));  // ours by name, but a live process's: left alone
+    EXPECT_TRUE(fs::is_directory(stem + "1"));
+}
+
+// A 0600 checkpoint stayed 0600 only until the next save, which made it 0644 (the umask's default).
+TEST_F(IoTest, SaveKeepsTheTargetsPermissions) {
+    const std::string file = path("model.safetensors");
+    for (const mode_t mode : {mode_t(0600), mode_t(0666)}) {  // 0666: more than the umask lets open() give
+        mn::io::write_safetensors(file, {});
+        ASSERT_EQ(chmod(file.c_str(), mode), 0);
+        mn::io::write_safetensors(file, {{"w", TensorData::from_f32({1}, {1})}});
+        struct stat st;
+        ASSERT_EQ(stat(file.c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, mode);
+    }
+}
+
+// A save killed mid-write left "<path>.tmp.<pid>" behind for ever.
+TEST_F(IoTest, StaleTemporariesOfExitedProcessesAreRemoved) {
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    ASSERT_GT(child, 0);
+    ASSERT_EQ(waitpid(child, nullptr, 0), child);
+    const std::string dead = std::to_string(child), live = std::to_string(getpid());
+    for (const std::string name : {"model.safetensors.tmp." + dead + ".0", "model.safetensors.tmp." + dead,
+                                   "model.safetensors.tmp." + live + ".5", "other.safetensors.tmp." + dead + ".0",
+                                   "model.safetensors.tmp." + dead + ".x"})
+        std::ofstream(path(name)) << "partial";
+    mn::io::write_safetensors(path("model.safetensors"), {});
+    std::vector<std::string> kept = {"model.safetensors", "model.safetensors.tmp." + dead + ".x",
+                                     "model.safetensors.tmp." + live + ".5", "other.safetensors.tmp." + dead + ".0"};
+    std::sort(kept.begin(), kept.end());
+    EXPECT_EQ(listing(), kept);
+}
+
+TEST_F(IoTest, OutputPathsAreCheckedBeforeAnyWork) {
+    EXPECT_EQ(mn::test::error_of([&] { mn::io::check_can_write(path("missing/out.safetensors"), "--out"); }),
+              "--out " + path("missing/out.safetensors") + ": the folder " + path("missing") + " does not exist");
+    EXPECT_EQ(mn::test::error_of([&] { mn::io::check_can_write(tmp_.dir().string(), "--out"); }),
+              "--out " + tmp_.dir().string() + ": is a folder");
+    EXPECT_EQ(mn::test::error_of([&] { mn::io::check_can_write(path("out.safetensors"), "--out"); }), "");
+}
+
+// Deep nesting crashed every reader of a header (printing a nested value recursed off the stack),
+// and 1e999 escaped as an internal error.
+TEST_F(IoTest, NestedOrOutOfRangeJsonIsAnError) {
+    const std::string deep = write_raw("deep.safetensors", "{\"__metadata__\": {\"a\": " + std::string(50000, '[') +
+                                                                std::string(50000, ']') + "}}", {});
+    EXPECT_HAS(read_error(deep), "deep.safetensors: header: JSON nested deeper than 64 levels");
+    const std::string shallow = write_raw("ok.safetensors", "{\"__metadata__\": {\"a\": [[[1]]]}}", {});
+    EXPECT_EQ(mn::io::read_safetensors_metadata(shallow).at("a"), "[[[1]]]");
+    const std::string huge = write_raw("huge.safetensors", R"({"w": {"dtype": "F32", "shape": [1e999], "data_offsets": [0, 4]}})", {});
+    EXPECT_HAS(read_error(huge), "huge.safetensors: header: not valid JSON");
+    EXPECT_HAS(read_error(huge), "1e999");
+    EXPECT_HAS(read_error(tmp_.dir().string()), "not a regular file");
 }
 
 // ---- IDX ----------------------------------------------------------------------------------------
@@ -340,7 +409,20 @@ TEST_F(IoTest, IdxErrors) {
     write_gz(path("header.gz"), idx_bytes(0x08, {2, 3, 4}, 0).substr(0, 9));
     EXPECT_HAS(idx_error(path("header.gz")), "truncated");
     write_gz(path("long.gz"), idx_bytes(0x08, {2}, 3));
-    EXPECT_HAS(idx_error(path("long.gz")), "expected 2 data bytes, got 3");
+    EXPECT_HAS(idx_error(path("long.gz")), "trailing data: expected 2 data bytes, the file holds more");
+}
+
+// The whole stream used to be inflated before the header was read: a small file that inflates to
+// gigabytes cost them all. Now the header bounds what is read, and a header that lies costs nothing.
+TEST_F(IoTest, IdxHeaderBoundsTheInflation) {
+    write_gz(path("bomb.gz"), idx_bytes(0x08, {2}, 2) + std::string(64 << 20, '\0'));
+    EXPECT_HAS(idx_error(path("bomb.gz")), "bomb.gz: trailing data: expected 2 data bytes");
+    write_gz(path("liar.gz"), idx_bytes(0x08, {0xFFFFFFFF, 0xFFFFFFFF}, 10));
+    EXPECT_HAS(idx_error(path("liar.gz")), "liar.gz: truncated: expected 18446744065119617025 data bytes, got 10");
+    write_gz(path("overflow.gz"), idx_bytes(0x08, {1u << 31, 1u << 31, 4}, 10));  // 2^64: wraps to 0
+    EXPECT_HAS(idx_error(path("overflow.gz")), "multiply to more than 2^64 bytes");
+    write_gz(path("empty.gz"), idx_bytes(0x08, {0xFFFFFFFF, 0xFFFFFFFF, 2, 0}, 0));
+    EXPECT_EQ(mn::io::read_idx(path("empty.gz")).data.size(), 0u);  // a later 0 still wins
 }
 
 TEST_F(IoTest, FashionMnistIfInstalled) {

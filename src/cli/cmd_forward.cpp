@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/flags.hpp"
+#include "io/atomic_file.hpp"
 #include "models/runner.hpp"
 
 namespace mn::cli {
@@ -20,6 +21,7 @@ int cmd_forward(const Args& args) {
     if (f.str("inputs").empty() || f.str("out").empty()) throw Error("--inputs and --out are required");
     if (f.str("size") != "tiny" && f.str("size") != "full") throw Error("--size must be tiny or full");
     (void)models::find_model(f.str("model"));  // an unknown name fails before any file is read
+    io::check_can_write(f.str("out"), "--out");
     const CompileOptions options{.precision = parse_precision(f.str("precision"))};
     const io::TensorMap inputs = io::read_safetensors(f.str("inputs"));
     const models::ModelRequest request{.size = f.str("size"), .config_path = f.str("config"),

@@ -7,6 +7,7 @@
 
 #include "cli/flags.hpp"
 #include "meganeura/session.hpp"
+#include "models/runner.hpp"
 #include "models/smollm2.hpp"
 
 namespace mn::cli {
@@ -48,8 +49,7 @@ int cmd_generate(const Args& args) {
     if (f.str("model") != "smollm2") throw Error("generate supports --model smollm2, got '" + f.str("model") + "'");
     if (f.str("size") != "tiny" && f.str("size") != "full") throw Error("--size must be tiny or full");
     const std::vector<int32_t> prompt = parse_tokens(f.str("tokens"));
-    const int64_t max_new = f.integer("max-new");
-    if (max_new < 1) throw Error("--max-new must be at least 1");
+    const int64_t max_new = f.integer("max-new", 1, INT32_MAX);
     const models::LlamaConfig c = models::LlamaConfig::from_request({.size = f.str("size"), .config_path = f.str("config")});
     for (int32_t t : prompt) {
         if (t >= c.vocab) throw Error("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab));
@@ -63,6 +63,7 @@ int cmd_generate(const Args& args) {
     const Device device = Device::open();
     const models::BuiltModel prefill_model = models::build_llama_cached(c, 1, prompt_len, cache_len);
     const models::BuiltModel decode_model = models::build_llama_cached(c, 1, 1, cache_len);
+    models::check_fits_device(*prefill_model.graph, device, "smollm2");
     Session prefill = compile(*prefill_model.graph, device);
     Session decode = compile(*decode_model.graph, device);
     if (!f.str("weights").empty()) {

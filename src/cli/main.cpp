@@ -18,7 +18,7 @@ struct Command {
 const Command kCommands[] = {
     {"devices", mn::cli::cmd_devices, "list every Vulkan device with its capabilities"},
     {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp|cnn] [--epochs 2] [--batch 64] [--lr 1e-3] [--schedule cosine|constant] "
-                                  "[--checkpoint F] [--resume F] [--curve PREFIX]"},
+                                  "[--checkpoint F] [--resume F | --force] [--curve PREFIX]"},
     {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp|cnn]"},
     {"forward", mn::cli::cmd_forward, "forward --model NAME [--size tiny|full] [--config config.json] [--weights W] "
                                       "--inputs I --out O [--backward] [--precision strict|fast]"},

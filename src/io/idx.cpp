@@ -1,12 +1,17 @@
 // IDX reader. zlib's gzread passes plain files through unchanged, so one code path reads both
-// "train-images-idx3-ubyte" and its ".gz"; the file is small (47 MB at most for Fashion-MNIST)
-// and read whole. The format: two zero bytes, a type byte, a rank byte, `rank` big-endian
-// uint32 dimensions, then the elements. Only unsigned bytes (0x08) occur in the datasets we
-// load, so other types are rejected by name rather than half-supported.
+// "train-images-idx3-ubyte" and its ".gz". The format: two zero bytes, a type byte, a rank byte,
+// `rank` big-endian uint32 dimensions, then the elements. Only unsigned bytes (0x08) occur in the
+// datasets we load, so other types are rejected by name rather than half-supported.
+//
+// The header is read and checked first, and then exactly the data it announces: a file that
+// inflates to far more than its header implies (a gzip bomb, or a wrong file) costs one extra byte
+// of inflation to detect, never the whole stream, and a header announcing more than the file holds
+// costs no more memory than the file's own bytes, since the data is read in pieces.
 #include "io/idx.hpp"
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,19 +22,22 @@
 namespace mn::io {
 namespace {
 
-std::vector<uint8_t> read_all(const std::string& path) {
-    std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), gzclose);
-    if (!file) throw Error("cannot open " + path + ": " + std::strerror(errno));
-    std::vector<uint8_t> bytes;
-    uint8_t chunk[1 << 16];
-    for (int got; (got = gzread(file.get(), chunk, sizeof chunk)) != 0;) {
-        if (got < 0) {
+using GzFile = std::unique_ptr<gzFile_s, int (*)(gzFile)>;
+
+// Reads up to `count` bytes into `out` (appending); returns how many it got before the end.
+size_t read_some(gzFile file, const std::string& path, uint8_t* out, size_t count) {
+    size_t got = 0;
+    while (got < count) {
+        const unsigned piece = unsigned(std::min<size_t>(count - got, 1u << 20));
+        const int n = gzread(file, out + got, piece);
+        if (n < 0) {
             int code = 0;
-            throw Error(path + ": cannot read: " + gzerror(file.get(), &code));
+            throw Error(path + ": cannot read: " + gzerror(file, &code));
         }
-        bytes.insert(bytes.end(), chunk, chunk + got);
+        if (n == 0) break;
+        got += size_t(n);
     }
-    return bytes;
+    return got;
 }
 
 const char* type_name(uint8_t type) {
@@ -46,34 +54,52 @@ const char* type_name(uint8_t type) {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-    const std::vector<uint8_t> bytes = read_all(path);
-    if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0)
+    GzFile file(gzopen(path.c_str(), "rb"), gzclose);
+    if (!file) throw Error("cannot open " + path + ": " + std::strerror(errno));
+    uint8_t magic[4];
+    if (read_some(file.get(), path, magic, 4) < 4 || magic[0] != 0 || magic[1] != 0)
         throw Error(path + ": not an IDX file (the first two bytes must be zero)");
-    if (bytes[2] != 0x08) {
+    if (magic[2] != 0x08) {
         char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02X", bytes[2]);
-        throw Error(path + ": IDX element type " + hex + " (" + type_name(bytes[2]) +
+        std::snprintf(hex, sizeof hex, "0x%02X", magic[2]);
+        throw Error(path + ": IDX element type " + hex + " (" + type_name(magic[2]) +
                     ") is not supported; only unsigned byte (0x08) is");
     }
-    const size_t rank = bytes[3], header_size = 4 + 4 * rank;
-    if (bytes.size() < header_size)
+    const size_t rank = magic[3], header_size = 4 + 4 * rank;
+    std::vector<uint8_t> dims(4 * rank);
+    if (const size_t got = read_some(file.get(), path, dims.data(), dims.size()); got < dims.size())
         throw Error(path + ": truncated: the header needs " + std::to_string(header_size) + " bytes, got " +
-                    std::to_string(bytes.size()));
+                    std::to_string(4 + got));
 
     IdxArray array;
     uint64_t count = 1;
+    bool overflow = false, empty = false;
     for (size_t i = 0; i < rank; ++i) {
-        const uint8_t* p = &bytes[4 + 4 * i];
+        const uint8_t* p = &dims[4 * i];
         const uint32_t dim = uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
         array.shape.push_back(dim);
-        if (__builtin_mul_overflow(count, dim, &count))
-            count = UINT64_MAX;  // saturates; a later 0 still wins
+        overflow |= __builtin_mul_overflow(count, dim, &count);
+        empty |= dim == 0;
     }
-    const uint64_t got = bytes.size() - header_size;
-    if (count != got)
-        throw Error(path + (count > got ? ": truncated: expected " : ": trailing data: expected ") +
-                    std::to_string(count) + " data bytes, got " + std::to_string(got));
-    array.data.assign(bytes.begin() + header_size, bytes.end());
+    if (empty) count = 0;  // however large the other dimensions
+    else if (overflow) throw Error(path + ": the header's dimensions multiply to more than 2^64 bytes");
+
+    // Grows with what actually arrives, so a header that lies about the size allocates nothing extra.
+    constexpr uint64_t kPiece = 64u << 20;
+    uint64_t got = 0;
+    while (got < count) {
+        const size_t want = size_t(std::min(count - got, kPiece));
+        array.data.resize(size_t(got) + want);
+        const size_t n = read_some(file.get(), path, array.data.data() + got, want);
+        got += n;
+        if (n < want) break;
+    }
+    if (got < count)
+        throw Error(path + ": truncated: expected " + std::to_string(count) + " data bytes, got " + std::to_string(got));
+    array.data.resize(size_t(count));
+    uint8_t extra;
+    if (read_some(file.get(), path, &extra, 1) != 0)
+        throw Error(path + ": trailing data: expected " + std::to_string(count) + " data bytes, the file holds more");
     return array;
 }
 

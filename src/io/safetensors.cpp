@@ -8,17 +8,18 @@
 // its own buffer, so a multi-gigabyte checkpoint is never held twice. Gaps between tensors and
 // unaligned offsets are accepted: we copy, so they cost nothing, and other tools read such files.
 //
-// Writing never destroys the previous checkpoint: the file goes to "<path>.tmp.<pid>" in the same
-// directory (rename is only atomic within one filesystem), is flushed and fsync'ed, then renamed
-// over the target, and the directory is synced so the rename itself survives a power cut. On any
-// failure the temporary file is removed and the old file is untouched. The header is padded with
-// spaces to a multiple of 8 bytes and tensors are laid out by element size (largest first), then
+// Writing never destroys the previous checkpoint: write_file_atomically (atomic_file.hpp) writes a
+// temporary file in the same directory (rename is only atomic within one filesystem), syncs it and
+// renames it over the target. On any failure the temporary file is removed and the old file is
+// untouched. The header is padded with spaces to a multiple of 8 bytes and tensors are laid out by element size (largest first), then
 // by name, contiguously, so every tensor starts naturally aligned for memory mapping, as the
-// reference implementation does.
+// reference implementation does. The header's JSON is parsed with a depth limit (json.hpp).
 #include "io/safetensors.hpp"
 #include "io/atomic_file.hpp"
+#include "io/json.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,7 +30,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "meganeura/error.hpp"
 
@@ -140,12 +140,7 @@ Header read_header(const std::string& path, std::FILE* file) {
     std::string text(header_size, '\0');
     if (std::fread(text.data(), 1, header_size, file) != header_size)
         throw Error(path + ": cannot read the header: " + std::strerror(errno));
-    json parsed;
-    try {
-        parsed = json::parse(text);
-    } catch (const json::parse_error& error) {
-        throw Error(path + ": header is not valid JSON: " + error.what());
-    }
+    const json parsed = parse_json(text, path + ": header");
     if (!parsed.is_object())
         throw Error(path + ": header is " + parsed.type_name() + ", expected a JSON object");
 
@@ -176,6 +171,8 @@ Header read_header(const std::string& path, std::FILE* file) {
 FilePtr open_for_reading(const std::string& path) {
     FilePtr file(std::fopen(path.c_str(), "rb"), std::fclose);
     if (!file) throw Error("cannot open " + path + ": " + std::strerror(errno));
+    struct stat st;
+    if (fstat(fileno(file.get()), &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
     return file;
 }
 

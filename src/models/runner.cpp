@@ -1,8 +1,66 @@
 #include "models/runner.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
 #include "meganeura/autodiff.hpp"
+#include "runtime/runtime.hpp"
 
 namespace mn::models {
+
+namespace {
+
+std::string gib(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+    return text;
+}
+
+// The ids an i32 input may hold, [0, limit), where it indexes rows: an embedding table's, or the
+// classes of a cross-entropy (which has no ignore index). Reshapes pass the ids through unchanged.
+// nullopt when nothing indexes with it.
+struct IndexUse {
+    int64_t limit;
+    const char* what;
+};
+std::optional<IndexUse> index_use(const Graph& g, int32_t input) {
+    std::vector<int32_t> ids = {input};  // the input and every reshape of it
+    std::optional<IndexUse> use;
+    for (int32_t id = input; id < static_cast<int32_t>(g.nodes().size()); ++id) {
+        const Node& n = g.node(id);
+        auto reads = [&](size_t slot) {
+            return n.inputs.size() > slot && std::find(ids.begin(), ids.end(), n.inputs[slot]) != ids.end();
+        };
+        std::optional<IndexUse> here;
+        if (n.op == Op::Reshape && reads(0)) ids.push_back(id);
+        if (n.op == Op::Embedding && reads(0)) here = IndexUse{g.node(n.inputs[1]).shape[0], "rows of the embedding table"};
+        if (n.op == Op::CrossEntropy && reads(1)) here = IndexUse{g.node(n.inputs[0]).shape.back(), "classes of the loss"};
+        if (here && (!use || here->limit < use->limit)) use = here;
+    }
+    return use;
+}
+
+}  // namespace
+
+void check_fits_device(const Graph& g, const Device& device, const std::string& model) {
+    double bytes = 0;  // a double: a config's dimensions may multiply past 2^64
+    for (const Node& n : g.nodes()) {
+        if (n.op != Op::Parameter && n.op != Op::Input && n.op != Op::State) continue;
+        double numel = 1;
+        for (int64_t d : n.shape) numel *= static_cast<double>(d);
+        bytes += numel * static_cast<double>(dtype_size(n.dtype));
+    }
+    double local = 0, all = 0;
+    for (const rt::MemoryHeap& heap : device.context()->caps().heaps) {
+        all += static_cast<double>(heap.size);
+        if (heap.device_local) local += static_cast<double>(heap.size);
+    }
+    const double available = local > 0 ? local : all;
+    if (bytes > available)
+        throw Error(model + ": the parameters and inputs need " + gib(bytes) + ", the device " + device.name() +
+                    " has " + gib(available));
+}
 
 std::map<std::string, Shape> shapes_of(const io::TensorMap& inputs) {
     std::map<std::string, Shape> shapes;
@@ -13,6 +71,7 @@ std::map<std::string, Shape> shapes_of(const io::TensorMap& inputs) {
 PreparedModel prepare_model(const Device& device, const std::string& name, const ModelRequest& request, bool backward,
                             const CompileOptions& options) {
     BuiltModel model = find_model(name).build(request);
+    check_fits_device(*model.graph, device, name);
     std::vector<std::string> grad_names;
     if (backward) {
         Graph& g = *model.graph;
@@ -43,7 +102,15 @@ void set_inputs(Session& session, const BuiltModel& model, const io::TensorMap& 
                         shape_str(node.shape));
         }
         if (node.dtype == DType::I32) {
-            session.set(name, it->second.to_i32("input '" + name + "'"));
+            const std::vector<int32_t> ids = it->second.to_i32("input '" + name + "'");
+            if (const auto use = index_use(*model.graph, model.graph->find(name)->id)) {
+                const auto bad = std::find_if(ids.begin(), ids.end(), [&](int32_t v) { return v < 0 || v >= use->limit; });
+                if (bad != ids.end())
+                    throw Error("input '" + name + "': value " + std::to_string(*bad) + " at index " +
+                                std::to_string(bad - ids.begin()) + " is outside [0, " + std::to_string(use->limit) +
+                                "), the " + use->what);
+            }
+            session.set(name, ids);
         } else {
             session.set(name, it->second.to_f32("input '" + name + "'"));
         }

@@ -20,12 +20,17 @@ struct PreparedModel {
 // The shapes of `inputs`, as a ModelRequest's input_shapes.
 std::map<std::string, Shape> shapes_of(const io::TensorMap& inputs);
 
+// An mn::Error naming the sizes when the graph's parameters, inputs and state alone exceed the
+// device's memory: found before compiling, rather than as a failed allocation after it.
+void check_fits_device(const Graph& g, const Device& device, const std::string& model);
+
 // Builds `name` for `request`, appends the gradients when `backward`, and compiles it.
 PreparedModel prepare_model(const Device& device, const std::string& name, const ModelRequest& request, bool backward,
                             const CompileOptions& options);
 
-// Uploads every input the model reads; an absent input, a wrong shape or an unconvertible dtype is an
-// mn::Error naming it (i64 ids are narrowed to i32 with a range check).
+// Uploads every input the model reads; an absent input, a wrong shape, an unconvertible dtype or an id
+// outside what it indexes (an embedding's rows, a loss's classes) is an mn::Error naming it (i64 ids
+// are narrowed to i32 with a range check).
 void set_inputs(Session& session, const BuiltModel& model, const io::TensorMap& inputs);
 
 // The output (under its name), "loss", and every "grad.<p>", as f32.

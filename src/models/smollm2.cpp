@@ -1,7 +1,5 @@
 #include "models/smollm2.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "models/transformer_blocks.hpp"
 
 namespace mn::models {
@@ -12,27 +10,32 @@ LlamaConfig LlamaConfig::tiny() {
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& path) {
-    const nlohmann::json j = read_config_json(path);
+    const ConfigJson j(path);
     LlamaConfig c;
-    try {
-        c.hidden = j.value("hidden_size", c.hidden);
-        c.layers = j.value("num_hidden_layers", c.layers);
-        c.heads = j.value("num_attention_heads", c.heads);
-        c.kv_heads = j.value("num_key_value_heads", c.heads);
-        c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>() : c.hidden / c.heads;
-        c.ffn = j.value("intermediate_size", c.ffn);
-        c.vocab = j.value("vocab_size", c.vocab);
-        c.rope_theta = j.value("rope_theta", c.rope_theta);
-        c.rms_eps = j.value("rms_norm_eps", c.rms_eps);
-        c.tied_embeddings = j.value("tie_word_embeddings", c.tied_embeddings);
-        c.max_positions = j.value("max_position_embeddings", c.max_positions);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error("config '" + path + "': " + e.what());
-    }
-    if (c.heads < 1 || c.kv_heads < 1 || c.heads % c.kv_heads != 0 || c.head_dim % 2 != 0) {
-        throw Error("config '" + path + "': " + std::to_string(c.heads) + " heads, " + std::to_string(c.kv_heads) +
-                    " kv heads and head dim " + std::to_string(c.head_dim) + " do not fit a Llama");
-    }
+    c.hidden = j.count("hidden_size", c.hidden);
+    c.layers = j.count("num_hidden_layers", c.layers);
+    c.heads = j.count("num_attention_heads", c.heads);
+    c.kv_heads = j.count("num_key_value_heads", c.heads);
+    if (!j.has("head_dim") && c.hidden % c.heads != 0)
+        j.fail("hidden_size " + std::to_string(c.hidden) + " is not a multiple of num_attention_heads " +
+               std::to_string(c.heads) + " (and there is no head_dim)");
+    c.head_dim = j.count("head_dim", c.hidden / c.heads);
+    c.ffn = j.count("intermediate_size", c.ffn);
+    c.vocab = j.count("vocab_size", c.vocab);
+    c.rope_theta = j.positive("rope_theta", c.rope_theta);
+    c.rms_eps = j.positive("rms_norm_eps", c.rms_eps);
+    c.tied_embeddings = j.boolean("tie_word_embeddings", c.tied_embeddings);
+    c.max_positions = j.count("max_position_embeddings", c.max_positions);
+    if (c.heads % c.kv_heads != 0)
+        j.fail("num_attention_heads " + std::to_string(c.heads) + " is not a multiple of num_key_value_heads " +
+               std::to_string(c.kv_heads));
+    if (c.head_dim % 2 != 0) j.fail("head_dim " + std::to_string(c.head_dim) + " is odd; RoPE rotates pairs");
+    // The RoPE frequencies are a host-side constant of head_dim / 2 values, built with the graph,
+    // before the device's memory can be checked; real models use 64 to 256.
+    constexpr int64_t kMaxHeadDim = 1 << 16;
+    if (c.head_dim > kMaxHeadDim)
+        j.fail("head_dim " + std::to_string(c.head_dim) + " is above " + std::to_string(kMaxHeadDim) +
+               (j.has("head_dim") ? "" : " (hidden_size / num_attention_heads)"));
     return c;
 }
 

@@ -1,7 +1,5 @@
 #include "models/whisper.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "models/transformer_blocks.hpp"
 
 namespace mn::models {
@@ -9,23 +7,16 @@ namespace mn::models {
 WhisperConfig WhisperConfig::tiny() { return {.mels = 8, .frames = 20, .d = 32, .layers = 2, .heads = 4, .ffn = 64, .eps = 1e-5}; }
 
 WhisperConfig WhisperConfig::from_json(const std::string& path) {
-    const nlohmann::json j = read_config_json(path);
+    const ConfigJson j(path);
     WhisperConfig c;
-    try {
-        c.mels = j.value("num_mel_bins", c.mels);
-        c.frames = 2 * j.value("max_source_positions", c.frames / 2);
-        c.d = j.value("d_model", c.d);
-        c.layers = j.value("encoder_layers", c.layers);
-        c.heads = j.value("encoder_attention_heads", c.heads);
-        c.ffn = j.value("encoder_ffn_dim", c.ffn);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error("config '" + path + "': " + e.what());
-    }
-    if (c.mels < 1 || c.frames < 2 || c.layers < 1 || c.ffn < 1 || c.heads < 1 || c.d % c.heads != 0) {
-        throw Error("config '" + path + "': d_model " + std::to_string(c.d) + " with " + std::to_string(c.heads) +
-                    " heads, " + std::to_string(c.layers) + " layers, " + std::to_string(c.mels) + " mel bins and " +
-                    std::to_string(c.frames / 2) + " positions do not fit a Whisper encoder");
-    }
+    c.mels = j.count("num_mel_bins", c.mels);
+    c.frames = 2 * j.count("max_source_positions", c.frames / 2);
+    c.d = j.count("d_model", c.d);
+    c.layers = j.count("encoder_layers", c.layers);
+    c.heads = j.count("encoder_attention_heads", c.heads);
+    c.ffn = j.count("encoder_ffn_dim", c.ffn);
+    if (c.d % c.heads != 0)
+        j.fail("d_model " + std::to_string(c.d) + " is not a multiple of encoder_attention_heads " + std::to_string(c.heads));
     return c;
 }
 

@@ -1,9 +1,11 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
+#include "io/atomic_file.hpp"
 #include "models/classifier.hpp"
 #include "train/curve.hpp"
 #include "train/progress.hpp"
@@ -42,12 +44,53 @@ Evaluation evaluate(Session& s, const Dataset& data, int64_t batch) {
     return e;
 }
 
+// A step whose loss or whose update is not finite ends the run: one such update makes every later
+// step non-finite, so going on (and saving) would replace the last good checkpoint with garbage.
+// A non-finite gradient shows as non-finite parameters, hence as the next step's loss; the
+// parameters themselves are checked before every save, which catches the last step of an epoch.
+class FiniteGuard {
+public:
+    FiniteGuard(const Graph& graph, const std::string& checkpoint) : graph_(graph), checkpoint_(checkpoint) {}
+
+    void check_loss(float loss, int64_t step) const {
+        if (!std::isfinite(loss)) stop("step " + std::to_string(step) + ": the loss is " + std::to_string(loss));
+    }
+    void check_parameters(const Session& s, int64_t step) const {
+        for (const Node& node : graph_.nodes()) {
+            if (node.op != Op::Parameter) continue;
+            const std::vector<float> values = s.get(node.name);
+            const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+            if (bad != values.end())
+                stop("step " + std::to_string(step) + ": parameter '" + node.name + "' holds " + std::to_string(*bad) +
+                     " at index " + std::to_string(bad - values.begin()) + " after the update");
+        }
+    }
+    void saved(int64_t step) { saved_step_ = step; }
+
+private:
+    [[noreturn]] void stop(const std::string& what) const {
+        throw Error(what + "; training stopped, " + checkpoint_ +
+                    (saved_step_ < 0 ? " was not written" : " keeps step " + std::to_string(saved_step_)) +
+                    " (a lower --lr, or check the data)");
+    }
+    const Graph& graph_;
+    const std::string& checkpoint_;
+    int64_t saved_step_ = -1;
+};
+
 Session compile_eval(const Device& device, const std::string& model, int64_t batch) {
     models::Classifier c = models::fashion_classifier(model, batch);
     return compile(*c.graph, device);
 }
 
 }  // namespace
+
+std::string curve_prefix(const ClassifierRun& run) {
+    if (!run.curve_prefix.empty()) return run.curve_prefix;
+    const size_t slash = run.checkpoint.rfind('/'), dot = run.checkpoint.rfind('.');
+    return dot == std::string::npos || (slash != std::string::npos && dot < slash) ? run.checkpoint
+                                                                                   : run.checkpoint.substr(0, dot);
+}
 
 Evaluation evaluate_classifier(const Device& device, const std::string& model, const std::string& checkpoint,
                                const Dataset& data, int64_t batch) {
@@ -58,6 +101,10 @@ Evaluation evaluate_classifier(const Device& device, const std::string& model, c
 
 Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
                             const Dataset& test_set) {
+    const std::string prefix = curve_prefix(run);
+    io::check_can_write(run.checkpoint, "checkpoint");
+    io::check_can_write(prefix + ".csv", "loss curve");
+    io::check_can_write(prefix + ".svg", "loss curve");
     BatchIterator batches(train_set, run.batch, run.seed);
     const int64_t per_epoch = batches.batches_per_epoch();
     const int64_t total = per_epoch * run.epochs;
@@ -73,8 +120,6 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
                                    std::to_string(total) + " steps; pass more --epochs");
     batches.seek(step / per_epoch, step % per_epoch);
 
-    const std::string prefix = run.curve_prefix.empty() ? run.checkpoint.substr(0, run.checkpoint.rfind('.'))
-                                                         : run.curve_prefix;
     LossCurve curve;
     if (!run.resume.empty()) {
         try {
@@ -87,6 +132,8 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
                 run.model.c_str(), device.name().c_str(), static_cast<long long>(train_set.count),
                 static_cast<long long>(run.batch), static_cast<long long>(per_epoch), s.stats().dispatches);
     Evaluation result;
+    FiniteGuard guard(*c.graph, run.checkpoint);
+    if (!run.resume.empty() && run.resume == run.checkpoint) guard.saved(step);
     std::vector<float> x;
     std::vector<int32_t> y;
     for (int64_t epoch = step / per_epoch; epoch < run.epochs; ++epoch) {
@@ -98,13 +145,16 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
             s.set("labels", y);
             const float loss = s.step();
             ++step;
+            guard.check_loss(loss, step);
             curve.add(step, loss);
             progress.update(step - epoch * per_epoch, loss);
         }
         progress.finish();
         batches.seek(epoch + 1);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        guard.check_parameters(s, step);
         s.save(run.checkpoint);
+        guard.saved(step);
         eval.load(run.checkpoint);
         result = evaluate(eval, test_set, run.eval_batch);
         curve.add_eval(step, static_cast<float>(result.accuracy));

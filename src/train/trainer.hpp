@@ -28,7 +28,12 @@ struct Evaluation {
     int64_t count = 0;
 };
 
-// Trains and returns the final test-set evaluation.
+// Where the loss curve goes: run.curve_prefix, else the checkpoint's path without its extension.
+std::string curve_prefix(const ClassifierRun& run);
+
+// Trains and returns the final test-set evaluation. The output paths are checked before anything
+// runs; a non-finite loss or parameter stops training with an mn::Error naming the step, and the
+// checkpoint keeps the last finite state it was given.
 Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
                             const Dataset& test_set);
 
