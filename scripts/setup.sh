@@ -8,6 +8,7 @@ packages=(
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   glslang-dev glslang-tools spirv-tools
   nlohmann-json3-dev libgtest-dev zlib1g-dev
+  clang libclang-rt-dev
   python3-torch python3-torchvision python3-numpy
   dataset-fashion-mnist
 )

@@ -1,6 +1,7 @@
 // Bad input gets a clear mn::Error whose message names the op, the shapes or the known names.
 #include "gpu_check.hpp"
 #include "error_of.hpp"
+#include "runtime/runtime.hpp"
 
 namespace mn::test {
 namespace {
@@ -72,6 +73,18 @@ TEST_F(SessionErrorsTest, ParametersCanBeSetAndReadBack) {
     s.run();
     EXPECT_EQ(s.get("y"), (std::vector<float>{2, 4, 6}));
     EXPECT_EQ(s.get("w"), (std::vector<float>{1, 2, 3}));
+}
+
+// A device allocation that cannot succeed is an mn::Error naming its size and kind, not an abort,
+// and the device stays usable. (Compile refuses tensors past the storage-buffer range first, so
+// the allocation is asked for directly, one byte past the largest buffer the device allows.)
+TEST_F(SessionErrorsTest, AnAllocationTheDeviceCannotMakeIsAnError) {
+    const std::shared_ptr<rt::Context> ctx = device().context();
+    const uint64_t bytes = ctx->caps().max_buffer_size + 1;
+    EXPECT_EQ(error_of([&] { rt::Buffer(ctx, bytes, rt::MemoryKind::DeviceLocal); }),
+              "cannot allocate a " + std::to_string(bytes) + "-byte device-local buffer: the device's largest buffer is " +
+                  std::to_string(bytes - 1) + " bytes");
+    EXPECT_EQ(error_of([&] { rt::Buffer(ctx, 1024, rt::MemoryKind::DeviceLocal); }), "");
 }
 
 }  // namespace

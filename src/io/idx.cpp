@@ -85,7 +85,7 @@ IdxArray read_idx(const std::string& path) {
     else if (overflow) throw Error(path + ": the header's dimensions multiply to more than 2^64 bytes");
 
     // Grows with what actually arrives, so a header that lies about the size allocates nothing extra.
-    constexpr uint64_t kPiece = 64u << 20;
+    constexpr uint64_t kPiece = 1u << 20;
     uint64_t got = 0;
     while (got < count) {
         const size_t want = size_t(std::min(count - got, kPiece));
