@@ -37,7 +37,7 @@ TEST_F(DumpTest, EachPassPrintsItsState) {
 TEST_F(DumpTest, UnknownPassIsNamed) {
     const std::string error = error_of([] { dump_of("parse"); });
     testing::internal::GetCapturedStderr();  // dump_of's, left open by the throw
-    EXPECT_EQ(error, "MEGANEURA_DUMP names a pass: build, lower, order, plan; got 'parse'");
+    EXPECT_EQ(error, "MEGANEURA_DUMP names a pass: build, optimize, lower, order, plan; got 'parse'");
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ namespace {
 const std::vector<std::vector<std::string>> kTiers = {
     {"common", "meganeura"},                          // plain data and the public API's headers
     {"graph", "io"},                                  // the graph builder; file formats
-    {"autodiff", "reference", "codegen", "runtime"},  // rewrites and oracle of graphs; GLSL; Vulkan
+    {"autodiff", "reference", "codegen", "runtime"},  // gradients and oracle of graphs; GLSL; Vulkan
+    {"optimize"},                                     // graph rewrites before lowering
     {"schedule"},                                     // graph -> kernels, specialized for DeviceCaps
     {"memory"},                                       // where the schedule's values live
     {"compiler"},                                     // the passes in order, and Session

@@ -46,6 +46,7 @@ struct CompileOptions {
     double clip_grad_norm = 0;  // clip gradients to this global L2 norm; 0: off
 
     Precision precision = Precision::Strict;
+    bool optimize = true;         // rewrite the graph first (optimize/: dead code, identities, common subexpressions)
     bool plan_memory = true;      // let transient values share arena bytes
     bool poison_outputs = false;  // fill outputs and the arena with NaN before every run (tests)
     bool profile = false;         // per-dispatch GPU timestamps

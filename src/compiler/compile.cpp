@@ -19,6 +19,7 @@
 #include "compiler/session_impl.hpp"
 #include "compiler/training.hpp"
 #include "memory/placement.hpp"
+#include "optimize/optimize.hpp"
 #include "runtime/runtime.hpp"
 
 namespace mn {
@@ -222,19 +223,13 @@ void print_debug(const Session::Impl& impl) {
     }
 }
 
-Session compile_graph(const Graph& graph, const Device& device, const CompileOptions& options,
+Session compile_graph(const Graph& built, const Device& device, const CompileOptions& options,
                       std::chrono::steady_clock::time_point t0) {
     auto impl = std::make_unique<Session::Impl>();
     impl->options = options;
     impl->training = options.loss.has_value();
     impl->ctx = device.context();
     const rt::DeviceCaps& caps = impl->ctx->caps();
-    // MEGANEURA_CHECK reads every intermediate value after the run: none may share bytes.
-    if (const double limit = compiler::check_limit(options.precision); limit > 0) {
-        impl->check_graph = std::make_shared<const Graph>(graph);
-        impl->check_limit = limit;
-    }
-
     // Wall time per pass, in SessionStats::pass_ms (autodiff and optimizer appending count as "build"),
     // and MEGANEURA_DUMP's view of the state after the pass it names.
     const std::string dump = compiler::dump_pass();
@@ -246,7 +241,15 @@ Session compile_graph(const Graph& graph, const Device& device, const CompileOpt
         if (dump == pass) std::fputs(dump_text().c_str(), stderr);
     };
     const auto nothing = [] { return std::string(); };
-    mark("build", [&] { return graph.str(); });
+    mark("build", [&] { return built.str(); });
+
+    const Graph graph = options.optimize ? optimize::optimize(built) : built;
+    mark("optimize", [&] { return graph.str(); });
+    // MEGANEURA_CHECK reads every intermediate value after the run: none may share bytes.
+    if (const double limit = compiler::check_limit(options.precision); limit > 0) {
+        impl->check_graph = std::make_shared<const Graph>(graph);
+        impl->check_limit = limit;
+    }
 
     impl->schedule = lower(graph, caps, options.precision);
     sched::Schedule& s = impl->schedule;

@@ -6,7 +6,7 @@
 namespace mn::compiler {
 namespace {
 
-const char* const kPasses[] = {"build", "lower", "order", "plan"};
+const char* const kPasses[] = {"build", "optimize", "lower", "order", "plan"};
 
 const char* storage_name(sched::Storage s) {
     switch (s) {

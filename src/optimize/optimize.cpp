@@ -1,0 +1,140 @@
+#include "optimize/optimize.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace mn::optimize {
+namespace {
+
+// op(x, c) is x when c is a constant whose every element is `value` (and the result has x's shape and
+// dtype, so that c broadcast nothing).
+struct Identity {
+    Op op;
+    int constant;  // which operand is the constant
+    double value;
+};
+constexpr Identity kIdentities[] = {
+    {Op::Add, 1, 0}, {Op::Add, 0, 0}, {Op::Sub, 1, 0}, {Op::Mul, 1, 1}, {Op::Mul, 0, 1}, {Op::Div, 1, 1}, {Op::Pow, 1, 1},
+};
+// op(op(x)) is x.
+constexpr Op kInvolutions[] = {Op::Neg};
+// These ops are their input when the result has the input's shape and dtype (and, for a permute,
+// the order is the identity; for a slice, every step is 1).
+constexpr Op kNoOpWhenSameShape[] = {Op::Reshape, Op::Expand, Op::Cast, Op::Permute, Op::Slice};
+
+bool is_leaf(Op op) { return op == Op::Input || op == Op::Parameter || op == Op::State; }
+
+bool all_equal(const Node& c, double value) {
+    return c.op == Op::Constant && std::all_of(c.data.begin(), c.data.end(), [&](double x) { return x == value; });
+}
+
+bool changes_nothing(const Node& n, const Node& in) {
+    if (std::find(std::begin(kNoOpWhenSameShape), std::end(kNoOpWhenSameShape), n.op) == std::end(kNoOpWhenSameShape) ||
+        n.shape != in.shape || n.dtype != in.dtype) return false;
+    if (n.op == Op::Permute) {
+        for (size_t d = 0; d < n.ints.size(); ++d) {
+            if (n.ints[d] != static_cast<int64_t>(d)) return false;
+        }
+    }
+    if (n.op == Op::Slice) {
+        const size_t rank = n.shape.size();
+        for (size_t d = 0; d < rank; ++d) {
+            if (n.ints[2 * rank + d] != 1) return false;
+        }
+    }
+    return true;
+}
+
+// The node `n` (inputs already in the new graph `g`) stands for, when an identity makes it one of its
+// inputs; else -1.
+int32_t identity_of(const Node& n, const Graph& g) {
+    for (const Identity& r : kIdentities) {
+        if (n.op != r.op || n.inputs.size() != 2) continue;
+        const Node& x = g.node(n.inputs[static_cast<size_t>(1 - r.constant)]);
+        if (all_equal(g.node(n.inputs[static_cast<size_t>(r.constant)]), r.value) && x.shape == n.shape && x.dtype == n.dtype) {
+            return n.inputs[static_cast<size_t>(1 - r.constant)];
+        }
+    }
+    for (Op op : kInvolutions) {
+        if (n.op == op && g.node(n.inputs[0]).op == op) return g.node(n.inputs[0]).inputs[0];
+    }
+    if (!n.inputs.empty() && changes_nothing(n, g.node(n.inputs[0]))) return n.inputs[0];
+    return -1;
+}
+
+constexpr int32_t kEmit = -1, kDropped = -2;  // what a rebuild's decision may say besides a node id
+
+using Key = std::tuple<Op, std::vector<int32_t>, Shape, DType, std::vector<int64_t>, std::vector<double>, bool, bool>;
+
+// A copy of `g`, node by node in order: `decide(i, node, copy so far)` sees node i with its inputs
+// already renumbered, and answers kEmit (copy it), kDropped (nothing reads it) or the id of a node of
+// the copy that stands for it. The gradient boundary and the outputs carry over.
+template <class Decide>
+Graph rebuild(const Graph& g, Decide&& decide) {
+    Graph out;
+    std::vector<int32_t> to(g.nodes().size(), -1);
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+        Node n = g.nodes()[i];
+        for (int32_t& in : n.inputs) in = to[static_cast<size_t>(in)];
+        const int32_t same = decide(i, n, out);
+        if (same >= 0 || same == kDropped) {
+            to[i] = same;
+            continue;
+        }
+        to[i] = out.emit(std::move(n)).id;
+        if (static_cast<int32_t>(i) >= g.gradient_start()) out.mark_gradient_start(to[i]);
+    }
+    for (const auto& [name, id] : g.outputs()) out.output(name, out.handle(to[static_cast<size_t>(id)]));
+    return out;
+}
+
+}  // namespace
+
+Graph optimize(const Graph& g, Stats* stats) {
+    Stats s;
+    std::vector<bool> is_output(g.nodes().size(), false);
+    for (const auto& [name, id] : g.outputs()) is_output[static_cast<size_t>(id)] = true;
+
+    // Identities and common subexpressions, in one sweep in node order.
+    std::map<Key, int32_t> seen;
+    const Graph rewritten = rebuild(g, [&](size_t i, const Node& n, const Graph& out) -> int32_t {
+        const bool has_nan = std::any_of(n.data.begin(), n.data.end(), [](double x) { return x != x; });  // no key order
+        if (is_output[i] || is_leaf(n.op) || n.op == Op::Assign || has_nan) return kEmit;
+        if (const int32_t same = identity_of(n, out); same >= 0) {
+            ++s.identities;
+            return same;
+        }
+        const Key key{n.op, n.inputs, n.shape, n.dtype, n.ints, n.data, n.flag, static_cast<int32_t>(i) >= g.gradient_start()};
+        // Pointwise duplicates stay: fusion recomputes them inside each consumer's kernel, which is
+        // cheaper than materializing one shared value (and would add a dispatch).
+        if (op_info(n.op).archetype != Archetype::Pointwise) {
+            if (const auto it = seen.find(key); it != seen.end()) {
+                ++s.merged;
+                return it->second;
+            }
+            seen.emplace(key, static_cast<int32_t>(out.nodes().size()));  // the id emit will give it
+        }
+        return kEmit;
+    });
+
+    // Dead code, including what the rewrites left unread: only what an output or an assignment needs,
+    // and every leaf.
+    const auto& nodes = rewritten.nodes();
+    std::vector<bool> live(nodes.size(), false);
+    for (const auto& [name, id] : rewritten.outputs()) live[static_cast<size_t>(id)] = true;
+    for (size_t i = nodes.size(); i-- > 0;) {
+        if (nodes[i].op == Op::Assign || is_leaf(nodes[i].op)) live[i] = true;
+        if (!live[i]) continue;
+        for (int32_t in : nodes[i].inputs) live[static_cast<size_t>(in)] = true;
+    }
+    Graph out = rebuild(rewritten, [&](size_t i, const Node&, const Graph&) -> int32_t {
+        if (live[i]) return kEmit;
+        ++s.dead;
+        return kDropped;
+    });
+    if (stats) *stats = s;
+    return out;
+}
+
+}  // namespace mn::optimize

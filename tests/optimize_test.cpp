@@ -1,0 +1,118 @@
+// optimize/: each rewrite removes what it should and the graph computes what it did.
+#include <algorithm>
+
+#include "gpu_check.hpp"
+#include "meganeura/autodiff.hpp"
+#include "optimize/optimize.hpp"
+
+namespace mn::test {
+namespace {
+
+size_t count_op(const Graph& g, Op op) {
+    return static_cast<size_t>(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const Node& n) { return n.op == op; }));
+}
+
+// The optimized graph's outputs equal the original's in the reference, to the last bit.
+void expect_same_outputs(const Graph& before, const Graph& after, uint64_t seed) {
+    const ref::Feeds feeds = random_feeds(before, seed);
+    const auto want = ref::evaluate(before, feeds), got = ref::evaluate(after, feeds);
+    ASSERT_EQ(before.outputs().size(), after.outputs().size());
+    for (size_t i = 0; i < before.outputs().size(); ++i) {
+        EXPECT_EQ(after.outputs()[i].first, before.outputs()[i].first);
+        EXPECT_EQ(got[static_cast<size_t>(after.outputs()[i].second)].data, want[static_cast<size_t>(before.outputs()[i].second)].data);
+    }
+}
+
+TEST(OptimizeTest, IdentitiesAreRemoved) {
+    Graph g;
+    const Tensor x = g.input("x", {3, 4});
+    const Tensor y = g.neg(g.neg((x * 1.0 + 0.0) / 1.0));
+    g.output("y", g.tanh(g.reshape(y, {3, 4})));
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.identities, 5u);  // mul, add, div, the double negation, the reshape
+    EXPECT_EQ(stats.dead, 3u);  // the inner negation and the constants 1 and 0, which nothing reads any more
+    EXPECT_EQ(count_op(o, Op::Mul) + count_op(o, Op::Add) + count_op(o, Op::Div) + count_op(o, Op::Neg), 0u);
+    expect_same_outputs(g, o, 1);
+}
+
+TEST(OptimizeTest, IdentitiesThatBroadcastStay) {
+    Graph g;
+    const Tensor x = g.input("x", {4});
+    g.output("y", g.tanh(x * g.full({3, 4}, 1.0)));  // the product broadcasts x to [3, 4]
+    const Graph o = optimize::optimize(g);
+    EXPECT_EQ(count_op(o, Op::Mul), 1u);
+    expect_same_outputs(g, o, 2);
+}
+
+TEST(OptimizeTest, RepeatedProductsAndConstantsAreMergedPointwiseRepeatsLeftToFusion) {
+    Graph g;
+    const Tensor a = g.input("a", {5, 6}), b = g.input("b", {6, 7});
+    const Tensor p = g.matmul(a, b) * 2.0, q = g.matmul(a, b) * 2.0;
+    g.output("y", g.exp(p) + g.exp(q));
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(count_op(o, Op::MatMul), 1u);
+    EXPECT_EQ(count_op(o, Op::Constant), 1u);  // the two scalars 2
+    EXPECT_EQ(count_op(o, Op::Exp), 2u);
+    EXPECT_EQ(stats.merged, 2u);
+    expect_same_outputs(g, o, 3);
+}
+
+TEST(OptimizeTest, DeadNodesGoLeavesStay) {
+    Graph g;
+    const Tensor x = g.input("x", {8});
+    g.input("unused", {2});
+    g.sum(g.exp(x));  // feeds nothing
+    g.output("y", g.sum(x));
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.dead, 2u);
+    EXPECT_TRUE(o.find("unused").has_value());
+    EXPECT_EQ(o.nodes().size(), 3u);
+    expect_same_outputs(g, o, 4);
+}
+
+// The fast precision runs forward products in f16 and gradient products in f32: a gradient node equal
+// to a forward one stays its own node, and the optimized graph keeps the boundary.
+TEST(OptimizeTest, ForwardAndGradientNodesAreNotMerged) {
+    Graph g;
+    const Tensor a = g.input("a", {4, 4}), w = g.parameter("w", {4, 4});
+    const Tensor loss = g.sum(g.matmul(a, w));
+    g.output("loss", loss);
+    const Tensor dw = grad(loss, {w})[0];
+    g.output("forward_again", g.sum(g.matmul(a, w)));
+    g.output("grad.w", dw + g.matmul(a, w));
+    const Graph o = optimize::optimize(g);
+    size_t forward = 0, backward = 0;
+    for (int32_t id = 0; id < static_cast<int32_t>(o.nodes().size()); ++id) {
+        if (o.node(id).op == Op::MatMul) ++(id < o.gradient_start() ? forward : backward);
+    }
+    EXPECT_EQ(forward, 1u);
+    EXPECT_GE(backward, 1u);
+    expect_same_outputs(g, o, 5);
+}
+
+// On the GPU, a training step of a model whose graph the pass changes is the same with it and without it.
+using OptimizeGpuTest = GpuTest;
+TEST_F(OptimizeGpuTest, TrainingStepsAgreeWithAndWithoutTheRewrites) {
+    Graph g;
+    const Tensor x = g.input("x", {6, 5});
+    const Tensor w = g.parameter("w", {5, 5}, Init::uniform(-0.5, 0.5));
+    const Tensor h = g.tanh(g.matmul(x, w) * 1.0) + g.tanh(g.matmul(x, w));
+    const Tensor loss = g.mean(h * h);
+    g.output("loss", loss);
+    const ref::Feeds feeds = random_feeds(g, 6);
+    std::vector<std::vector<float>> losses;
+    for (bool rewrite : {true, false}) {
+        Session s = compile(g, device(), {.loss = loss, .optimizer = SGD{.lr = 0.1}, .optimize = rewrite});
+        s.set("x", std::vector<float>(feeds.at("x").data.begin(), feeds.at("x").data.end()));
+        std::vector<float> curve;
+        for (int i = 0; i < 3; ++i) curve.push_back(s.step());
+        losses.push_back(curve);
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+}
+
+}  // namespace
+}  // namespace mn::test
