@@ -28,6 +28,9 @@ struct PointwiseSpec {
     DType out_dtype;
     Shape out_shape;
     std::vector<std::vector<int64_t>> in_strides;
+    // Steps whose values are stored too (bindings out1, out2, ... after out0, the last step), each in
+    // its own dtype.
+    std::vector<std::pair<int32_t, DType>> extra_outputs;
 };
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 

@@ -87,6 +87,13 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
         funcs += strided_offset_fn("offset" + n, "D", "S" + n + "_");
     }
     k.iface.bindings.push_back({"out0", spec.out_dtype, true});
+    std::string stores;
+    for (size_t o = 0; o < spec.extra_outputs.size(); ++o) {
+        const auto [step, dtype] = spec.extra_outputs[o];
+        const std::string name = "out" + std::to_string(o + 1);
+        k.iface.bindings.push_back({name, dtype, true});
+        stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
+    }
 
     // One register per step, typed by the step's dtype.
     std::string body;
@@ -108,7 +115,7 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
              "void main() {\n"
              "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
              "    if (i >= N) return;\n" +
-             body + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.program.size() - 1) + ");\n}\n";
+             body + stores + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.program.size() - 1) + ");\n}\n";
     k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
     return k;
 }

@@ -24,12 +24,16 @@ public:
         plan_.inlined.assign(g.nodes().size(), false);
         plan_.in_place_of.assign(g.nodes().size(), -1);
         plan_.assign_elided.assign(g.nodes().size(), false);
+        plan_.stored_in.assign(g.nodes().size(), -1);
     }
 
     FusionPlan run() {
         // From the last node back: a node's consumers are decided before the node itself.
         for (size_t i = g_.nodes().size(); i-- > 0;) {
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) grow(static_cast<int32_t>(i));
+        }
+        for (size_t i = g_.nodes().size(); i-- > 0;) {
+            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_store_in_reader(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
@@ -75,8 +79,60 @@ private:
 
     // The node whose kernel evaluates `n`.
     int32_t kernel_of(int32_t n) const {
-        while (plan_.inlined[static_cast<size_t>(n)]) n = consumers_[static_cast<size_t>(n)].front();
-        return n;
+        for (;;) {
+            if (plan_.inlined[static_cast<size_t>(n)]) {
+                n = consumers_[static_cast<size_t>(n)].front();
+            } else if (plan_.stored_in[static_cast<size_t>(n)] >= 0) {
+                n = plan_.stored_in[static_cast<size_t>(n)];
+            } else {
+                return n;
+            }
+        }
+    }
+
+    // The distinct leaves of the kernel rooted at `root` (inputs of its tree that it does not evaluate).
+    std::set<int32_t> leaves_of(int32_t root) const {
+        std::set<int32_t> leaves;
+        std::vector<int32_t> stack{root};
+        while (!stack.empty()) {
+            const int32_t n = stack.back();
+            stack.pop_back();
+            for (int32_t in : g_.node(n).inputs) {
+                if (plan_.inlined[static_cast<size_t>(in)] || plan_.stored_in[static_cast<size_t>(in)] == root) {
+                    stack.push_back(in);
+                } else if (const Node& a = g_.node(in); a.op == Op::Assign && plan_.stored_in[static_cast<size_t>(a.inputs[1])] == root) {
+                    stack.push_back(a.inputs[1]);
+                } else {
+                    leaves.insert(in);
+                }
+            }
+        }
+        return leaves;
+    }
+
+    void try_store_in_reader(int32_t root) {
+        const Node& r = g_.node(root);
+        // Readers of the value, and of an assignment of it (which reads as the value).
+        std::vector<int32_t> readers;
+        for (int32_t c : consumers_[static_cast<size_t>(root)]) {
+            if (g_.node(c).op != Op::Assign) {
+                readers.push_back(c);
+            } else if (g_.node(c).inputs[1] == root) {
+                readers.insert(readers.end(), consumers_[static_cast<size_t>(c)].begin(), consumers_[static_cast<size_t>(c)].end());
+            }
+        }
+        int32_t reader_kernel = -1;
+        for (int32_t c : readers) {
+            const Node& cn = g_.node(c);
+            if (!is_pointwise(cn) || cn.shape != r.shape) return;
+            const int32_t k = kernel_of(c);
+            if (reader_kernel >= 0 && k != reader_kernel) return;
+            reader_kernel = k;
+        }
+        if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
+        plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
+        const size_t outputs = static_cast<size_t>(std::count(plan_.stored_in.begin(), plan_.stored_in.end(), reader_kernel));
+        if (leaves_of(reader_kernel).size() + outputs > max_inputs_) plan_.stored_in[static_cast<size_t>(root)] = -1;
     }
 
     void try_in_place(int32_t assign) {
@@ -89,11 +145,11 @@ private:
         }
         for (int32_t reader : consumers_[static_cast<size_t>(target)]) {
             if (reader == assign) continue;
-            const int32_t k = kernel_of(reader);
-            if (k == value) {
+            const int32_t k = kernel_of(reader), writer = kernel_of(value);
+            if (k == writer) {
                 // Read inside this kernel: only element-for-element (a leaf of the target's shape).
                 if (g_.node(reader).shape != v.shape) return;
-            } else if (k > value) {
+            } else if (k > writer) {
                 return;  // a later kernel still needs the old contents
             }
         }

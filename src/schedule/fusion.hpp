@@ -7,6 +7,10 @@
 // assignment). What remains is a set of fused roots, each one kernel that reads its leaves through
 // broadcast strides and evaluates the tree in registers.
 //
+// A fused root whose every reader is inside one later kernel of the same shape (reading it element for
+// element), an assignment of it aside, is computed in that kernel and written as one more of its
+// outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
+//
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
@@ -22,6 +26,7 @@ struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel
     std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
+    std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

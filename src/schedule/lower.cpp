@@ -104,9 +104,15 @@ private:
         // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
         // in exp(x) * exp(x), is computed once.
         std::map<int32_t, int32_t> step_of;
+        std::vector<int32_t> stored;  // nodes this kernel computes and stores besides the root
         auto build = [&](auto& self, int32_t node) -> int32_t {
+            if (const Node& a = g_.node(node); a.op == Op::Assign && fusion_.stored_in[static_cast<size_t>(a.inputs[1])] == root) {
+                return self(self, a.inputs[1]);  // an assignment reads as its value, computed here
+            }
             if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
-            if (node != root && !fusion_.inlined[static_cast<size_t>(node)]) {
+            const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
+            if (stored_here) stored.push_back(node);
+            if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
                 bind.push_back(value_of(node));
                 add_leaf(spec, value_of(node));
                 spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
@@ -121,6 +127,10 @@ private:
         };
         build(build, root);
         bind.push_back(out);
+        for (int32_t node : stored) {
+            spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
+            bind.push_back(value_of(node));
+        }
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
     }
 
@@ -204,13 +214,16 @@ private:
             s_.node_value[static_cast<size_t>(id)] = v;
             return;
         }
+        const bool stored = fusion_.stored_in[static_cast<size_t>(id)] >= 0;  // by a later kernel
         if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
             const int32_t v = view_for(id, value_of(target));
             s_.node_value[static_cast<size_t>(id)] = v;
-            return fused_pointwise(id, v);
+            if (!stored) fused_pointwise(id, v);
+            return;
         }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
+        if (stored) return;
         if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
@@ -490,7 +503,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     const bool cpu = caps.type == "cpu";
     const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
-    t.max_fused_inputs = std::min<uint32_t>(8, caps.max_storage_buffers_per_stage - 1);
+    t.max_fused_inputs = std::min<uint32_t>(16, caps.max_storage_buffers_per_stage - 1);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
     // Attention: a CPU driver runs a workgroup as one loop, so small groups. A GPU's blocked kernels
     // get 64 rows with 16 threads per group of 4 (256 threads; 4 head-dim columns each at D = 64) and

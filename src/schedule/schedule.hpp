@@ -48,7 +48,7 @@ struct Tuning {
     codegen::Launch pointwise, reduction;
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
-    uint32_t max_fused_inputs = 8;  // distinct inputs of one fused pointwise kernel
+    uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel
 };
 // Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
 // has them; every other op stays f32.
