@@ -39,3 +39,9 @@ fuzz: setup
 	    || { tail -n 40 $(FUZZ_BUILD)/fuzz-$$t.log; echo "fuzz_$$t failed; the input is $(FUZZ_BUILD)/crash-$$t-*"; exit 1; }; \
 	  echo "fuzz_$$t: $$(grep '^Done' $(FUZZ_BUILD)/fuzz-$$t.log)"; \
 	done
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)
