@@ -25,6 +25,7 @@ public:
         plan_.in_place_of.assign(g.nodes().size(), -1);
         plan_.assign_elided.assign(g.nodes().size(), false);
         plan_.stored_in.assign(g.nodes().size(), -1);
+        stored_outputs_.assign(g.nodes().size(), 0);
     }
 
     FusionPlan run() {
@@ -131,8 +132,12 @@ private:
         }
         if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
         plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
-        const size_t outputs = static_cast<size_t>(std::count(plan_.stored_in.begin(), plan_.stored_in.end(), reader_kernel));
-        if (leaves_of(reader_kernel).size() + outputs > max_inputs_) plan_.stored_in[static_cast<size_t>(root)] = -1;
+        uint32_t& outputs = stored_outputs_[static_cast<size_t>(reader_kernel)];
+        if (leaves_of(reader_kernel).size() + outputs + 1 > max_inputs_) {
+            plan_.stored_in[static_cast<size_t>(root)] = -1;
+        } else {
+            ++outputs;
+        }
     }
 
     void try_in_place(int32_t assign) {
@@ -162,6 +167,7 @@ private:
     const uint32_t max_inputs_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
+    std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
     FusionPlan plan_;
 };
 
