@@ -7,6 +7,9 @@
 #include "gpu_check.hpp"
 #include "error_of.hpp"
 #include "temp_dir.hpp"
+#include "codegen/families.hpp"
+#include "meganeura/autodiff.hpp"
+#include "codegen/shader_compiler.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::test {
@@ -78,6 +81,74 @@ TEST_F(ConvOpsTest, DerivativesOnEveryPathMatchReference) {
             Graph g;
             add_conv_and_derivatives(g, c);
             expect_matches_reference(g, random_feeds(g, seed++));
+        }
+    }
+}
+
+// Precision Fast: where the device has NV f16 cooperative matrices, the implicit GEMMs run on them
+// (f16 operands, f32 accumulation: relative L2 ~7e-4 for random operands, as the matmul's fast
+// test explains), at every cooperative tile and with K split; elsewhere they match like Strict.
+TEST_F(ConvOpsTest, DerivativesInFastPrecisionMatchReference) {
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    const std::vector<ConvCase> cases = {
+        {{2, 6, 9, 7}, {9, 2, 3, 3}, {.stride = 2, .padding = 1, .groups = 3}, false},
+        {{3, 35, 5, 5}, {33, 35, 3, 3}, {.padding = 1}, false},
+        {{1, 3, 17, 15}, {4, 3, 7, 7}, {.stride = 2, .padding = 3}, false},
+        {{2, 20, 9, 9}, {70, 20, 3, 3}, {.stride = 2, .padding = 1}, false},
+    };
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    const std::vector<std::pair<const char*, const char*>> settings = {
+        {"", ""}, {"", "3"}, {"128,128,64,32,32,2", ""}, {"64,64,32,32,32,2", "2"}, {"128,128,64,32,64,1", ""},
+        {"32,32,16,16,32,2", ""}};
+    uint64_t seed = 700;
+    for (const auto& [tile, splits] : settings) {
+        ScopedEnv forced_tile("MEGANEURA_COOP_TILE", tile), forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        for (const ConvCase& c : cases) {
+            SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w) + " tile '" + tile + "' splits '" + splits + "'");
+            Graph g;
+            add_conv_and_derivatives(g, c);
+            expect_matches_reference(g, random_feeds(g, seed++), coop ? 2e-3 : 1e-5, fast);
+        }
+    }
+}
+
+// Gradients of 1e-10 through both derivatives' scaled cooperative kernels (see the matmul's
+// FastGradientProductsKeepTinyGradients).
+TEST_F(ConvOpsTest, FastGradientsKeepTinyValues) {
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    Graph g;
+    Tensor x = g.parameter("x", {2, 20, 9, 9});
+    Tensor w = g.parameter("w", {70, 20, 3, 3});
+    Tensor y = g.conv2d(x, w, std::nullopt, {.stride = 2, .padding = 1});
+    Tensor loss = g.sum(g.mul(y, g.input("tiny", y.shape())));
+    const auto grads = grad(loss, {x, w});
+    g.output("grad.x", grads[0]);
+    g.output("grad.w", grads[1]);
+    ref::Feeds feeds = random_feeds(g, 800);
+    for (double& v : feeds.at("tiny").data) v = static_cast<float>(v * 1e-10);
+    expect_matches_reference(g, feeds, coop ? 2e-3 : 1e-5, fast);
+}
+
+// The cooperative implicit GEMMs' GLSL compiles for each derivative and tile, also where no device
+// can run it (CI).
+TEST(ConvCoopSource, CompilesWithGlslang) {
+    for (const auto& [tile, scaled] : std::vector<std::pair<const char*, bool>>{
+             {"128,128,64,32,32,2", false}, {"64,64,32,32,32,2", true}, {"128,128,64,32,64,1", false}, {"128,128,64,32,64,1", true}}) {
+        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
+        tuning.max_shared_memory = 48 * 1024;
+        tuning.coop_subgroup = 32;
+        tuning.coop_scaled = scaled;
+        for (codegen::ConvMode mode : {codegen::ConvMode::Forward, codegen::ConvMode::GradInput, codegen::ConvMode::GradWeight}) {
+            SCOPED_TRACE(std::string(tile) + (scaled ? " scaled" : "") + " mode " + std::to_string(static_cast<int>(mode)));
+            const codegen::ConvSpec spec{.mode = mode, .dtype = DType::F32, .x = {2, 6, 9, 7}, .weight = {9, 2, 3, 3},
+                                         .y = {2, 9, 5, 4}, .attrs = {2, 2, 1, 1, 1, 1, 3}};
+            const auto k = codegen::conv2d_kernels(spec, tuning).kernels.product;
+            EXPECT_TRUE(k.label.ends_with(scaled ? "_coop_scaled" : "_coop")) << k.label;
+            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
         }
     }
 }

@@ -46,6 +46,11 @@ const std::vector<Case> kGemv = {
     {{2, 7, 50}, {2, 1, 50}, false, true},
 };
 
+// Every cooperative tile the tests force (MEGANEURA_COOP_TILE: bm,bn,wm,wn,bk,stages): one and two
+// stages, 16- to 64-wide subgroup pieces, 32- and 64-deep slices.
+const std::vector<const char*> kCoopTiles = {"128,128,64,32,32,2", "128,128,64,64,32,2", "128,256,64,64,32,1",
+                                             "64,64,32,32,32,2",   "128,128,64,32,64,1", "32,32,16,16,32,2"};
+
 // Long K with few output tiles: where the device is large, the heuristic splits K.
 const std::vector<Case> kLongK = {
     {{7, 1000}, {1000, 9}},
@@ -115,6 +120,11 @@ TEST_F(MatmulTest, FastPrecision) {
         ScopedEnv forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4200, tol, fast);
     }
+    for (const char* tile : kCoopTiles) {
+        SCOPED_TRACE(std::string("cooperative tile ") + tile);
+        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+        check_cases(kTiled, 4250, tol, fast);
+    }
     check_cases(kGemv, 4300, 1e-5, fast);  // M or N == 1 stays on the f32 GEMV
     check_cases(kLongK, 4310, tol, fast);
     ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", "3");
@@ -137,9 +147,27 @@ TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
     EXPECT_EQ(times[0].first, device_has_coop() ? "matmul_coop" : "matmul");
 }
 
-// The cooperative kernel's GLSL compiles for every transpose and alignment variant, also where no
+// The cooperative kernel's GLSL compiles for every transpose and alignment variant and every tile,
+// also where no
 // device can run it (CI), so a broken shader is caught before it reaches a GPU.
 TEST(MatmulCoopSource, CompilesWithGlslang) {
+    for (const char* tile : kCoopTiles) {
+        SCOPED_TRACE(tile);
+        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
+        tuning.max_shared_memory = 48 * 1024;
+        tuning.coop_subgroup = 32;
+        tuning.coop_scaled = std::string(tile).ends_with(",1");  // the scaled variant too, on some tiles
+        for (const auto& c : kTiled) {
+            const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
+                                     .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
+            const auto k = codegen::matmul_kernels(spec, tuning).product;
+            EXPECT_EQ(k.label, tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop");
+            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+        }
+    }
     codegen::MatmulTuning tuning;
     tuning.max_shared_memory = 48 * 1024;
     tuning.coop_subgroup = 32;
@@ -158,27 +186,53 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
     }
 }
 
-// The fast precision's policy: forward products may take f16 cooperative matrices, the gradient
-// products mn::grad appends stay f32 (gradients underflow f16).
-TEST(MatmulPrecisionPolicy, GradientProductsStayF32) {
+// The fast precision's policy: forward products take f16 cooperative matrices, and so do the
+// gradient products mn::grad appends, with their operands scaled into f16's range first
+// (gradients underflow f16); MEGANEURA_FAST_GRADIENTS=f32 keeps those f32.
+TEST(MatmulPrecisionPolicy, GradientProductsAreScaled) {
     Graph g;
     Tensor x = g.input("x", {64, 96});
     Tensor w = g.parameter("w", {128, 96});
     Tensor loss = g.mean(g.linear(x, w));
     g.output("loss", loss);
     g.output("grad.w", grad(loss, {w})[0]);
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+    auto matmul_labels = [&](const sched::Tuning& tuning) {
+        std::vector<std::string> labels;
+        for (const auto& step : sched::lower(g, roots, tuning).steps) {
+            if (step.kernel.label.rfind("matmul", 0) == 0) labels.push_back(step.kernel.label);
+        }
+        return labels;
+    };
     sched::Tuning tuning;
     tuning.matmul.max_shared_memory = 48 * 1024;
     tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
-    std::vector<int32_t> roots;
-    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
-    std::vector<std::string> labels;
-    for (const auto& step : sched::lower(g, roots, tuning).steps) {
-        if (step.kernel.label.rfind("matmul", 0) == 0) labels.push_back(step.kernel.label);
+    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul_coop_scaled"}));
+    tuning.coop_gradients = false;
+    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul"}));
+}
+
+// Gradients of 1e-10, where f16 has nothing (its smallest subnormal is 6e-8): the scaled products
+// keep them, at f16's relative precision (see FastPrecision). Both operand orders of a linear layer's
+// backward (dx = dy @ W, dW = dy^T @ x).
+TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
+    const double tol = device_has_coop() ? 2e-3 : 1e-5;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    for (const char* tile : {"", "64,64,32,32,32,2"}) {
+        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+        Graph g;
+        Tensor x = g.parameter("x", {70, 96});
+        Tensor w = g.parameter("w", {50, 96});
+        Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("tiny", {70, 50})));
+        const auto grads = grad(loss, {x, w});
+        g.output("grad.x", grads[0]);
+        g.output("grad.w", grads[1]);
+        ref::Feeds feeds = random_feeds(g, 4400);
+        for (double& v : feeds.at("tiny").data) v = static_cast<float>(v * 1e-10);
+        expect_matches_reference(g, feeds, tol, fast);
     }
-    ASSERT_EQ(labels.size(), 2u);
-    EXPECT_EQ(labels[0], "matmul_coop");  // forward
-    EXPECT_EQ(labels[1], "matmul");       // d loss / d w
 }
 
 }  // namespace

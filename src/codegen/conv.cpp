@@ -194,6 +194,81 @@ void main() {
 }
 )";
 
+// The cooperative-matrix variant (precision Fast; matmul_coop.cpp's core): both operands are staged
+// k inner, 8 consecutive k per thread (gathered one element at a time, converted to f16 and stored
+// as one uvec4). A thread's rows and its k offset within a slice are the same in every slice, so
+// its columns' Cols are computed once, and in the weight gradient the 8 Rows of its k once per
+// slice for both operands. C goes through the subgroups' staging areas to store_c.
+const char* const kCoopStaging = R"(
+#define A_K_INNER 1
+#define B_K_INNER 1
+const uint KC = BK / 8u;  // groups of 8 along a row's k
+const uint GA = BM * KC / WG, GB = BN * KC / WG;
+vec4 ra[GA][2], rb[GB][2];
+Col bcols[GB];
+uint m0, n0, g, k_end, out_off;
+void fetch(uint k0);
+void stash(uint s);
+void store_element(uint m, uint n, float v);
+)";
+
+const char* const kCoopMain = R"(
+void fetch(uint k0) {
+    uint kb = k0 + (lid % KC) * 8u;
+#if B_K_MAJOR == 1
+    Row r[8];
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) r[q] = row_of(kb + q);
+#define AT(q) r[q]
+#else
+#define AT(q) (kb + q)
+#endif
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint gm = m0 + (lid + p * WG) / KC;
+        float v[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = gm < M && kb + q < k_end ? load_a(g, gm, AT(q)) : 0.0;
+        ra[p][0] = vec4(v[0], v[1], v[2], v[3]);
+        ra[p][1] = vec4(v[4], v[5], v[6], v[7]);
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        bool in_n = n0 + (lid + p * WG) / KC < N;
+        float v[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && kb + q < k_end ? load_b(bcols[p], AT(q)) : 0.0;
+        rb[p][0] = vec4(v[0], v[1], v[2], v[3]);
+        rb[p][1] = vec4(v[4], v[5], v[6], v[7]);
+    }
+#undef AT
+}
+
+void stash(uint s) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint e = lid + p * WG;
+        As[(s * A_ROWS + e / KC) * A_S4 + e % KC] = pack8(ra[p][0], ra[p][1], a_scale);
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint e = lid + p * WG;
+        Bs[(s * B_ROWS + e / KC) * B_S4 + e % KC] = pack8(rb[p][0], rb[p][1], b_scale);
+    }
+}
+
+void store_element(uint m, uint n, float v) {
+    uint gm = m0 + m, gn = n0 + n;
+    if (gm < M && gn < N) store_c(out_off, g, gm, gn, v);
+}
+
+void main() {
+    coop_start();
+    m0 = gl_WorkGroupID.y * BM;
+    n0 = gl_WorkGroupID.x * BN;
+    g = gl_WorkGroupID.z % GROUPS;
+    uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
+    k_end = min(K, k_begin + KSPLIT);
+    out_off = split * OUT_ELEMS;
+    [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / KC);
+    coop_product(k_begin, k_end);
+    coop_store_elements();
+}
+)";
+
 // A 1x1 convolution with stride 1, no padding and one group, as matmuls over images n (P = H * W):
 //   forward      y[n]  = W[O, C] @ x[n][C, P]
 //   grad input   gx[n] = W^T @ gy[n][O, P]
@@ -262,26 +337,44 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     checked_u32(x[0] * y[2] * y[3] * std::max(cg, og) * kk, "conv2d GEMM size");
     // The tile and K pieces the matmul family would pick for this GEMM, one batch entry per group.
     const MatmulSpec gemm{.dtype = spec.dtype, .m = m, .n = n, .k = depth, .batch = {groups}};
-    const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning);
-    const uint32_t k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, t.bm, t.bn));
-    const int64_t splits = (depth + k_split - 1) / k_split;
-    k.iface.local_size = t.threads();
-    const uint32_t wg = k.iface.local_size;
-    if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg || wg % t.bn || wg % t.bk) {
-        throw Error("conv2d tiles must divide evenly");
-    }
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
                               "SH", "SW", "PH", "PW", "DH", "DW", "GROUPS", "KSPLIT"};
     for (int64_t v : {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]}) {
         k.spec_values.push_back(checked_u32(v, "conv2d size"));
     }
-    k.spec_values.push_back(k_split);
-    using matmul_detail::define;
-    const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
-                             define("TN", t.tn) + "#define STORE " + storage_type(spec.dtype) + "\n";
     const char* read_x = spec.mode == ConvMode::GradInput ? "" : kReadX;  // grad input has no X binding
-    k.glsl = matmul_detail::preamble(k.iface, "") + defs + kDims + read_x + mode + kTileLoop + matmul_detail::kRegisterTileProductGlsl + kTileMain;
-    const int64_t gx = (n + t.bn - 1) / t.bn, gy = (m + t.bm - 1) / t.bm, gz = groups * splits;
+    const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n" + kDims + read_x + mode;
+    uint32_t bm, bn, k_split;
+    if (tuning.coop_subgroup && spec.dtype == DType::F32) {
+        const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning);
+        matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
+        bm = t.bm, bn = t.bn;
+        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k.label += tuning.coop_scaled ? "_coop_scaled" : "_coop";
+        k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
+        k.required_subgroup_size = tuning.coop_subgroup;
+        k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
+                 matmul_detail::coop_defines(t, tuning) + head + kCoopStaging +
+                 matmul_detail::kCoopProductGlsl + kCoopMain;
+    } else {
+        const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning);
+        bm = t.bm, bn = t.bn;
+        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k.iface.local_size = t.threads();
+        const uint32_t wg = k.iface.local_size;
+        if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg ||
+            wg % t.bn || wg % t.bk) {
+            throw Error("conv2d tiles must divide evenly");
+        }
+        using matmul_detail::define;
+        const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
+                                 define("TN", t.tn);
+        k.glsl = matmul_detail::preamble(k.iface, "") + defs + head + kTileLoop +
+                 matmul_detail::kRegisterTileProductGlsl + kTileMain;
+    }
+    k.spec_values.push_back(k_split);
+    const int64_t splits = (depth + k_split - 1) / k_split;
+    const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
         throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +
                     " exceeds the device's workgroup limit");

@@ -75,9 +75,14 @@ struct MatmulTuning {
     // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
     // subgroup size the coop kernel is built for (required at pipeline creation).
     uint32_t coop_subgroup = 0;
+    // The cooperative kernels scale each operand into f16's range first (gradient products: see
+    // matmul_coop.cpp's find_scales).
+    bool coop_scaled = false;
     uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
     uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
     uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
+    // bm, bn, wm, wn, bk, stages of the cooperative tile, all 0: chosen (MEGANEURA_COOP_TILE; tuning)
+    std::array<uint32_t, 6> forced_coop{};
     uint32_t max_loop_iterations = 0;  // DeviceCaps::max_loop_iterations: K is split to stay under it
 };
 

@@ -245,7 +245,7 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
 
 // Split-K: a grid too small to fill the device walks K serially, one memory round trip per slice,
 // so its time grows with K however few the flops (on the H200, 128 x 49152 x 576: 2.9 ms unsplit,
-// 0.31 ms split). Splitting K into pieces (each a multiple of 32, both kernels' K-slice)
+// 0.31 ms split). Splitting K into pieces (each a multiple of 32 and of the kernel's K-slice `slice`)
 // multiplies the workgroups, until the grid has about two per compute unit or a piece would be
 // shorter than kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split
 // regardless. The pieces are summed by one more dispatch. Returns the k range of a piece (K: no
@@ -253,7 +253,7 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
 //
 // A device that ends long loops (DeviceCaps::max_loop_iterations) gets pieces short enough that
 // the main loop, one iteration per K-slice of at least 16, uses at most half of the allowance.
-uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups) {
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice) {
     constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
     const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
     const int64_t shortest_slice = t.forced_bk ? std::min<int64_t>(16, t.forced_bk) : 16;
@@ -273,7 +273,8 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
         splits = std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece);
     }
     splits = std::max<int64_t>({splits, 1, (k + longest - 1) / longest});
-    const int64_t piece = ((k + splits - 1) / splits + 31) / 32 * 32;
+    const int64_t granule = std::max<int64_t>(32, slice);  // whole K-slices of the kernel
+    const int64_t piece = ((k + splits - 1) / splits + granule - 1) / granule * granule;
     return checked_u32(std::min(piece, k), "matmul K piece");
 }
 
@@ -291,6 +292,19 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     return g;
 }
 
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t) {
+    const auto& f = t.forced_coop;
+    if (f[0]) return {f[0], f[1], f[2], f[3], f[4], f[5]};
+    // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200 (examples/matmul_bench,
+    // 2026-12-01: 122, 122, 59 TFLOP/s; the 32-wide tile ~0.36 of the largest). Two stages measured
+    // slower than one 64-deep slice (94 against 122 TFLOP/s at 128 x 128).
+    const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, 1.0}, {128, 256, 64, 64, 32, 1, 1.0},
+                                            {64, 64, 32, 32, 32, 2, 0.48}, {32, 32, 16, 16, 32, 2, 0.36}};
+    return pick(coop, spec, t, [&](const CoopGeometry& c) {
+        return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
+    });
+}
+
 }  // namespace matmul_detail
 
 using namespace matmul_detail;
@@ -303,16 +317,12 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     }
     uint32_t k_split;
     if (t.coop_subgroup && spec.dtype == DType::F32) {
-        // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200.
-        const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 1.0}, {64, 64, 32, 32, 0.82}, {32, 32, 16, 16, 0.47}};
-        const CoopGeometry g = pick(coop, spec, t, [&](const CoopGeometry& c) {
-            return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
-        });
-        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
-        out.product = coop_kernel(spec, g, t.coop_subgroup, k_split, t.max_groups);
+        const CoopGeometry g = choose_coop_geometry(spec, t);
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
+        out.product = coop_kernel(spec, g, t, k_split);
     } else {
         const TiledGeometry g = choose_tiled_geometry(spec, t);
-        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn));
+        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
         out.product = tiled_kernel(spec, g, k_split, t.max_groups);
     }
     if (k_split < spec.k) {

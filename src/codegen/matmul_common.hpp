@@ -62,21 +62,34 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32
 
 // The choices matmul_kernels makes, shared with the convolution family's implicit GEMMs: the
 // workgroup count of a BM x BN tiling, the register tile for the grid on this device, and the K
-// piece of split-K (K: no split; a multiple of 32 otherwise).
+// piece of split-K (K: no split; otherwise a multiple of 32 and of the kernel's K-slice `slice`).
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn);
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t);
-uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups);
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice);
 
-// Cooperative matrix: a BM x BN tile per workgroup, one WM x WN piece per subgroup (multiples of
-// 16), K staged 32 deep as f16.
+// Cooperative matrix (matmul_coop.cpp): a BM x BN tile per workgroup, one WM x WN piece per
+// subgroup (multiples of 16), K staged BK deep as f16 in `stages` shared buffers (1 or 2).
 struct CoopGeometry {
-    uint32_t bm, bn, wm, wn;
+    uint32_t bm, bn, wm, wn, bk = 32, stages = 2;
     double efficiency = 1;  // relative rate when the device is full (for the tile choice)
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
-KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, uint32_t subgroup_size, uint32_t k_split,
-                         uint32_t max_groups);
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
 uint32_t coop_shared_bytes(const CoopGeometry& g);
+// The tile for this GEMM on this device (tuning.forced_coop, else the least estimated time).
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t);
+// What the convolution family's cooperative kernels share with the matmul's: the extensions, the
+// geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG,
+// A_K_INNER and B_K_INNER (each operand's shared order: k inner or k outer), and declarations of
+// `void fetch(uint k0)` (into vec4 ra[GA][2], rb[GB][2]: 8 elements per group), `void stash(uint s)` and `void store_element(uint m, uint n, float v)`;
+// it defines the shared stages As, Bs (uvec4: 8 halves), `uvec4 pack8(vec4, vec4, scale)`,
+// a_scale and b_scale (each operand's scale in pack8; 1 unless tuning.coop_scaled), lid, warp,
+// lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)` (into acc) and
+// `coop_store_elements()`.
+extern const char* const kCoopExtensions;
+extern const char* const kCoopProductGlsl;
+std::string coop_defines(const CoopGeometry& g, const MatmulTuning& tuning);
+void check_coop_geometry(const CoopGeometry& g, uint32_t subgroup_size);
 
 // M == 1 or N == 1: one output element per group of threads that split K.
 KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups);

@@ -1,110 +1,263 @@
-// The cooperative-matrix matmul (precision Fast): f16 operands, f32 accumulation, through
+// The cooperative-matrix product (precision Fast): f16 operands, f32 accumulation, through
 // GL_NV_cooperative_matrix at 16x16x16. A workgroup computes a BM x BN tile of C; each subgroup a
-// WM x WN piece of it as (WM/16) x (WN/16) accumulators. K is staged 32 deep: the f32 operands are
-// read 4 contiguous elements at a time (16-byte loads where the row length allows; zero outside
-// the matrix, so edge tiles multiply zeros), converted to f16 and stored in shared memory in their
-// memory order, rows padded by 8 halves (16 bytes); the cooperative loads read that order
-// directly (column-major for A^T and B^T). As in the tiled kernel, the next slice's loads are in
-// flight while the current one is multiplied.
-// Edge tiles never store past the matrix: a tile that is not wholly inside goes through a
-// per-subgroup 16x16 staging area in shared memory, and threads store only in-bounds elements.
+// WM x WN piece of it as (WM/16) x (WN/16) accumulators. K is staged BK deep as f16 in shared
+// memory, in STAGES buffers: with two, the slice after next is stashed while this one is
+// multiplied, so each slice costs one barrier, not two.
+//
+// Shared memory holds 8 halves per uvec4, so that a thread converts 8 consecutive f32 elements and
+// stores them with one 16-byte store (glslang 12's coopMatLoadNV reads f16 matrices from a uvec4
+// array, offsets and strides in uvec4s). Each operand's slice is kept in one of two orders: k inner
+// (rows of BM or BN, K_INNER 1) or k outer (rows of BK); every row is padded by one uvec4 so that
+// the odd 16-byte stride spreads the fragment loads over the banks.
+//
+// The core (kCoopProductGlsl) is shared with the convolution family: the includer defines what a
+// thread fetches into registers and how it stashes them (fetch, stash), and where C goes. The
+// matmul's fetch reads the operands 4 contiguous f32 at a time (16-byte loads where the row length
+// allows; zero outside the matrix, so edge tiles multiply zeros) in their memory order.
+// Tiles wholly inside C are stored straight from the accumulators; edge tiles go through a
+// per-subgroup 16x16 staging area and threads store only in-bounds elements.
+#include <algorithm>
+
 #include "codegen/matmul_common.hpp"
 
 namespace mn::codegen::matmul_detail {
 
-namespace {
-
-constexpr uint32_t kBK = 32;
-
-const char* const kExtensions =
+const char* const kCoopExtensions =
     "#extension GL_NV_cooperative_matrix : require\n"
     "#extension GL_KHR_memory_scope_semantics : require\n"
+    "#extension GL_KHR_shader_subgroup_basic : require\n"
+    "#extension GL_KHR_shader_subgroup_arithmetic : require\n"
     "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
-const char* const kHead = R"(
+const char* const kCoopProductGlsl = R"(
 #define F16MAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32MAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 const uint WARPS_N = BN / WN;
 const uint FM = WM / 16u, FN = WN / 16u;
-// Each operand's slice in memory order is OUTER x INNER, each line padded to a 16-byte multiple.
-#if TRANS_A
-const uint A_TO = BK, A_TI = BM;
+#if A_K_INNER
+const uint A_ROWS = BM, A_S4 = BK / 8u + 1u;
 #else
-const uint A_TO = BM, A_TI = BK;
+const uint A_ROWS = BK, A_S4 = BM / 8u + 1u;
 #endif
-#if TRANS_B
-const uint B_TO = BN, B_TI = BK;
+#if B_K_INNER
+const uint B_ROWS = BN, B_S4 = BK / 8u + 1u;
 #else
-const uint B_TO = BK, B_TI = BN;
+const uint B_ROWS = BK, B_S4 = BN / 8u + 1u;
 #endif
-const uint A_S = A_TI + 8u, B_S = B_TI + 8u;
-shared float16_t As[A_TO * A_S];
-shared float16_t Bs[B_TO * B_S];
+shared uvec4 As[STAGES * A_ROWS * A_S4];
+shared uvec4 Bs[STAGES * B_ROWS * B_S4];
 shared float Cs[WG / SG * 256u];
-)";
+F32MAT acc[FM][FN];
+uint lid, warp, lane, wm, wn;
 
-// After the shared register fetch (matmul_common.hpp): writing the fetched groups to shared memory
-// and the main loop.
-const char* const kTail = R"(
-void stash() {
-    [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
-        f16vec4 h = f16vec4(ra[p]);
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[o * A_S + i + q] = h[q];
+// 8 elements as f16, times s (a power of two: exact, unless f16 underflows or overflows).
+uvec4 pack8(vec4 lo, vec4 hi, float s) {
+    lo *= s;
+    hi *= s;
+    return uvec4(packFloat2x16(f16vec2(lo.xy)), packFloat2x16(f16vec2(lo.zw)), packFloat2x16(f16vec2(hi.xy)),
+                 packFloat2x16(f16vec2(hi.zw)));
+}
+
+#if SCALED
+// Gradients are often far below f16's normal range (2^-14), where f16 keeps few bits or none. So
+// each operand is scaled by a power of two that takes its largest magnitude in this workgroup's
+// rows (or columns) over the whole K range into [2^13, 2^14): every value within 2^-27 of the
+// largest keeps f16's full precision, none overflows, and the product is scaled back at the end.
+// Finding the largest reads both operands once more.
+float a_scale = 1.0, b_scale = 1.0;
+shared uint amax[2];  // the largest magnitudes' bits: positive floats order as their bits do
+float scale_for(uint bits) {
+    float m = uintBitsToFloat(bits);
+    if (!(m > 0.0) || isinf(m)) return 1.0;  // all zero, or not finite: nothing to gain
+    int e;
+    frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
+    return exp2(float(clamp(14 - e, -126, 126)));
+}
+float max_abs(vec4 a, vec4 b) {
+    vec4 m = max(abs(a), abs(b));
+    return max(max(m.x, m.y), max(m.z, m.w));
+}
+void find_scales(uint k_begin, uint k_end) {
+    if (lid == 0u) amax[0] = amax[1] = 0u;
+    barrier();
+    float ma = 0.0, mb = 0.0;
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        fetch(k0);
+        [[unroll]] for (uint p = 0u; p < GA; ++p) ma = max(ma, max_abs(ra[p][0], ra[p][1]));
+        [[unroll]] for (uint p = 0u; p < GB; ++p) mb = max(mb, max_abs(rb[p][0], rb[p][1]));
     }
-    [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
-        f16vec4 h = f16vec4(rb[p]);
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[o * B_S + i + q] = h[q];
+    ma = subgroupMax(ma);
+    mb = subgroupMax(mb);
+    if (lane == 0u) {
+        atomicMax(amax[0], floatBitsToUint(ma));
+        atomicMax(amax[1], floatBitsToUint(mb));
+    }
+    barrier();
+    a_scale = scale_for(amax[0]);
+    b_scale = scale_for(amax[1]);
+}
+#else
+const float a_scale = 1.0, b_scale = 1.0;
+#endif
+
+void coop_start() {
+    lid = gl_LocalInvocationID.x;
+    warp = lid / SG;
+    lane = lid % SG;
+    wm = (warp / WARPS_N) * WM;
+    wn = (warp % WARPS_N) * WN;
+}
+
+void multiply_stage(uint s) {
+    uint a0 = s * A_ROWS * A_S4, b0 = s * B_ROWS * B_S4;
+    [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
+        F16MAT fa[FM], fb[FN];
+        [[unroll]] for (uint i = 0u; i < FM; ++i) {
+#if A_K_INNER
+            coopMatLoadNV(fa[i], As, a0 + (wm + i * 16u) * A_S4 + kk / 8u, A_S4, false);
+#else
+            coopMatLoadNV(fa[i], As, a0 + kk * A_S4 + (wm + i * 16u) / 8u, A_S4, true);
+#endif
+        }
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+#if B_K_INNER
+            coopMatLoadNV(fb[j], Bs, b0 + (wn + j * 16u) * B_S4 + kk / 8u, B_S4, true);
+#else
+            coopMatLoadNV(fb[j], Bs, b0 + kk * B_S4 + (wn + j * 16u) / 8u, B_S4, false);
+#endif
+        }
+        [[unroll]] for (uint i = 0u; i < FM; ++i)
+            [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
     }
 }
 
+// acc = the product over k in [k_begin, k_end), which the includer's fetch(k0) (global memory to
+// registers) and stash(s) (registers to stage s of As / Bs) stage BK at a time.
+void coop_product(uint k_begin, uint k_end) {
+    [[unroll]] for (uint i = 0u; i < FM; ++i)
+        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
+#if SCALED
+    find_scales(k_begin, k_end);
+#endif
+    fetch(k_begin);
+    stash(0u);
+    barrier();
+    uint s = 0u;
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
+        if (more) fetch(k0 + BK);
+        multiply_stage(s);
+#if STAGES == 2
+        // Stage s ^ 1 was last read before the previous barrier.
+        if (more) stash(s ^ 1u);
+        barrier();
+        s ^= 1u;
+#else
+        barrier();
+        if (more) {
+            stash(0u);
+            barrier();
+        }
+#endif
+    }
+#if SCALED
+    float unscale = 1.0 / (a_scale * b_scale);
+    [[unroll]] for (uint i = 0u; i < FM; ++i)
+        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = acc[i][j] * unscale;
+#endif
+}
+
+// Calls store_element(m, n, v) for every element of this subgroup's accumulators, through its
+// 16x16 staging area (for stores that are not a plain row-major tile, or would pass C's edge).
+void coop_store_elements() {
+    [[unroll]] for (uint i = 0u; i < FM; ++i) {
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            for (uint e = lane; e < 256u; e += SG) store_element(wm + i * 16u + e / 16u, wn + j * 16u + e % 16u, Cs[warp * 256u + e]);
+            subgroupBarrier();
+        }
+    }
+}
+)";
+
+namespace {
+
+// The matmul's staging: 8 consecutive elements of an operand's memory order per group, read as two
+// 4-element loads (matmul_common.hpp's loaders).
+const char* const kMatmulStaging = R"(
+#if TRANS_A
+const uint A_TI = BM;
+#define A_K_INNER 0
+#else
+const uint A_TI = BK;
+#define A_K_INNER 1
+#endif
+#if TRANS_B
+const uint B_TI = BK;
+#define B_K_INNER 1
+#else
+const uint B_TI = BN;
+#define B_K_INNER 0
+#endif
+const uint GA = BM * BK / 8u / WG, GB = BN * BK / 8u / WG;
+vec4 ra[GA][2], rb[GB][2];
+uint m0, n0, a_off, b_off;
+void fetch(uint k0);
+void stash(uint s);
+void store_element(uint m, uint n, float v);
+)";
+
+const char* const kMatmulMain = R"(
+void fetch(uint k0) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint g = lid + p * WG, o = g / (A_TI / 8u), i = (g % (A_TI / 8u)) * 8u;
+#if TRANS_A
+        ra[p][0] = load_a(a_off, k0 + o, m0 + i);
+        ra[p][1] = load_a(a_off, k0 + o, m0 + i + 4u);
+#else
+        ra[p][0] = load_a(a_off, m0 + o, k0 + i);
+        ra[p][1] = load_a(a_off, m0 + o, k0 + i + 4u);
+#endif
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint g = lid + p * WG, o = g / (B_TI / 8u), i = (g % (B_TI / 8u)) * 8u;
+#if TRANS_B
+        rb[p][0] = load_b(b_off, n0 + o, k0 + i);
+        rb[p][1] = load_b(b_off, n0 + o, k0 + i + 4u);
+#else
+        rb[p][0] = load_b(b_off, k0 + o, n0 + i);
+        rb[p][1] = load_b(b_off, k0 + o, n0 + i + 4u);
+#endif
+    }
+}
+
+void stash(uint s) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint g = lid + p * WG;
+        As[(s * A_ROWS + g / (A_TI / 8u)) * A_S4 + g % (A_TI / 8u)] = pack8(ra[p][0], ra[p][1], a_scale);
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint g = lid + p * WG;
+        Bs[(s * B_ROWS + g / (B_TI / 8u)) * B_S4 + g % (B_TI / 8u)] = pack8(rb[p][0], rb[p][1], b_scale);
+    }
+}
+
+uint c_off;  // split-K: partial products [split][batch][M][N]
+void store_element(uint m, uint n, float v) {
+    uint gm = m0 + m, gn = n0 + n;
+    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = v;
+}
+
 void main() {
-    lid = gl_LocalInvocationID.x;
-    uint warp = lid / SG, lane = lid % SG;
-    uint wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+    coop_start();
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
     uint k_begin, k_end;
     split_range(k_begin, k_end, a_off, b_off);
-
-    F32MAT acc[FM][FN];
-    [[unroll]] for (uint i = 0u; i < FM; ++i)
-        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
-
-    fetch(k_begin);
-    stash();
-    barrier();
-    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        bool more = k0 + BK < k_end;
-        if (more) fetch(k0 + BK);
-        [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
-            F16MAT fa[FM], fb[FN];
-            [[unroll]] for (uint i = 0u; i < FM; ++i) {
-#if TRANS_A
-                coopMatLoadNV(fa[i], As, kk * A_S + wm + i * 16u, A_S, true);
-#else
-                coopMatLoadNV(fa[i], As, (wm + i * 16u) * A_S + kk, A_S, false);
-#endif
-            }
-            [[unroll]] for (uint j = 0u; j < FN; ++j) {
-#if TRANS_B
-                coopMatLoadNV(fb[j], Bs, (wn + j * 16u) * B_S + kk, B_S, true);
-#else
-                coopMatLoadNV(fb[j], Bs, kk * B_S + wn + j * 16u, B_S, false);
-#endif
-            }
-            [[unroll]] for (uint i = 0u; i < FM; ++i)
-                [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
-        }
-        barrier();
-        if (more) {
-            stash();
-            barrier();
-        }
-    }
-
-    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
+    coop_product(k_begin, k_end);
+    c_off = gl_WorkGroupID.z * M * N;
 #if VEC_C
     if (m0 + BM <= M && n0 + BN <= N) {  // wholly inside, rows 16-byte aligned: store directly
         [[unroll]] for (uint i = 0u; i < FM; ++i)
@@ -113,40 +266,45 @@ void main() {
         return;
     }
 #endif
-    [[unroll]] for (uint i = 0u; i < FM; ++i) {
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false);
-            barrier();
-            for (uint e = lane; e < 256u; e += SG) {
-                uint gm = m0 + wm + i * 16u + e / 16u, gn = n0 + wn + j * 16u + e % 16u;
-                if (gm < M && gn < N) c.d[c_off + gm * N + gn] = Cs[warp * 256u + e];
-            }
-            barrier();
-        }
-    }
+    coop_store_elements();
 }
 )";
 
 }  // namespace
 
 uint32_t coop_shared_bytes(const CoopGeometry& g) {
-    return 2 * ((g.bm + 8) * kBK + (g.bn + 8) * kBK) + 4 * 256 * g.subgroups();
+    // Each operand's slice, in either order, padded by one uvec4 (16 bytes) per row.
+    auto slice = [&](uint32_t rows) {
+        return std::max(rows * (g.bk / 8 + 1), g.bk * (rows / 8 + 1)) * 16;
+    };
+    return g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups();
 }
 
-KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, uint32_t subgroup_size, uint32_t split_k,
-                         uint32_t max_groups) {
+std::string coop_defines(const CoopGeometry& t, const MatmulTuning& tuning) {
+    return define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("WM", t.wm) + define("WN", t.wn) +
+           define("SG", tuning.coop_subgroup) + "#define STAGES " + std::to_string(t.stages) + "\n#define SCALED " +
+           (tuning.coop_scaled ? "1" : "0") + "\n";
+}
+
+void check_coop_geometry(const CoopGeometry& t, uint32_t subgroup_size) {
     const uint32_t wg = t.subgroups() * subgroup_size;
-    if (t.bm % t.wm || t.bn % t.wn || t.wm % 16 || t.wn % 16 || (t.bm * kBK / 4) % wg || (t.bn * kBK / 4) % wg) {
+    if (t.bm % t.wm || t.bn % t.wn || t.wm % 16 || t.wn % 16 || t.bk % 16 || (t.stages != 1 && t.stages != 2) ||
+        (t.bm * t.bk / 8) % wg || (t.bn * t.bk / 8) % wg) {
         throw Error("cooperative matmul tiles must divide evenly");
     }
-    KernelSource k = base_kernel(spec, wg, "matmul_coop", split_k);
-    k.required_subgroup_size = subgroup_size;
-    std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", kBK) + define("WM", t.wm) +
-                       define("WN", t.wn) + define("SG", subgroup_size) + "#define TRANS_A " +
-                       (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") +
-                       "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, kExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail;
-    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
+}
+
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const MatmulTuning& tuning, uint32_t split_k) {
+    check_coop_geometry(t, tuning.coop_subgroup);
+    KernelSource k = base_kernel(spec, t.subgroups() * tuning.coop_subgroup,
+                                 tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop", split_k);
+    k.required_subgroup_size = tuning.coop_subgroup;
+    std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
+                       "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
+                       (spec.n % 4 == 0 ? "1" : "0") + "\n";
+    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') +
+             loader_glsl(spec, 'b') + kMatmulStaging + kCoopProductGlsl + kMatmulMain;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
     return k;
 }
 

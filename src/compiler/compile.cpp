@@ -173,6 +173,13 @@ void record(Session::Impl& impl, const Shaders& shaders) {
             prog.fill(r, kNaN);
         }
     }
+    std::vector<rt::Context::PipelineRequest> requests;
+    for (const sched::Step& step : s.steps) {
+        const auto& k = step.kernel;
+        requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
+                            static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
+    }
+    impl.ctx->prepare_pipelines(requests);
     std::set<const rt::Pipeline*> pipelines;
     auto checked_write = impl.checked_writes.begin();
     for (size_t i = 0; i < s.steps.size(); ++i) {

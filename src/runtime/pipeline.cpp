@@ -7,19 +7,24 @@
 // those bytes, so two requests can never collide. Descriptor set layouts and pipeline layouts depend
 // only on the binding count and push-constant size and are shared.
 //
-// Driver compilation is the slow part (seconds for a model on some drivers), so the VkPipelineCache
+// Driver compilation is the slow part (seconds for a model on some drivers): prepare_pipelines runs it
+// on several threads (the VkPipelineCache synchronizes itself), and the VkPipelineCache
 // is loaded at open and saved when the Context goes away: written to a temporary file and renamed,
 // named by the device's pipelineCacheUUID so a driver update starts a fresh file. A file whose header
 // does not match this device is ignored and overwritten. The folder is $MEGANEURA_CACHE_DIR, else
 // $XDG_CACHE_HOME/meganeura, else ~/.cache/meganeura; MEGANEURA_CACHE_DIR= (empty) turns it off.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <thread>
 
 #include "runtime/context_impl.hpp"
 
@@ -118,65 +123,133 @@ void Context::Impl::close_pipelines() {
         std::filesystem::remove(tmp, ec);
 }
 
-const Pipeline& Context::pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
-                                  uint32_t bindings, uint32_t push_constant_bytes, uint32_t required_subgroup_size) {
-    Impl& m = *impl_;
+namespace {
+
+using Request = Context::PipelineRequest;
+
+std::string request_key(const Request& r) {
     std::string key;
     auto append = [&](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
-    uint32_t header[] = {uint32_t(spirv.size()), uint32_t(spec_constants.size()), bindings, push_constant_bytes,
-                         required_subgroup_size};
+    uint32_t header[] = {uint32_t(r.spirv->size()), uint32_t(r.spec_constants.size()), r.bindings,
+                         r.push_constant_bytes, r.required_subgroup_size};
     append(header, sizeof header);
-    append(spirv.data(), spirv.size() * 4);
-    append(spec_constants.data(), spec_constants.size() * 4);
-    if (auto it = m.pipelines.find(key); it != m.pipelines.end()) return *it->second;
+    append(r.spirv->data(), r.spirv->size() * 4);
+    append(r.spec_constants.data(), r.spec_constants.size() * 4);
+    return key;
+}
 
+// Checks a request against the device and gives it its (shared) layouts; not thread-safe.
+std::unique_ptr<Pipeline> new_pipeline(Context::Impl& m, const Request& r) {
     const DeviceCaps& c = m.physical.caps;
-    if (spirv.empty() || spirv[0] != 0x07230203) throw Error("pipeline: the shader is not SPIR-V");
-    if (push_constant_bytes % 4 || push_constant_bytes > c.max_push_constants)
-        throw Error("pipeline: " + std::to_string(push_constant_bytes) + " push-constant bytes (must be a multiple "
+    if (r.spirv->empty() || (*r.spirv)[0] != 0x07230203) throw Error("pipeline: the shader is not SPIR-V");
+    if (r.push_constant_bytes % 4 || r.push_constant_bytes > c.max_push_constants)
+        throw Error("pipeline: " + std::to_string(r.push_constant_bytes) + " push-constant bytes (must be a multiple "
                     "of 4, at most " + std::to_string(c.max_push_constants) + ")");
-    if (bindings > c.max_storage_buffers_per_stage)
-        throw Error("pipeline: " + std::to_string(bindings) + " storage buffers, the device allows " +
+    if (r.bindings > c.max_storage_buffers_per_stage)
+        throw Error("pipeline: " + std::to_string(r.bindings) + " storage buffers, the device allows " +
                     std::to_string(c.max_storage_buffers_per_stage));
-    uint32_t s = required_subgroup_size;
+    const uint32_t s = r.required_subgroup_size;
     if (s && (!c.subgroup_size_control || s < c.min_subgroup_size || s > c.max_subgroup_size || (s & (s - 1))))
         throw Error("pipeline: subgroup size " + std::to_string(s) + " cannot be required on " + c.name);
-
     auto p = std::make_unique<Pipeline>();
-    p->layout = pipeline_layout(m, bindings, push_constant_bytes);
-    p->set_layout = set_layout(m, bindings);
-    p->bindings = bindings;
-    p->push_constant_bytes = push_constant_bytes;
+    p->layout = pipeline_layout(m, r.bindings, r.push_constant_bytes);
+    p->set_layout = set_layout(m, r.bindings);
+    p->bindings = r.bindings;
+    p->push_constant_bytes = r.push_constant_bytes;
+    return p;
+}
 
-    std::vector<VkSpecializationMapEntry> entries(spec_constants.size());
+// The driver's compilation of p; thread-safe (the VkPipelineCache synchronizes itself). Returns the
+// failing call's result, VK_SUCCESS when p->handle was made.
+VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const char** failed) {
+    std::vector<VkSpecializationMapEntry> entries(r.spec_constants.size());
     for (uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, 4 * i, 4};
-    VkSpecializationInfo spec{uint32_t(entries.size()), entries.data(), spec_constants.size() * 4,
-                              spec_constants.data()};
+    VkSpecializationInfo spec{uint32_t(entries.size()), entries.data(), r.spec_constants.size() * 4,
+                              r.spec_constants.data()};
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo subgroup{
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
-    subgroup.requiredSubgroupSize = s;
+    subgroup.requiredSubgroupSize = r.required_subgroup_size;
 
     VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    module_info.codeSize = spirv.size() * 4;
-    module_info.pCode = spirv.data();
+    module_info.codeSize = r.spirv->size() * 4;
+    module_info.pCode = r.spirv->data();
     VkShaderModule module;
-    MN_VK_CHECK(vkCreateShaderModule(m.device, &module_info, nullptr, &module));
+    if (VkResult e = vkCreateShaderModule(m.device, &module_info, nullptr, &module); e != VK_SUCCESS) {
+        *failed = "vkCreateShaderModule";
+        return e;
+    }
     VkComputePipelineCreateInfo info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     info.stage.module = module;
     info.stage.pName = "main";
     info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
-    if (s) {
+    if (r.required_subgroup_size) {
         info.stage.pNext = &subgroup;
         if (m.full_subgroups) info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     }
-    info.layout = p->layout;
-    VkResult r = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p->handle);
+    info.layout = p.layout;
+    VkResult e = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p.handle);
     vkDestroyShaderModule(m.device, module, nullptr);
-    if (r != VK_SUCCESS) vk_fail("vkCreateComputePipelines", r < 0 ? r : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
+    if (e != VK_SUCCESS) *failed = "vkCreateComputePipelines";
+    return e;
+}
+
+}  // namespace
+
+const Pipeline& Context::pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
+                                  uint32_t bindings, uint32_t push_constant_bytes, uint32_t required_subgroup_size) {
+    Impl& m = *impl_;
+    const Request r{&spirv, spec_constants, bindings, push_constant_bytes, required_subgroup_size};
+    std::string key = request_key(r);
+    if (auto it = m.pipelines.find(key); it != m.pipelines.end()) return *it->second;
+    auto p = new_pipeline(m, r);
+    const char* failed = nullptr;
+    if (VkResult e = create_handle(m, r, *p, &failed); e != VK_SUCCESS) {
+        vk_fail(failed, e < 0 ? e : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
+    }
     m.pipeline_cache_dirty = true;
     return *m.pipelines.emplace(std::move(key), std::move(p)).first->second;
+}
+
+void Context::prepare_pipelines(const std::vector<PipelineRequest>& requests) {
+    Impl& m = *impl_;
+    struct Pending {
+        std::string key;
+        const Request* request;
+        std::unique_ptr<Pipeline> pipeline;
+        VkResult result = VK_SUCCESS;
+        const char* failed = nullptr;
+    };
+    std::vector<Pending> pending;
+    std::set<std::string> seen;
+    for (const Request& r : requests) {
+        std::string key = request_key(r);
+        if (m.pipelines.count(key) || !seen.insert(key).second) continue;
+        pending.push_back({std::move(key), &r, new_pipeline(m, r)});
+    }
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+        for (size_t i; (i = next++) < pending.size();) {
+            Pending& p = pending[i];
+            p.result = create_handle(m, *p.request, *p.pipeline, &p.failed);
+        }
+    };
+    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pending.size());
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    const Pending* failure = nullptr;
+    for (Pending& p : pending) {
+        if (p.result != VK_SUCCESS) {
+            failure = failure ? failure : &p;
+            continue;
+        }
+        m.pipelines.emplace(std::move(p.key), std::move(p.pipeline));
+        m.pipeline_cache_dirty = true;
+    }
+    if (failure) vk_fail(failure->failed, failure->result < 0 ? failure->result : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
 }
 
 }  // namespace mn::rt

@@ -49,6 +49,16 @@ public:
     const Pipeline& pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
                              uint32_t bindings, uint32_t push_constant_bytes,
                              uint32_t required_subgroup_size = 0);
+    // pipeline()'s arguments, for prepare_pipelines.
+    struct PipelineRequest {
+        const std::vector<uint32_t>* spirv;
+        std::vector<uint32_t> spec_constants;
+        uint32_t bindings = 0, push_constant_bytes = 0, required_subgroup_size = 0;
+    };
+    // Creates the pipelines of `requests` that are not cached yet, on several threads at once: the
+    // driver compiles each pipeline's SPIR-V to machine code, seconds for a model one at a time.
+    // pipeline() then returns them without creating anything.
+    void prepare_pipelines(const std::vector<PipelineRequest>& requests);
 
     // Device-local bytes held by this context's buffers: now, and the most held at once since the
     // context opened or since reset_peak_memory(). The benchmark's peak device memory.

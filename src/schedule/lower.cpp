@@ -356,10 +356,14 @@ private:
         }
     }
 
-    // The matmul tuning for node `id`: gradient products stay f32 (no f16 cooperative matrices).
+    // The matmul tuning for node `id`: gradient products scale their operands into f16's range, or
+    // stay f32 (Tuning::coop_gradients).
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
-        if (id >= g_.gradient_start()) t.coop_subgroup = 0;
+        if (id >= g_.gradient_start()) {
+            if (t_.coop_gradients) t.coop_scaled = true;
+            else t.coop_subgroup = 0;
+        }
         return t;
     }
 
@@ -559,6 +563,23 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         const unsigned long v = std::strtoul(e, &end, 10);
         if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
         t.matmul.forced_splits = static_cast<uint32_t>(v);
+    }
+    if (const char* e = std::getenv("MEGANEURA_FAST_GRADIENTS"); e && *e) {
+        if (std::string(e) != "f16" && std::string(e) != "f32") {
+            throw Error(std::string("MEGANEURA_FAST_GRADIENTS must be f16 or f32, got '") + e + "'");
+        }
+        t.coop_gradients = std::string(e) == "f16";
+    }
+    // MEGANEURA_COOP_TILE=bm,bn,wm,wn,bk,stages forces the cooperative kernels' tile (tuning on a new
+    // device); the kernel generator checks that it divides evenly.
+    if (const char* e = std::getenv("MEGANEURA_COOP_TILE"); e && *e) {
+        auto& f = t.matmul.forced_coop;
+        char extra = 0;
+        if (std::sscanf(e, "%u,%u,%u,%u,%u,%u%c", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &extra) != 6 || !f[0] ||
+            !f[1] || !f[2] || !f[3] || !f[4] || !f[5]) {
+            throw Error(std::string("MEGANEURA_COOP_TILE must be bm,bn,wm,wn,bk,stages such as 128,128,64,32,32,2, got '") +
+                        e + "'");
+        }
     }
     return t;
 }
