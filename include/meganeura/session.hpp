@@ -31,6 +31,8 @@ public:
     // A host application's device and queue (meganeura/vulkan.hpp), shared, never destroyed here.
     static Device adopt(const VulkanHandles& handles);
     std::string name() const;
+    // Its capabilities as `meganeura devices` prints them (subgroup size, shared memory, ...).
+    std::string describe() const;
     std::shared_ptr<rt::Context> context() const { return ctx_; }
 
 private:

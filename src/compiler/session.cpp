@@ -24,6 +24,8 @@ Device Device::adopt(const VulkanHandles& handles) {
 
 std::string Device::name() const { return ctx_->caps().name; }
 
+std::string Device::describe() const { return rt::describe(ctx_->caps()); }
+
 rt::BufferRange Session::Impl::range(int32_t v) const {
     const auto r = static_cast<size_t>(schedule.root(v));
     return {home[r], offset[r], (std::max<uint64_t>(schedule.values[r].bytes(), 4) + 3) / 4 * 4};
