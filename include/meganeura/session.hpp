@@ -99,6 +99,7 @@ public:
     std::vector<float> get(std::string_view name) const;
     std::vector<int32_t> get_i32(std::string_view name) const;
     Shape shape(std::string_view name) const;
+    DType dtype(std::string_view name) const;
 
     const SessionStats& stats() const;
     // After run() with CompileOptions::profile: (kernel label, ms) per dispatch.

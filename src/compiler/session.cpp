@@ -223,6 +223,8 @@ std::vector<int32_t> Session::get_i32(std::string_view name) const {
 
 Shape Session::shape(std::string_view name) const { return impl_->value(impl_->live(name)).shape; }
 
+DType Session::dtype(std::string_view name) const { return impl_->value(impl_->live(name)).dtype; }
+
 const SessionStats& Session::stats() const { return impl_->stats; }
 
 std::vector<std::pair<std::string, double>> Session::profile() const {
