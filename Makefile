@@ -1,6 +1,7 @@
 # One command each, on a fresh machine: dependencies are installed first (scripts/setup.sh).
 BUILD ?= build
 JOBS  ?= $(shell nproc)
+PREFIX ?= /usr/local
 
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD     ?= build-fuzz
@@ -8,7 +9,7 @@ FUZZ_SECONDS   ?= 20
 # The sanitizer build runs the unit tests; the GPU model tests (minutes under ASan) stay in the normal build.
 SANITIZE_SKIP  ?= Models/*:*ModelsTest*:*TransformerModels*:*TransformerTraining*:Differential*:Bench.*:TrainTest.*:*CliErrors*
 
-.PHONY: setup build test demo clean sanitize fuzz
+.PHONY: setup build test install demo clean sanitize fuzz
 setup:
 	@bash scripts/setup.sh
 
@@ -19,6 +20,10 @@ build: setup
 test: build
 	@cd $(BUILD) && MEGANEURA_VALIDATE=1 ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory sanitize fuzz
+
+# libmeganeura.so, the headers, the command and the CMake / pkg-config files under PREFIX.
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The unit tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize: setup

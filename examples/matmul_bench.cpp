@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "meganeura/meganeura.hpp"
-#include "runtime/runtime.hpp"
 
 namespace {
 
@@ -139,7 +138,7 @@ int main(int argc, char** argv) try {
         else throw mn::Error(std::string("unknown argument ") + argv[i] + " (matmul_bench [--runs N] [--tiles])");
     }
     auto dev = mn::Device::open();
-    std::printf("%s", mn::rt::describe(dev.context()->caps()).c_str());
+    std::printf("%s", dev.describe().c_str());
     std::printf("%d copies of the matmul per submit; median over %d runs after %d ms of warm-up runs; GPU time from "
                 "Vulkan timestamps. Each configuration timed in %d sessions: ms is the lower session median, "
                 "'other' the other one.\n\n", kCopies, runs, kWarmupMs, kSessions);

@@ -9,7 +9,7 @@ packages=(
   glslang-dev glslang-tools spirv-tools
   nlohmann-json3-dev libgtest-dev zlib1g-dev
   clang libclang-rt-dev
-  python3-torch python3-torchvision python3-numpy
+  python3-torch python3-torchvision python3-numpy python3-dev pybind11-dev python3-pytest
   dataset-fashion-mnist
 )
 

@@ -173,6 +173,8 @@ std::vector<Case> op_cases() {
         {"log_softmax_last", {kWide}, [](Graph& g, Params p) { return g.log_softmax(p[0]); }},
         {"log_softmax_middle", {{{2, 4, 3}, -4, 4}}, [](Graph& g, Params p) { return g.log_softmax(p[0], 1); }},
         {"cross_entropy", {{{4, 5}, -3, 3}}, kCrossEntropy, {{"labels", labels({0, 4, 2, 2})}}},
+        // rows labelled -100 count for nothing: the mean is over the other two
+        {"cross_entropy_ignored", {{{4, 5}, -3, 3}}, kCrossEntropy, {{"labels", labels({-100, 4, -100, 2})}}},
         {"mse_loss", {kAny, kAny}, [](Graph& g, Params p) { return g.mse_loss(p[0], p[1]); }},
         // data movement
         {"reshape", {{{2, 3, 4}}}, [](Graph& g, Params p) { return g.reshape(p[0], {4, -1}); }},
@@ -411,6 +413,8 @@ TEST_P(GpuBackward, BackwardMatchesReference) {
 std::vector<Case> gpu_cases() {
     std::vector<double> label_values;
     for (int i = 0; i < 33; ++i) label_values.push_back((i * 37) % 257);
+    std::vector<double> some_ignored = label_values;
+    for (size_t i = 0; i < some_ignored.size(); i += 3) some_ignored[i] = Graph::kIgnoreIndex;
     return {
         {"unary_chain", {{{7, 33}, -3, 3}}, [](Graph& g, Params p) {
              Tensor x = p[0];
@@ -430,6 +434,7 @@ std::vector<Case> gpu_cases() {
          }},
         {"softmax", {{{5, 257}, -5, 5}}, [](Graph& g, Params p) { return g.softmax(p[0]) * g.log_softmax(p[0], 0); }},
         {"cross_entropy", {{{33, 257}, -5, 5}}, kCrossEntropy, {{"labels", labels(label_values)}}},
+        {"cross_entropy_ignored", {{{33, 257}, -5, 5}}, kCrossEntropy, {{"labels", labels(some_ignored)}}},
         {"transformer_ops", {{{11, 34}}, {{34}, 0.5, 2}, {{34}}, {{34}}}, [](Graph& g, Params p) {
              Tensor h = g.rms_norm(g.embedding(g.input("ids", {2, 7}, DType::I32), p[0]), p[1], 1e-5);
              h = g.rope(g.reshape(h, {2, 1, 7, 34}), g.input("positions", {7}, DType::I32), 1000.0);

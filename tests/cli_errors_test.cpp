@@ -98,20 +98,20 @@ TEST_F(CliErrorsTest, NumbersInFlagsAreParsedWholeAndInRange) {
 // tens of seconds; a folder as --config was an internal error.
 TEST_F(CliErrorsTest, ConfigValuesAreValidatedBeforeUse) {
     const std::string base = "generate --size tiny --tokens 1 --config ";
-    write("heads0.json", R"({"num_attention_heads": 0})");
+    write("heads0.json", R"({"model_type": "llama", "num_attention_heads": 0})");
     expect_user_error(base + "heads0.json", "config heads0.json: num_attention_heads is 0, expected an integer from 1");
-    write("fraction.json", R"({"hidden_size": 64.7})");
+    write("fraction.json", R"({"model_type": "llama", "hidden_size": 64.7})");
     expect_user_error(base + "fraction.json", "config fraction.json: hidden_size is 64.7, expected an integer");
-    write("wide.json", R"({"hidden_size": 2147483648})");
+    write("wide.json", R"({"model_type": "llama", "hidden_size": 2147483648})");
     expect_user_error(base + "wide.json", "config wide.json: hidden_size is 2147483648, expected an integer from 1 to 2147483647");
-    write("indivisible.json", R"({"hidden_size": 100, "num_attention_heads": 3})");
+    write("indivisible.json", R"({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 3})");
     expect_user_error(base + "indivisible.json", "hidden_size 100 is not a multiple of num_attention_heads 3");
-    write("theta.json", R"({"rope_theta": -1})");
+    write("theta.json", R"({"model_type": "llama", "rope_theta": -1})");
     expect_user_error(base + "theta.json", "config theta.json: rope_theta is -1, expected a finite number above 0");
-    write("huge.json", R"({"hidden_size": 2147418112, "num_attention_heads": 32768, "num_key_value_heads": 1})");
+    write("huge.json", R"({"model_type": "llama", "hidden_size": 2147418112, "num_attention_heads": 32768, "num_key_value_heads": 1})");
     expect_user_error(base + "huge.json", "smollm2: the parameters and inputs need ");
     EXPECT_NE(output_.find("GiB, the device"), std::string::npos) << output_;
-    write("overflow.json", R"({"hidden_size": 1e999})");
+    write("overflow.json", R"({"model_type": "llama", "hidden_size": 1e999})");
     expect_user_error(base + "overflow.json", "config overflow.json: not valid JSON");
     fs::create_directory(dir_.path("folder.json"));
     expect_user_error(base + "folder.json", "config folder.json: not a regular file");
@@ -132,7 +132,8 @@ TEST_F(CliErrorsTest, NestedJsonInAHeaderIsAnError) {
     expect_user_error("generate --size tiny --tokens 1 --weights deep.safetensors", "JSON nested deeper than 64 levels");
 }
 
-// Labels 10 (of 10 classes), -1 and -100, and ids past the vocabulary, gave NaN with status 0.
+// Labels 10 (of 10 classes) and -1, and ids past the vocabulary, gave NaN with status 0; -100 is
+// torch's ignore index (the row counts for nothing).
 TEST_F(CliErrorsTest, IdsAndLabelsAreRangeChecked) {
     auto inputs = [&](const std::vector<int32_t>& labels) {
         io::write_safetensors(dir_.path("in.safetensors"),
@@ -140,19 +141,24 @@ TEST_F(CliErrorsTest, IdsAndLabelsAreRangeChecked) {
                                {"labels", io::TensorData::from_i32({2}, labels)}});
     };
     const std::string forward = "forward --model mlp --inputs in.safetensors --out out.safetensors";
-    for (const int32_t bad : {10, -1, -100}) {
+    for (const int32_t bad : {10, -1, -99}) {
         inputs({3, bad});
         expect_user_error(forward, "input 'labels': value " + std::to_string(bad) +
-                                       " at index 1 is outside [0, 10), the classes of the loss");
+                                       " at index 1 is outside [0, 10), the classes of the loss (-100 is ignored)");
     }
     EXPECT_FALSE(fs::exists(dir_.path("out.safetensors")));
-    inputs({0, 9});
+    inputs({-100, 9});
     EXPECT_EQ(run(forward), 0) << output_;
 
     io::write_safetensors(dir_.path("ids.safetensors"), {{"input_ids", io::TensorData::from_i32({1, 2}, {1, 97})},
                                                          {"labels", io::TensorData::from_i32({1, 2}, {1, 2})}});
     expect_user_error("forward --model smollm2 --inputs ids.safetensors --out out.safetensors",
                       "input 'input_ids': value 97 at index 1 is outside [0, 97), the rows of the embedding table");
+    // a causal LM's labels are checked through the shift inside the model
+    io::write_safetensors(dir_.path("ids.safetensors"), {{"input_ids", io::TensorData::from_i32({1, 2}, {1, 2})},
+                                                         {"labels", io::TensorData::from_i32({1, 2}, {1, 97})}});
+    expect_user_error("forward --model smollm2 --inputs ids.safetensors --out out.safetensors",
+                      "input 'labels': value 97 at index 1 is outside [0, 97), the classes of the loss (-100 is ignored)");
 }
 
 // A missing output folder was found after a whole epoch; an existing checkpoint was replaced

@@ -22,7 +22,7 @@ const std::vector<std::vector<std::string>> kTiers = {
     {"compiler"},                                     // the passes in order, and Session
     {"models"},                                       // builders over the graph API
     {"train", "bench"},                               // the trainer, the benchmark harness
-    {"cli"},                                          // the meganeura command
+    {"cli", "capi"},                                  // the meganeura command; the C API
 };
 
 int tier_of(const std::string& folder) {

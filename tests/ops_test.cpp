@@ -144,6 +144,9 @@ TEST_F(OpsTest, Losses) {
         std::mt19937 rng(1);
         for (auto& l : feeds["labels"].data) l = static_cast<double>(rng() % static_cast<uint32_t>(classes));
         expect_matches_reference(g, feeds);
+        // every third row ignored (-100): the mean over the counted rows
+        for (size_t r = 0; r < feeds["labels"].data.size(); r += 3) feeds["labels"].data[r] = Graph::kIgnoreIndex;
+        expect_matches_reference(g, feeds);
     }
 }
 

@@ -352,6 +352,29 @@ TEST(ReferenceReduce, CrossEntropy) {
                   1e-12);
 }
 
+// torch's F.cross_entropy(ignore_index=-100): ignored rows add nothing and the mean is over the rest;
+// with every row ignored the mean is 0 / 0 (NaN, as in torch).
+TEST(ReferenceReduce, CrossEntropyIgnoresLabelsAndMeansOverTheCounted) {
+    Graph g;
+    Tensor logits = g.input("logits", {3, 3});
+    Tensor labels = g.input("labels", {3}, DType::I32);
+    const std::vector<double> l{0, kLn2, kLn3, 1, 1, 1, 5, -2, 0};
+    // row 0 label 2: ln 2; row 1 label 0: ln 3; row 2 ignored
+    expect_values(eval(g, g.cross_entropy(logits, labels), {{"logits", {{3, 3}, l}}, {"labels", {{3}, {2, 0, -100}}}}), {},
+                  {(kLn2 + kLn3) / 2});
+    // another ignore index: -100 is then an out-of-range label, 7 is ignored
+    Graph h;
+    h.cross_entropy(h.input("logits", {3, 3}), h.input("labels", {3}, DType::I32), 7);
+    EXPECT_EQ(error_of([&] { evaluate(h, {{"logits", {{3, 3}, l}}, {"labels", {{3}, {2, 7, -100}}}}); }),
+              "reference: cross_entropy label -100 in row 2 is outside [0, 3)");
+    const Value none = eval(g, g.cross_entropy(logits, labels), {{"logits", {{3, 3}, l}}, {"labels", {{3}, {-100, -100, -100}}}});
+    EXPECT_TRUE(std::isnan(none.data.at(0)));
+    // the gradient: row 0 and row 1 as in CrossEntropyGrad below, over 2 counted rows; row 2 zero
+    Tensor grad = g.cross_entropy_grad(logits, labels, g.input("g", {}));
+    const Feeds feeds{{"logits", {{3, 3}, l}}, {"labels", {{3}, {2, 0, -100}}}, {"g", {{}, {4}}}};
+    expect_values(eval(g, grad, feeds), {3, 3}, {1.0 / 3, 2.0 / 3, -1, -4.0 / 3, 2.0 / 3, 2.0 / 3, 0, 0, 0});
+}
+
 TEST(ReferenceReduce, CrossEntropyBadLabelIsNamed) {
     Graph g;
     g.cross_entropy(g.input("logits", {2, 3}), g.input("labels", {2}, DType::I32));

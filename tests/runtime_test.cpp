@@ -283,6 +283,21 @@ TEST_F(Runtime, ValidationMessagesAreCollected) {
     EXPECT_TRUE(ctx->take_validation_messages().empty());
 }
 
+// Dispatches are recorded inside VK_EXT_debug_utils labels wherever the loader offers the extension
+// (lavapipe's does); the validation layer checks every label call of every GPU test.
+TEST_F(Runtime, DispatchesAreLabelledForDebuggers) {
+    if (!ctx->validation_enabled()) GTEST_SKIP() << "MEGANEURA_VALIDATE is not set";
+    EXPECT_TRUE(ctx->debug_labels());
+    const uint32_t n = 64;
+    Buffer x(ctx, n * 4, MemoryKind::DeviceLocal), y(ctx, n * 4, MemoryKind::DeviceLocal);
+    Program p(ctx);
+    Dispatch d = affine_dispatch(x, y, n, 0, 1.0f);
+    d.name = "fc1: matmul";
+    p.dispatch(std::move(d));
+    p.finish();
+    p.run();
+}
+
 TEST_F(Runtime, ZeroSizeBufferIsUsable) {
     Buffer b(ctx, 0, MemoryKind::Upload);
     EXPECT_GE(b.size(), 4u);

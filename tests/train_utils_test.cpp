@@ -426,6 +426,26 @@ TEST_F(TrainUtilsTest, CurveCsvErrors) {
     EXPECT_THROW(LossCurve().write_csv(path("no/such/dir.csv")), mn::Error);
 }
 
+// The plot's frame, as curve.cpp draws it: x from 70 to 730, y from 60 (top) to 390.
+constexpr double kFrameLeft = 70, kFrameRight = 730, kFrameTop = 60, kFrameBottom = 390;
+
+// The centres of every <circle> in an SVG, the legend's marker included.
+std::vector<std::pair<double, double>> circles(const std::string& svg) {
+    std::vector<std::pair<double, double>> centres;
+    for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) {
+        const size_t cx = svg.find("cx=\"", at) + 4, cy = svg.find("cy=\"", at) + 4;
+        centres.emplace_back(std::stod(svg.substr(cx)), std::stod(svg.substr(cy)));
+    }
+    return centres;
+}
+
+// The sum of |y[i+1] - y[i]| along a polyline: how much it wiggles.
+double variation(const std::vector<std::pair<double, double>>& line) {
+    double total = 0;
+    for (size_t i = 1; i < line.size(); ++i) total += std::abs(line[i].second - line[i - 1].second);
+    return total;
+}
+
 TEST_F(TrainUtilsTest, CurveSvgIsAWellFormedPlot) {
     LossCurve curve;
     for (int64_t step = 1; step <= 10000; ++step)
@@ -442,23 +462,54 @@ TEST_F(TrainUtilsTest, CurveSvgIsAWellFormedPlot) {
     ASSERT_NE(elements[0][0], '!') << elements[0];
     EXPECT_EQ(elements[0], "svg");
     EXPECT_NE(svg.find("Fashion-MNIST &lt;MLP&gt; &amp; friends"), std::string::npos);
-    EXPECT_NE(svg.find("eval accuracy"), std::string::npos);
+    for (const char* legend : {"loss per step", "loss, moving average", "test accuracy (right axis)"})
+        EXPECT_NE(svg.find(legend), std::string::npos) << legend;
     EXPECT_EQ(svg.find("nan"), std::string::npos);
     EXPECT_GE(std::count(elements.begin(), elements.end(), "text"), 8);  // title, tick labels
 
-    const auto lines = polylines(svg);
-    ASSERT_EQ(lines.size(), 2u);
+    const auto lines = polylines(svg);  // the loss per step, its moving average, the accuracy
+    ASSERT_EQ(lines.size(), 3u);
     EXPECT_GT(lines[0].size(), 1000u);
     EXPECT_LE(lines[0].size(), 2000u);
-    EXPECT_EQ(lines[1].size(), 10u);
+    EXPECT_EQ(lines[1].size(), lines[0].size());
+    EXPECT_LT(variation(lines[1]), variation(lines[0]) / 4);  // the average smooths the noise
+    EXPECT_EQ(lines[2].size(), 10u);
     for (const auto& line : lines)
         for (const auto& [x, y] : line) {
-            EXPECT_GE(x, 70);
-            EXPECT_LE(x, 730);
-            EXPECT_GE(y, 40);
-            EXPECT_LE(y, 390);
+            EXPECT_GE(x, kFrameLeft);
+            EXPECT_LE(x, kFrameRight);
+            EXPECT_GE(y, kFrameTop);
+            EXPECT_LE(y, kFrameBottom);
         }
     EXPECT_GT(lines[0].back().second, lines[0].front().second);  // falling loss: y grows downward
+
+    // Every evaluation is a marker, on an axis from 0 to 1: accuracy a sits at a of the frame's height.
+    const auto markers = circles(svg);
+    ASSERT_EQ(markers.size(), 10u + 1);  // and the legend's
+    for (int i = 0; i < 10; ++i) {
+        const double accuracy = 0.7 + (i + 1) * 1000 * 2e-5;
+        EXPECT_NEAR(markers[i].second, kFrameBottom - accuracy * (kFrameBottom - kFrameTop), 0.1);
+        EXPECT_EQ(markers[i], lines[2][i]);
+    }
+}
+
+// After one epoch the accuracy was a one-point polyline that drew nothing, on an axis up to 1.4;
+// after two, the axis zoomed to 0.845-0.865, so 1.5 points looked like a cliff.
+TEST_F(TrainUtilsTest, CurveSvgShowsAccuracyTruthfully) {
+    LossCurve one;
+    for (int64_t step = 1; step <= 100; ++step) one.add(step, 1.0f / float(step));
+    one.add_eval(100, 0.85f);
+    one.write_svg(path("one.svg"));
+    const auto marker = circles(read_text(path("one.svg")));
+    ASSERT_EQ(marker.size(), 2u);
+    EXPECT_NEAR(marker[0].second, kFrameBottom - 0.85 * (kFrameBottom - kFrameTop), 0.1);
+
+    LossCurve two = one;
+    two.add_eval(200, 0.865f);
+    two.write_svg(path("two.svg"));
+    const auto markers = circles(read_text(path("two.svg")));
+    ASSERT_EQ(markers.size(), 3u);
+    EXPECT_NEAR(markers[0].second - markers[1].second, 0.015 * (kFrameBottom - kFrameTop), 0.1);  // 5 pixels
 }
 
 TEST_F(TrainUtilsTest, CurveSvgWithoutData) {

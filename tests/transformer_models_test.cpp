@@ -7,6 +7,7 @@
 // parameter's gradient must also match elementwise, relative L2 <= 1e-3).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "gpu_check.hpp"
 #include "error_of.hpp"
@@ -23,19 +24,20 @@ namespace {
 
 std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-class TransformerVsTorch : public GpuTest, public ::testing::WithParamInterface<std::string> {};
-
-TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) {
+// Runs the reference script for `name` (with `script_flags`) and `meganeura forward --backward` on its
+// files (with its config.json when it wrote one), and checks the gates.
+void expect_matches_torch(const std::string& name, const std::string& script_flags) {
     MN_REQUIRE_TORCH();
-    const std::string name = GetParam();
     TempDir dir("tf-" + name);
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/transformer_reference.py";
     int status = 0;
-    const std::string py = run_command("/usr/bin/python3 '" + script + "' " + name + " '" + dir.dir().string() + "'", &status);
+    const std::string py = run_command("/usr/bin/python3 '" + script + "' " + name + " '" + dir.dir().string() + "' " +
+                                           script_flags, &status);
     ASSERT_EQ(status, 0) << py;
+    const std::string config = std::filesystem::exists(dir.path("config.json")) ? " --config " + dir.path("config.json") : "";
     const std::string cli = run_command(std::string(MEGANEURA_BINARY) + " forward --model " + name + " --size tiny --weights " +
                                             dir.path("weights.safetensors") + " --inputs " + dir.path("inputs.safetensors") +
-                                            " --out " + dir.path("got.safetensors") + " --backward --precision strict",
+                                            " --out " + dir.path("got.safetensors") + config + " --backward --precision strict",
                                         &status);
     ASSERT_EQ(status, 0) << cli;
     const io::TensorMap want = io::read_safetensors(dir.path("expected.safetensors"));
@@ -44,8 +46,21 @@ TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) {
     expect_passes_gates(got, want, name, name == "smollm2" ? "logits" : "output");
 }
 
+class TransformerVsTorch : public GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+// SmolLM2's labels are Hugging Face's (shifted inside, some -100 ignored).
+TEST_P(TransformerVsTorch, ForwardLossAndGradientsMatch) { expect_matches_torch(GetParam(), ""); }
+
 INSTANTIATE_TEST_SUITE_P(Models, TransformerVsTorch, ::testing::Values("smollm2", "smolvla", "whisper"),
                          [](const auto& info) { return info.param; });
+
+class CausalLmVsTorch : public GpuTest {};
+
+// Labels already aligned with the logits, under their explicit name: not shifted again.
+TEST_F(CausalLmVsTorch, ShiftedLabelsAreTakenAsTheyAre) { expect_matches_torch("smollm2", "--shifted-labels"); }
+
+// A Qwen2 config.json: q, k and v projections with biases, which the builder reads and trains.
+TEST_F(CausalLmVsTorch, Qwen2AttentionBiasesAreBuilt) { expect_matches_torch("smollm2", "--qwen2"); }
 
 // ---- SmolLM2's KV cache ----
 
@@ -143,7 +158,7 @@ void write_text(const std::string& path, const char* text) {
 
 TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     TempDir dir("config");
-    write_text(dir.path("config.json"), R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 576,
+    write_text(dir.path("config.json"), R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
         "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
         "vocab_size": 49152, "rope_theta": 100000, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
         "max_position_embeddings": 8192, "torch_dtype": "bfloat16"})");
@@ -160,6 +175,54 @@ TEST(TransformerModels, ConfigJsonLoadsLikeHuggingFace) {
     EXPECT_EQ(c.rms_eps, 1e-5);
     EXPECT_TRUE(c.tied_embeddings);
     EXPECT_THROW(models::LlamaConfig::from_json(dir.path("missing.json")), Error);
+}
+
+// HuggingFaceTB/SmolLM2-135M's and Qwen/Qwen2.5-0.5B's published config.json load (Qwen2 with its q/k/v
+// biases); a field that would change the model and that the builder lacks is refused by name.
+TEST(TransformerModels, ConfigFieldsTheBuilderLacksAreRefused) {
+    TempDir dir("config");
+    write_text(dir.path("smollm2.json"), R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+        "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+        "initializer_range": 0.041666666666666664, "intermediate_size": 1536, "is_llama_config": true,
+        "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9, "num_hidden_layers": 30,
+        "num_key_value_heads": 3, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": false,
+        "rope_scaling": null, "rope_theta": 100000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+        "transformers_version": "4.42.3", "use_cache": true, "vocab_size": 49152})");
+    const models::LlamaConfig smol = models::LlamaConfig::from_json(dir.path("smollm2.json"));
+    EXPECT_EQ(smol.hidden, 576);
+    EXPECT_FALSE(smol.qkv_bias || smol.o_bias || smol.mlp_bias);
+    write_text(dir.path("qwen2.json"), R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+        "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+        "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+        "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
+        "vocab_size": 151936})");
+    const models::LlamaConfig qwen = models::LlamaConfig::from_json(dir.path("qwen2.json"));
+    EXPECT_TRUE(qwen.qkv_bias);
+    EXPECT_FALSE(qwen.o_bias || qwen.mlp_bias);
+    EXPECT_EQ(qwen.head_dim, 64);
+    const models::BuiltModel m = models::find_model("smollm2").build({.config_path = dir.path("qwen2.json"),
+                                                                      .input_shapes = {{"input_ids", {1, 4}}, {"labels", {1, 4}}}});
+    EXPECT_EQ(m.graph->find("model.layers.23.self_attn.k_proj.bias")->shape(), (Shape{128}));
+    EXPECT_FALSE(m.graph->find("model.layers.0.self_attn.o_proj.bias"));
+
+    const std::pair<const char*, const char*> refused[] = {
+        {R"({"model_type": "llama", "rope_scaling": {"factor": 32.0, "rope_type": "llama3"}})",
+         R"(rope_scaling is {"factor":32.0,"rope_type":"llama3"}; only null is implemented)"},
+        {R"({"model_type": "llama", "hidden_act": "gelu"})", R"(hidden_act is "gelu"; only "silu" is implemented)"},
+        {R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window is true; only false is implemented"},
+        {R"({"model_type": "llama", "attention_dropout": 0.1})", "attention_dropout is 0.1; only 0 is implemented"},
+        {R"({"model_type": "llama", "partial_rotary_factor": 0.5, "qk_norm": true})",
+         "not implemented by the llama builder: partial_rotary_factor = 0.5, qk_norm = true"},
+        {R"({"model_type": "mistral"})", R"(model_type is "mistral"; this builder implements "llama" and "qwen2")"},
+        {R"({"hidden_size": 64})", R"(model_type is absent; this builder implements "llama" and "qwen2")"},
+    };
+    for (const auto& [json, message] : refused) {
+        write_text(dir.path("bad.json"), json);
+        const std::string error = error_of([&] { models::LlamaConfig::from_json(dir.path("bad.json")); });
+        EXPECT_NE(error.find(message), std::string::npos) << json << "\n" << error;
+    }
 }
 
 // openai/whisper-tiny's config.json (the fields the encoder reads, and some it does not) gives the
@@ -194,7 +257,7 @@ TEST_F(TransformerTrainingTest, RegistryModelsTrainWithSessionStep) {
     models::BuiltModel m = models::find_model("smollm2").build(request);
     Session s = compile(*m.graph, device(), {.loss = m.loss, .optimizer = AdamW{.lr = 1e-2}, .seed = 2});
     s.set("input_ids", std::vector<int32_t>{1, 2, 3, 4, 5, 6});
-    s.set("labels", std::vector<int32_t>{2, 3, 4, 5, 6, 7});
+    s.set("labels", std::vector<int32_t>{1, 2, 3, 4, 5, 6});  // Hugging Face's: labels = input_ids
     const float first = s.step();
     float last = first;
     for (int i = 0; i < 4; ++i) last = s.step();

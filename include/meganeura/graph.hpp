@@ -169,11 +169,14 @@ public:
     Tensor softmax(Tensor x, int64_t axis = -1);
     Tensor log_softmax(Tensor x, int64_t axis = -1);
 
-    // losses (mean over the batch): logits [N, C] with i32 labels [N]; mse over all elements
-    Tensor cross_entropy(Tensor logits, Tensor labels);
+    // losses. cross_entropy: logits [N, C] with i32 labels [N], as torch's F.cross_entropy: rows whose
+    // label is ignore_index count for nothing and the mean is over the other rows (NaN when there
+    // are none, as in torch). mse_loss: the mean over all elements.
+    static constexpr int64_t kIgnoreIndex = -100;
+    Tensor cross_entropy(Tensor logits, Tensor labels, int64_t ignore_index = kIgnoreIndex);
     Tensor mse_loss(Tensor prediction, Tensor target);
-    // d cross_entropy(logits, labels) / d logits, times the scalar `upstream`.
-    Tensor cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream);
+    // d cross_entropy(logits, labels, ignore_index) / d logits, times the scalar `upstream`.
+    Tensor cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream, int64_t ignore_index = kIgnoreIndex);
 
     // transformer ops (torch.nn.functional names). embedding: rows of weight [V, D] by i32 ids
     // [...] -> [..., D]. rms_norm and layer_norm normalize over the last dim (Llama / nn.LayerNorm).
@@ -236,7 +239,7 @@ private:
     Tensor binary(Op op, Tensor a, Tensor b);
     Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdim);
     void check(Tensor t, const char* op) const;
-    void check_cross_entropy(Tensor logits, Tensor labels) const;
+    void check_cross_entropy(Tensor logits, Tensor labels, int64_t ignore_index) const;
     void check_unique_name(const std::string& name, const char* op) const;
     Tensor norm(Op op, Tensor x, Tensor weight, std::optional<Tensor> third, double eps);
     Shape conv2d_shape(const char* op, const Shape& x, const Shape& w, const std::vector<int64_t>& attrs) const;

@@ -31,6 +31,8 @@ public:
     // A host application's device and queue (meganeura/vulkan.hpp), shared, never destroyed here.
     static Device adopt(const VulkanHandles& handles);
     std::string name() const;
+    // Its capabilities as `meganeura devices` prints them (subgroup size, shared memory, ...).
+    std::string describe() const;
     std::shared_ptr<rt::Context> context() const { return ctx_; }
 
 private:
@@ -97,6 +99,7 @@ public:
     std::vector<float> get(std::string_view name) const;
     std::vector<int32_t> get_i32(std::string_view name) const;
     Shape shape(std::string_view name) const;
+    DType dtype(std::string_view name) const;
 
     const SessionStats& stats() const;
     // After run() with CompileOptions::profile: (kernel label, ms) per dispatch.

@@ -140,7 +140,7 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             const int64_t a = n.ints[0];
             return {gy - g.exp(y) * g.sum(gy, {a}, true)};
         }
-        case Op::CrossEntropy: return {g.cross_entropy_grad(in(0), in(1), gy), std::nullopt};
+        case Op::CrossEntropy: return {g.cross_entropy_grad(in(0), in(1), gy, n.ints[0]), std::nullopt};
         case Op::MseLoss: {
             Tensor ga = (in(0) - in(1)) * (gy * (2.0 / static_cast<double>(numel(in(0).shape()))));
             return {only(0, [&] { return ga; }), only(1, [&] { return -ga; })};

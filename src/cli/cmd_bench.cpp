@@ -6,17 +6,16 @@
 #include <fstream>
 
 #include "bench/bench.hpp"
-#include "cli/flags.hpp"
+#include "cli/commands.hpp"
 #include "io/atomic_file.hpp"
 
 namespace mn::cli {
 
-int cmd_bench(const Args& args) {
-    const Flags f(args, {{"model", ""}, {"precision", "strict"}, {"size", "full"}, {"json", ""}, {"repeat", "20"},
-                         {"warmup", "3"}, {"out-dir", ""}, {"seed", "0"}});
-    if (f.str("model").empty()) throw Error("--model is required");
-    bench::BenchOptions o{.model = f.str("model"), .size = f.str("size"),
-                          .precision = parse_precision(f.str("precision")), .out_dir = f.str("out-dir"),
+namespace {
+
+int run_bench(const Flags& f) {
+    bench::BenchOptions o{.model = f.required("model"), .size = f.choice("size", {"full", "tiny"}),
+                          .precision = parse_precision(f), .out_dir = f.str("out-dir"),
                           .repeat = static_cast<int>(f.integer("repeat", 1, INT32_MAX)),
                           .warmup = static_cast<int>(f.integer("warmup", 0, INT32_MAX)),
                           .seed = static_cast<uint64_t>(f.integer("seed", 0))};
@@ -35,5 +34,27 @@ int cmd_bench(const Args& args) {
     std::printf("weights, inputs and outputs in %s\n", o.out_dir.c_str());
     return report["validation_messages"].empty() ? 0 : 4;
 }
+
+}  // namespace
+
+const Command bench_command = {
+    .name = "bench",
+    .summary = "time a model's workloads (compile, inference, latency, training) and write them for PyTorch",
+    .description =
+        "Times one model's workloads: compile (cold and warm), inference, single-item latency, training\n"
+        "step and full step, in wall time and GPU timestamps, with the top kernels, a Perfetto trace per\n"
+        "workload, dispatches, memory and each workload's floor. The weights, inputs and outputs go to\n"
+        "--out-dir for bench/torch_bench.py and bench/compare.py (bench/README.md). Exit status 4 when the\n"
+        "validation layer reported a message.",
+    .options = {{"model", "", "NAME", "the model (required; meganeura models lists them)"},
+                precision_option(),
+                {"size", "full", "SIZE", "full (the benchmark configuration) or tiny"},
+                {"json", "", "FILE", "also write the report as JSON"},
+                {"repeat", "20", "N", "timed runs per workload"},
+                {"warmup", "3", "N", "untimed runs before them"},
+                {"out-dir", "", "DIR", "where the weights, inputs and outputs go (default: bench-out/MODEL-SIZE-PRECISION)"},
+                {"seed", "0", "N", "seed of the initialization and the example inputs"}},
+    .run = run_bench,
+};
 
 }  // namespace mn::cli

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "cli/flags.hpp"
+#include "cli/commands.hpp"
 #include "meganeura/session.hpp"
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
@@ -41,16 +41,12 @@ int32_t argmax_row(const std::vector<float>& logits, int64_t row, int64_t vocab)
     return static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin);
 }
 
-}  // namespace
-
-int cmd_generate(const Args& args) {
-    const Flags f(args, {{"model", "smollm2"}, {"weights", ""}, {"tokens", ""}, {"max-new", "20"}, {"size", "full"},
-                         {"config", ""}});
-    if (f.str("model") != "smollm2") throw Error("generate supports --model smollm2, got '" + f.str("model") + "'");
-    if (f.str("size") != "tiny" && f.str("size") != "full") throw Error("--size must be tiny or full");
+int run_generate(const Flags& f) {
+    (void)f.choice("model", {"smollm2"});
+    const std::string& size = f.choice("size", {"tiny", "full"});
     const std::vector<int32_t> prompt = parse_tokens(f.str("tokens"));
     const int64_t max_new = f.integer("max-new", 1, INT32_MAX);
-    const models::LlamaConfig c = models::LlamaConfig::from_request({.size = f.str("size"), .config_path = f.str("config")});
+    const models::LlamaConfig c = models::LlamaConfig::from_request({.size = size, .config_path = f.str("config")});
     for (int32_t t : prompt) {
         if (t >= c.vocab) throw Error("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab));
     }
@@ -93,5 +89,21 @@ int cmd_generate(const Args& args) {
     std::printf("\n");
     return 0;
 }
+
+}  // namespace
+
+const Command generate_command = {
+    .name = "generate",
+    .summary = "greedy decoding with a KV cache: prompt token ids in, generated token ids out",
+    .description = "Decodes greedily with a KV cache: one program prefills the prompt, a second one decodes one\n"
+                   "token per run, both on the same weights. Prints the generated token ids, comma-separated.",
+    .options = {{"model", "smollm2", "NAME", "the causal LM (smollm2)"},
+                {"weights", "", "FILE", "safetensors weights (default: random initialization, with a warning)"},
+                {"tokens", "", "IDS", "the prompt as comma-separated token ids, e.g. 1,2,3 (required)"},
+                {"max-new", "20", "N", "tokens to generate"},
+                {"size", "full", "SIZE", "full (the published configuration) or tiny"},
+                {"config", "", "FILE", "a Hugging Face config.json, overriding --size's configuration"}},
+    .run = run_generate,
+};
 
 }  // namespace mn::cli

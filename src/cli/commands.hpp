@@ -1,23 +1,24 @@
 #pragma once
-// One function per `meganeura` subcommand. Each gets the arguments after the subcommand's name,
-// returns the process exit code, and reports bad input by throwing mn::Error (main prints one line).
+// Every `meganeura` subcommand, one Command each, defined in its cmd_*.cpp file; main.cpp lists them.
+// A new command: a cmd_<name>.cpp defining `const Command <name>_command = {...}` (its options
+// declared once, with defaults and help), its declaration here, and one entry in main.cpp's table.
 #include <string>
-#include <vector>
 
-#include "meganeura/session.hpp"
+#include "cli/flags.hpp"
+#include "meganeura/precision.hpp"
 
 namespace mn::cli {
 
-using Args = std::vector<std::string>;
+extern const Command devices_command;
+extern const Command models_command;
+extern const Command train_command;
+extern const Command eval_command;
+extern const Command forward_command;
+extern const Command generate_command;
+extern const Command bench_command;
 
-int cmd_devices(const Args& args);
-int cmd_train(const Args& args);
-int cmd_eval(const Args& args);
-int cmd_forward(const Args& args);
-int cmd_generate(const Args& args);
-int cmd_bench(const Args& args);
-
-// "strict" or "fast"; anything else is an mn::Error (cmd_forward.cpp).
-Precision parse_precision(const std::string& s);
+// The --precision option, and its value: "strict" or "fast"; anything else is an mn::Error.
+Option precision_option();
+Precision parse_precision(const Flags& flags);
 
 }  // namespace mn::cli

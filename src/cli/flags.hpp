@@ -1,7 +1,8 @@
 #pragma once
-// A small command-line parser: positional words and `--name value` options, each option declared
-// with its default; an unknown option or a missing value is an mn::Error naming it. An option whose
-// default is "false" is a switch: it takes no value, and `--name` alone sets it.
+// A command's options, declared once with their defaults and help, and the parser that reads them:
+// positional words, `--name value` and `--name=value`; an unknown option or a missing value is an
+// mn::Error naming it. An option whose default is "false" is a switch: `--name` alone sets it
+// (`--name=false` clears it). The same declaration prints `meganeura <command> --help`.
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -11,32 +12,47 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
 #include "meganeura/error.hpp"
 
 namespace mn::cli {
 
+using Args = std::vector<std::string>;
+
+struct Option {
+    std::string name;           // without "--"
+    std::string default_value;  // "" for none (a required option says so in its help); "false": a switch
+    std::string metavar;        // what the value is, e.g. "N" or "FILE"; empty for a switch
+    std::string help;
+};
+
 class Flags {
 public:
-    // `options` maps each accepted option (without "--") to its default value.
-    Flags(const Args& args, std::map<std::string, std::string> options) : values_(std::move(options)) {
+    Flags(const Args& args, const std::vector<Option>& options) {
+        for (const Option& o : options) values_[o.name] = o.default_value;
         for (size_t i = 0; i < args.size(); ++i) {
             if (args[i].rfind("--", 0) != 0) {
                 positional_.push_back(args[i]);
                 continue;
             }
-            const std::string name = args[i].substr(2);
-            if (!values_.count(name)) {
+            const size_t equals = args[i].find('=');
+            const std::string name = args[i].substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+            auto it = values_.find(name);
+            if (it == values_.end()) {
                 std::string known;
-                for (const auto& [k, v] : values_) known += " --" + k;
-                throw Error("unknown option --" + name + "; options:" + known);
+                for (const Option& o : options) known += " --" + o.name;
+                throw Error("unknown option --" + name + "; options:" + (known.empty() ? " none" : known));
             }
-            if (values_[name] == "false") {
-                values_[name] = "true";
-                continue;
+            const bool is_switch = switch_default(options, name);
+            if (equals != std::string::npos) {
+                it->second = args[i].substr(equals + 1);
+                if (is_switch && it->second != "true" && it->second != "false")
+                    throw Error("option --" + name + " is a switch: --" + name + "=true or --" + name + "=false");
+            } else if (is_switch) {
+                it->second = "true";
+            } else {
+                if (i + 1 >= args.size()) throw Error("option --" + name + " needs a value");
+                it->second = args[++i];
             }
-            if (i + 1 >= args.size()) throw Error("option --" + name + " needs a value");
-            values_[name] = args[++i];
         }
     }
     const std::vector<std::string>& positional() const { return positional_; }
@@ -66,8 +82,29 @@ public:
             throw out_of_range(name, min, max);
         return value;
     }
+    // The value, which must be one of `choices` (an mn::Error listing them otherwise).
+    const std::string& choice(const std::string& name, const std::vector<std::string>& choices) const {
+        const std::string& v = values_.at(name);
+        std::string list;
+        for (const std::string& c : choices) {
+            if (v == c) return v;
+            list += (list.empty() ? "" : ", ") + c;
+        }
+        throw Error("option --" + name + " is '" + v + "', expected one of " + list);
+    }
+    // The value, which must not be empty.
+    const std::string& required(const std::string& name) const {
+        const std::string& v = values_.at(name);
+        if (v.empty()) throw Error("option --" + name + " is required");
+        return v;
+    }
 
 private:
+    static bool switch_default(const std::vector<Option>& options, const std::string& name) {
+        for (const Option& o : options)
+            if (o.name == name) return o.default_value == "false";
+        return false;
+    }
     template <class T>
     Error out_of_range(const std::string& name, T min, T max) const {
         auto text = [](T bound) {
@@ -85,5 +122,33 @@ private:
     std::map<std::string, std::string> values_;
     std::vector<std::string> positional_;
 };
+
+// One `meganeura` subcommand: what `meganeura <name> --help` prints, and the function that runs it
+// with the parsed flags. `run` returns the exit code and reports bad input by throwing mn::Error.
+struct Command {
+    std::string name;
+    std::string positional;  // the words before the options in the usage line, e.g. "fashion-mnist"
+    std::string summary;     // one line, for `meganeura --help`
+    std::string description; // a paragraph, for `meganeura <name> --help`
+    std::vector<Option> options;
+    int (*run)(const Flags& flags);
+};
+
+// The text of `meganeura <command> --help`: usage, description, and every option with its default.
+inline std::string help_text(const Command& c) {
+    std::string text = "usage: meganeura " + c.name + (c.positional.empty() ? "" : " " + c.positional) +
+                       (c.options.empty() ? "" : " [options]") + "\n\n" + c.description + "\n\noptions:\n";
+    auto line = [&](const std::string& left, const std::string& help) {
+        text += "  " + left + std::string(left.size() < 24 ? 24 - left.size() : 1, ' ') + help + "\n";
+    };
+    for (const Option& o : c.options) {
+        const bool is_switch = o.default_value == "false";
+        std::string help = o.help;
+        if (!is_switch && !o.default_value.empty()) help += " (default: " + o.default_value + ")";
+        line("--" + o.name + (is_switch ? "" : " " + o.metavar), help);
+    }
+    line("-h, --help", "show this help and exit");
+    return text;
+}
 
 }  // namespace mn::cli

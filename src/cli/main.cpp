@@ -1,57 +1,64 @@
-// The `meganeura` command: a table of subcommands; errors print one line and exit non-zero.
+// The `meganeura` command: a table of subcommands. `meganeura --help` lists them, `meganeura <command>
+// --help` prints the command's options with their defaults; errors print one line and exit 1.
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string_view>
 
 #include "cli/commands.hpp"
 #include "meganeura/error.hpp"
+#include "meganeura/version.h"
 
 namespace {
 
-struct Command {
-    const char* name;
-    int (*run)(const mn::cli::Args&);
-    const char* help;
-};
+using mn::cli::Command;
 
-const Command kCommands[] = {
-    {"devices", mn::cli::cmd_devices, "list every Vulkan device with its capabilities"},
-    {"train", mn::cli::cmd_train, "train fashion-mnist [--model mlp|cnn] [--epochs 2] [--batch 64] [--lr 1e-3] [--schedule cosine|constant] "
-                                  "[--checkpoint F] [--resume F | --force] [--curve PREFIX]"},
-    {"eval", mn::cli::cmd_eval, "eval fashion-mnist --checkpoint F [--model mlp|cnn]"},
-    {"forward", mn::cli::cmd_forward, "forward --model NAME [--size tiny|full] [--config config.json] [--weights W] "
-                                      "--inputs I --out O [--backward] [--precision strict|fast]"},
-    {"generate", mn::cli::cmd_generate, "generate --model smollm2 [--weights W] --tokens 1,2,3 [--max-new 20] "
-                                        "[--size tiny|full] [--config config.json]: greedy token ids"},
-    {"bench", mn::cli::cmd_bench, "bench --model NAME [--precision strict|fast] [--size full|tiny] [--json FILE] "
-                                  "[--repeat 20] [--warmup 3] [--out-dir DIR] [--seed 0]"},
+const Command* const kCommands[] = {
+    &mn::cli::devices_command, &mn::cli::models_command,   &mn::cli::train_command, &mn::cli::eval_command,
+    &mn::cli::forward_command, &mn::cli::generate_command, &mn::cli::bench_command,
 };
 
 int usage(FILE* out) {
-    std::fprintf(out, "usage: meganeura <command> [options]\n\ncommands:\n");
-    for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
-    return out == stdout ? 0 : 2;
+    std::fprintf(out, "usage: meganeura <command> [options]\n       meganeura <command> --help\n"
+                      "       meganeura --version\n\ncommands:\n");
+    for (const Command* c : kCommands) std::fprintf(out, "  %-10s %s\n", c->name.c_str(), c->summary.c_str());
+    std::fprintf(out, "\nenvironment: MEGANEURA_DEVICE, MEGANEURA_VALIDATE, MEGANEURA_TRACE, MEGANEURA_DEBUG, "
+                      "MEGANEURA_DUMP, MEGANEURA_CHECK, MEGANEURA_CACHE_DIR, MEGANEURA_DATA_DIR (README.md)\n");
+    return out == stdout ? 0 : 1;
+}
+
+bool asks_for_help(const mn::cli::Args& args) {
+    for (const auto& a : args)
+        if (a == "-h" || a == "--help") return true;
+    return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc < 2) return usage(stderr);
-    std::string_view name = argv[1];
+    const std::string_view name = argv[1];
     if (name == "-h" || name == "--help" || name == "help") return usage(stdout);
-    for (const auto& c : kCommands) {
-        if (name != c.name) continue;
+    if (name == "--version" || name == "version") {
+        std::printf("meganeura %s\n", MEGANEURA_VERSION);
+        return 0;
+    }
+    for (const Command* c : kCommands) {
+        if (name != c->name) continue;
+        const mn::cli::Args args(argv + 2, argv + argc);
+        if (asks_for_help(args)) {
+            std::fputs(mn::cli::help_text(*c).c_str(), stdout);
+            return 0;
+        }
         try {
-            return c.run(mn::cli::Args(argv + 2, argv + argc));
+            return c->run(mn::cli::Flags(args, c->options));
         } catch (const mn::Error& e) {
-            std::fprintf(stderr, "meganeura %s: error: %s\n", c.name, e.what());
+            std::fprintf(stderr, "meganeura %s: error: %s\n", c->name.c_str(), e.what());
             return 1;
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "meganeura %s: internal error: %s\n", c.name, e.what());
+            std::fprintf(stderr, "meganeura %s: internal error: %s\n", c->name.c_str(), e.what());
             return 3;
         }
     }
-    std::fprintf(stderr, "meganeura: unknown command '%s'\n", argv[1]);
-    return usage(stderr);
+    std::fprintf(stderr, "meganeura: unknown command '%s'; run meganeura --help for the list\n", argv[1]);
+    return 1;
 }

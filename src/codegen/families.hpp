@@ -49,12 +49,16 @@ enum class ReduceMode { Sum, Mean, Max, Softmax, LogSoftmax };
 KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
                            const Launch& launch);
 
-// Per-row loss of cross-entropy: loss[n] = logsumexp(logits[n, :]) - logits[n, labels[n]];
-// a label outside [0, C) yields NaN.
-KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch);
-
-// d cross_entropy / d logits: grad[n, c] = upstream * (softmax(logits[n])[c] - (c == labels[n])) / rows.
-KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch);
+// Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
+// ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,
+// loss[n] = logsumexp(logits[n, :]) - logits[n, labels[n]] and 0 in an ignored row; and
+// d cross_entropy / d logits, grad[n, c] = upstream * (softmax(logits[n])[c] - (c == labels[n])) / count,
+// 0 in an ignored row. A label outside [0, C) that is not ignored yields NaN.
+KernelSource cross_entropy_count_kernel(int64_t rows, int64_t ignore_index, const Launch& launch);
+KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
+                                       const Launch& launch);
+KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
+                                       const Launch& launch);
 
 // C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes read in place.
 struct MatmulSpec {

@@ -77,15 +77,18 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
 
 namespace {
 
-// The head of both cross-entropy kernels: one workgroup per row leaves the row's max in m and
-// its sum of exp(x - m) in s.
-KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, int64_t classes,
+// The ignore index as the bits of an i32, compared with uint(label) in the shaders.
+uint32_t ignore_bits(int64_t ignore_index) { return static_cast<uint32_t>(static_cast<int32_t>(ignore_index)); }
+
+// The head of the per-row cross-entropy kernels: one workgroup per row leaves the row's max in m
+// and its sum of exp(x - m) in s, and whether its label is ignored or out of range.
+KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
                                   const Launch& launch, std::vector<Binding> bindings, const std::string& tail) {
     KernelSource k;
     k.label = label;
     k.iface.local_size = pow2_at_most(launch.local_size);
-    k.iface.spec_constants = {"ROWS", "C"};
-    k.spec_values = {checked_u32(rows, "rows"), checked_u32(classes, "classes")};
+    k.iface.spec_constants = {"ROWS", "C", "IGNORE"};
+    k.spec_values = {checked_u32(rows, "rows"), checked_u32(classes, "classes"), ignore_bits(ignore_index)};
     checked_u32(rows * classes, "logits size");
     k.iface.bindings = std::move(bindings);
     const std::string load = "float(logits.d[base + j])";
@@ -98,7 +101,8 @@ KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, 
              "    uint lid = gl_LocalInvocationID.x;\n"
              "    uint base = g * C;\n"
              "    int label = labels.d[g];\n"
-             "    bool bad = label < 0 || uint(label) >= C;\n"
+             "    bool ignored = uint(label) == IGNORE;\n"
+             "    bool bad = !ignored && (label < 0 || uint(label) >= C);\n"
              "    float m = " + kNegInf + ";\n" + loop + "m = max(m, " + load + ");\n" +
              "    red[lid] = m;\n" + tree("max(a, b)") +
              "    m = red[0];\n"
@@ -111,24 +115,46 @@ KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, 
 
 }  // namespace
 
-KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+KernelSource cross_entropy_count_kernel(int64_t rows, int64_t ignore_index, const Launch& launch) {
+    KernelSource k;
+    k.label = "cross_entropy_count";
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"ROWS", "IGNORE"};
+    k.spec_values = {checked_u32(rows, "rows"), ignore_bits(ignore_index)};
+    k.iface.bindings = {{"labels", DType::I32}, {"count", DType::F32, true}};
+    k.glsl = glsl_preamble(k.iface) +
+             "shared float red[WG];\n"
+             "void main() {\n"
+             "    uint lid = gl_LocalInvocationID.x;\n"
+             "    float acc = 0.0;\n"
+             "    for (uint j = lid; j < ROWS; j += WG) acc += uint(labels.d[j]) == IGNORE ? 0.0 : 1.0;\n"
+             "    red[lid] = acc;\n" + tree("a + b") +
+             "    if (lid == 0u) count.d[0] = red[0];\n"
+             "}\n";
+    k.groups = {1, 1, 1};
+    return k;
+}
+
+KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
+                                       const Launch& launch) {
     return cross_entropy_kernel(
-        "cross_entropy_rows", dtype, rows, classes, launch,
+        "cross_entropy_rows", dtype, rows, classes, ignore_index, launch,
         {{"logits", dtype}, {"labels", DType::I32}, {"loss", DType::F32, true}},
-        "    if (lid == 0u) loss.d[g] = bad ? uintBitsToFloat(0x7fc00000u)\n"
+        "    if (lid == 0u) loss.d[g] = ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u)\n"
         "                                 : m + log(s) - float(logits.d[base + uint(label)]);\n");
 }
 
-KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, const Launch& launch) {
+KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
+                                       const Launch& launch) {
     const std::string st = storage_type(dtype);
     return cross_entropy_kernel(
-        "cross_entropy_grad", dtype, rows, classes, launch,
-        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"grad", dtype, true}},
-        "    float scale = float(upstream.d[0]) / float(ROWS);\n"
+        "cross_entropy_grad", dtype, rows, classes, ignore_index, launch,
+        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"count", DType::F32}, {"grad", dtype, true}},
+        "    float scale = float(upstream.d[0]) / count.d[0];\n"
         "    float inv = 1.0 / s;\n"
         "    for (uint j = lid; j < C; j += WG) {\n"
         "        float p = exp(float(logits.d[base + j]) - m) * inv - (int(j) == label ? 1.0 : 0.0);\n"
-        "        grad.d[base + j] = " + st + "(bad ? uintBitsToFloat(0x7fc00000u) : p * scale);\n"
+        "        grad.d[base + j] = " + st + "(ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u) : p * scale);\n"
         "    }\n");
 }
 

@@ -188,7 +188,7 @@ void record(Session::Impl& impl, const Shaders& shaders) {
         const auto& sp = shaders.spirv[shaders.index.at(k.glsl)];
         rt::Dispatch d{.pipeline = &impl.ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
                                                       k.required_subgroup_size),
-                       .groups = k.groups, .label = k.label};
+                       .groups = k.groups, .label = k.label, .name = impl.dispatch_names.at(i).name};
         pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;
         for (size_t b = 0; b < step.values.size(); ++b) {
@@ -279,6 +279,10 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     initialize(*impl, graph);
     mark("initialize", nothing);
 
+    // What each dispatch computes names it in traces and in VK_EXT_debug_utils labels.
+    impl->dispatch_names = compiler::dispatch_names(graph, s);
+    compiler::Trace* trace = compiler::Trace::active();
+    if (trace) impl->options.profile = true;
     record(*impl, shaders);
     mark("record", nothing);
 
@@ -290,12 +294,17 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     st.pinned_bytes = placement.pinned_bytes;
     st.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (debug_level() >= 1) print_debug(*impl);
+    if (trace) {
+        impl->trace_session = trace->session(caps.name);
+        trace->compiled(impl->trace_session, st.pass_ms, std::chrono::steady_clock::now());
+    }
     return Session(std::move(impl));
 }
 
 }  // namespace
 
 Session compile(const Graph& graph, const Device& device, const CompileOptions& options) {
+    compiler::Trace::active();  // a trace's clock starts before the first compile it shows
     const auto t0 = std::chrono::steady_clock::now();
     if (!options.loss) return compile_graph(graph, device, options, t0);
     if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");

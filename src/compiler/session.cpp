@@ -1,5 +1,6 @@
 // Session: set inputs and parameters, run the recorded program, read results back.
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -23,6 +24,8 @@ Device Device::adopt(const VulkanHandles& handles) {
 }
 
 std::string Device::name() const { return ctx_->caps().name; }
+
+std::string Device::describe() const { return rt::describe(ctx_->caps()); }
 
 rt::BufferRange Session::Impl::range(int32_t v) const {
     const auto r = static_cast<size_t>(schedule.root(v));
@@ -161,13 +164,17 @@ void Session::set(std::string_view name, const std::vector<int32_t>& data) {
 }
 
 void Session::Impl::run_program() {
+    const auto start = std::chrono::steady_clock::now();
     if (!check_graph) {
         program->run();
-        return;
+    } else {
+        const ref::Feeds feeds = compiler::feeds_for_check(*this, *check_graph);
+        program->run();
+        compiler::check_against_reference(*this, *check_graph, feeds, check_limit);
     }
-    const ref::Feeds feeds = compiler::feeds_for_check(*this, *check_graph);
-    program->run();
-    compiler::check_against_reference(*this, *check_graph, feeds, check_limit);
+    if (trace_session)
+        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), dispatch_names,
+                                       profiled ? program->dispatch_times_ms() : decltype(program->dispatch_times_ms()){});
 }
 
 void Session::run() { impl_->run_program(); }
@@ -220,6 +227,8 @@ std::vector<int32_t> Session::get_i32(std::string_view name) const {
 }
 
 Shape Session::shape(std::string_view name) const { return impl_->value(impl_->live(name)).shape; }
+
+DType Session::dtype(std::string_view name) const { return impl_->value(impl_->live(name)).dtype; }
 
 const SessionStats& Session::stats() const { return impl_->stats; }
 

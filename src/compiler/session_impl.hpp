@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "compiler/trace.hpp"
 #include "meganeura/session.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
@@ -26,6 +27,9 @@ struct Session::Impl {
     CompileOptions options;
     bool training = false;
     int64_t steps_taken = 0;
+    // What each dispatch computes (trace and debug labels), and MEGANEURA_TRACE's tracks of this session, 0 when off.
+    std::vector<compiler::DispatchName> dispatch_names;
+    int trace_session = 0;
     // MEGANEURA_CHECK (compiler/check.hpp): the compiled graph and the limit; null when off. The
     // program then copies every binding a dispatch writes into `check_snapshot` right after that
     // dispatch, so that the check sees what each write produced even where a later one overwrote it.

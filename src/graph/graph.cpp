@@ -315,7 +315,7 @@ Tensor Graph::log_softmax(Tensor x, int64_t axis) {
     return emit({.op = Op::LogSoftmax, .inputs = {x.id}, .shape = in.shape, .dtype = in.dtype, .ints = {a}});
 }
 
-void Graph::check_cross_entropy(Tensor logits, Tensor labels) const {
+void Graph::check_cross_entropy(Tensor logits, Tensor labels, int64_t ignore_index) const {
     check(logits, "cross_entropy");
     check(labels, "cross_entropy");
     const Node& nl = node(logits);
@@ -328,12 +328,15 @@ void Graph::check_cross_entropy(Tensor logits, Tensor labels) const {
         fail("cross_entropy", "logits are " + shape_str(nl.shape) + ", labels are " + shape_str(nt.shape) +
                                   ": expected labels (" + std::to_string(nl.shape[0]) + ")");
     }
+    if (ignore_index < INT32_MIN || ignore_index > INT32_MAX)
+        fail("cross_entropy", "ignore_index " + std::to_string(ignore_index) + " is not an i32 label");
 }
 
-Tensor Graph::cross_entropy(Tensor logits, Tensor labels) {
-    check_cross_entropy(logits, labels);
+Tensor Graph::cross_entropy(Tensor logits, Tensor labels, int64_t ignore_index) {
+    check_cross_entropy(logits, labels, ignore_index);
     const Node& nl = node(logits);
-    return emit({.op = Op::CrossEntropy, .inputs = {logits.id, labels.id}, .shape = {}, .dtype = nl.dtype});
+    return emit({.op = Op::CrossEntropy, .inputs = {logits.id, labels.id}, .shape = {}, .dtype = nl.dtype,
+                 .ints = {ignore_index}});
 }
 
 Tensor Graph::mse_loss(Tensor prediction, Tensor target) {
@@ -348,13 +351,13 @@ Tensor Graph::mse_loss(Tensor prediction, Tensor target) {
     return emit({.op = Op::MseLoss, .inputs = {prediction.id, target.id}, .shape = {}, .dtype = np.dtype});
 }
 
-Tensor Graph::cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream) {
+Tensor Graph::cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream, int64_t ignore_index) {
     check(upstream, "cross_entropy_grad");
-    check_cross_entropy(logits, labels);
+    check_cross_entropy(logits, labels, ignore_index);
     const Node& nu = node(upstream);
     if (!nu.shape.empty() || nu.dtype != node(logits).dtype) fail("cross_entropy_grad", "upstream must be a scalar of the logits' dtype");
     return emit({.op = Op::CrossEntropyGrad, .inputs = {logits.id, labels.id, upstream.id}, .shape = node(logits).shape,
-                 .dtype = node(logits).dtype});
+                 .dtype = node(logits).dtype, .ints = {ignore_index}});
 }
 
 Tensor Graph::assign(Tensor target, Tensor value) {

@@ -18,24 +18,29 @@ std::string gib(double bytes) {
 }
 
 // The ids an i32 input may hold, [0, limit), where it indexes rows: an embedding table's, or the
-// classes of a cross-entropy (which has no ignore index). Reshapes pass the ids through unchanged.
-// nullopt when nothing indexes with it.
+// classes of a cross-entropy (which also takes its ignore index). Reshapes, slices and concatenations
+// (a causal LM's shifted labels) pass the ids through unchanged. nullopt when nothing indexes with it.
 struct IndexUse {
     int64_t limit;
     const char* what;
+    std::optional<int64_t> ignored;  // a cross-entropy's ignore index
 };
 std::optional<IndexUse> index_use(const Graph& g, int32_t input) {
-    std::vector<int32_t> ids = {input};  // the input and every reshape of it
+    std::vector<int32_t> ids = {input};  // the input and every view of it
     std::optional<IndexUse> use;
     for (int32_t id = input; id < static_cast<int32_t>(g.nodes().size()); ++id) {
         const Node& n = g.node(id);
         auto reads = [&](size_t slot) {
             return n.inputs.size() > slot && std::find(ids.begin(), ids.end(), n.inputs[slot]) != ids.end();
         };
+        const bool passes = n.op == Op::Reshape || n.op == Op::Slice || n.op == Op::Concat;
+        if (passes && std::any_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) {
+                return std::find(ids.begin(), ids.end(), in) != ids.end();
+            }))
+            ids.push_back(id);
         std::optional<IndexUse> here;
-        if (n.op == Op::Reshape && reads(0)) ids.push_back(id);
-        if (n.op == Op::Embedding && reads(0)) here = IndexUse{g.node(n.inputs[1]).shape[0], "rows of the embedding table"};
-        if (n.op == Op::CrossEntropy && reads(1)) here = IndexUse{g.node(n.inputs[0]).shape.back(), "classes of the loss"};
+        if (n.op == Op::Embedding && reads(0)) here = IndexUse{g.node(n.inputs[1]).shape[0], "rows of the embedding table", {}};
+        if (n.op == Op::CrossEntropy && reads(1)) here = IndexUse{g.node(n.inputs[0]).shape.back(), "classes of the loss", n.ints[0]};
         if (here && (!use || here->limit < use->limit)) use = here;
     }
     return use;
@@ -104,11 +109,13 @@ void set_inputs(Session& session, const BuiltModel& model, const io::TensorMap& 
         if (node.dtype == DType::I32) {
             const std::vector<int32_t> ids = it->second.to_i32("input '" + name + "'");
             if (const auto use = index_use(*model.graph, model.graph->find(name)->id)) {
-                const auto bad = std::find_if(ids.begin(), ids.end(), [&](int32_t v) { return v < 0 || v >= use->limit; });
+                const auto bad = std::find_if(ids.begin(), ids.end(),
+                                              [&](int32_t v) { return (v < 0 || v >= use->limit) && v != use->ignored; });
                 if (bad != ids.end())
                     throw Error("input '" + name + "': value " + std::to_string(*bad) + " at index " +
                                 std::to_string(bad - ids.begin()) + " is outside [0, " + std::to_string(use->limit) +
-                                "), the " + use->what);
+                                "), the " + use->what +
+                                (use->ignored ? " (" + std::to_string(*use->ignored) + " is ignored)" : std::string()));
             }
             session.set(name, ids);
         } else {

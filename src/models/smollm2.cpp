@@ -9,36 +9,6 @@ LlamaConfig LlamaConfig::tiny() {
             .rope_theta = 100000, .rms_eps = 1e-5, .tied_embeddings = true, .max_positions = 256};
 }
 
-LlamaConfig LlamaConfig::from_json(const std::string& path) {
-    const ConfigJson j(path);
-    LlamaConfig c;
-    c.hidden = j.count("hidden_size", c.hidden);
-    c.layers = j.count("num_hidden_layers", c.layers);
-    c.heads = j.count("num_attention_heads", c.heads);
-    c.kv_heads = j.count("num_key_value_heads", c.heads);
-    if (!j.has("head_dim") && c.hidden % c.heads != 0)
-        j.fail("hidden_size " + std::to_string(c.hidden) + " is not a multiple of num_attention_heads " +
-               std::to_string(c.heads) + " (and there is no head_dim)");
-    c.head_dim = j.count("head_dim", c.hidden / c.heads);
-    c.ffn = j.count("intermediate_size", c.ffn);
-    c.vocab = j.count("vocab_size", c.vocab);
-    c.rope_theta = j.positive("rope_theta", c.rope_theta);
-    c.rms_eps = j.positive("rms_norm_eps", c.rms_eps);
-    c.tied_embeddings = j.boolean("tie_word_embeddings", c.tied_embeddings);
-    c.max_positions = j.count("max_position_embeddings", c.max_positions);
-    if (c.heads % c.kv_heads != 0)
-        j.fail("num_attention_heads " + std::to_string(c.heads) + " is not a multiple of num_key_value_heads " +
-               std::to_string(c.kv_heads));
-    if (c.head_dim % 2 != 0) j.fail("head_dim " + std::to_string(c.head_dim) + " is odd; RoPE rotates pairs");
-    // The RoPE frequencies are a host-side constant of head_dim / 2 values, built with the graph,
-    // before the device's memory can be checked; real models use 64 to 256.
-    constexpr int64_t kMaxHeadDim = 1 << 16;
-    if (c.head_dim > kMaxHeadDim)
-        j.fail("head_dim " + std::to_string(c.head_dim) + " is above " + std::to_string(kMaxHeadDim) +
-               (j.has("head_dim") ? "" : " (hidden_size / num_attention_heads)"));
-    return c;
-}
-
 LlamaConfig LlamaConfig::from_request(const ModelRequest& r) {
     if (!r.config_path.empty()) return from_json(r.config_path);
     return r.size == "full" ? smollm2_135m() : tiny();
@@ -64,9 +34,12 @@ Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const
         const std::string p = "model.layers." + std::to_string(l);
         const Tensor h = g.rms_norm(x, norm_weight(g, p + ".input_layernorm", c.hidden), c.rms_eps);
         const std::string a = p + ".self_attn";
-        Tensor q = split_heads(g, linear(g, h, a + ".q_proj", c.hidden, c.heads * c.head_dim), c.heads, c.head_dim);
-        Tensor k = split_heads(g, linear(g, h, a + ".k_proj", c.hidden, c.kv_heads * c.head_dim), c.kv_heads, c.head_dim);
-        Tensor v = split_heads(g, linear(g, h, a + ".v_proj", c.hidden, c.kv_heads * c.head_dim), c.kv_heads, c.head_dim);
+        auto project = [&](const char* name, int64_t heads) {
+            return split_heads(g, linear(g, h, a + name, c.hidden, heads * c.head_dim, c.qkv_bias), heads, c.head_dim);
+        };
+        Tensor q = project(".q_proj", c.heads);
+        Tensor k = project(".k_proj", c.kv_heads);
+        Tensor v = project(".v_proj", c.kv_heads);
         q = g.rope(q, positions, c.rope_theta);
         k = g.rope(k, positions, c.rope_theta);
         AttentionOptions options{.causal = true};
@@ -79,9 +52,9 @@ Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const
             options.query_start = cache->position;
         }
         const Tensor attended = merge_heads(g, g.attention(q, k, v, options));
-        x = x + linear(g, attended, a + ".o_proj", c.heads * c.head_dim, c.hidden);
+        x = x + linear(g, attended, a + ".o_proj", c.heads * c.head_dim, c.hidden, c.o_bias);
         const Tensor h2 = g.rms_norm(x, norm_weight(g, p + ".post_attention_layernorm", c.hidden), c.rms_eps);
-        x = x + swiglu_mlp(g, h2, p + ".mlp", c.hidden, c.ffn);
+        x = x + swiglu_mlp(g, h2, p + ".mlp", c.hidden, c.ffn, c.mlp_bias);
     }
     x = g.rms_norm(x, norm_weight(g, "model.norm", c.hidden), c.rms_eps);
     const Tensor head = c.tied_embeddings ? embed : g.parameter("lm_head.weight", {c.vocab, c.hidden}, Init::normal(0, 0.02));
@@ -111,6 +84,17 @@ BuiltModel build_llama_cached(const LlamaConfig& c, int64_t batch, int64_t token
     return m;
 }
 
+namespace {
+
+// Hugging Face's shift, on the labels rather than the logits (no copy of [B, T, vocab]): position t
+// is scored against labels[t + 1], and the last position, which has no next label, is ignored.
+Tensor shift_labels(Graph& g, Tensor labels) {
+    const Shape& s = labels.shape();
+    return g.concat({g.slice(labels, 1, 1, s[1]), g.full({s[0], 1}, Graph::kIgnoreIndex, DType::I32)}, 1);
+}
+
+}  // namespace
+
 BuiltModel build_smollm2(const ModelRequest& r) {
     const LlamaConfig c = LlamaConfig::from_request(r);
     const Shape ids_shape = checked_input_shape(r, "smollm2", "input_ids", {1, 128}, {-1, -1});
@@ -118,18 +102,22 @@ BuiltModel build_smollm2(const ModelRequest& r) {
         throw Error("smollm2: " + std::to_string(ids_shape[1]) + " tokens exceed max_position_embeddings " +
                     std::to_string(c.max_positions));
     }
-    checked_input_shape(r, "smollm2", "labels", ids_shape, ids_shape);
+    const bool shifted = r.input_shapes.count("shifted_labels") != 0;
+    if (shifted && r.input_shapes.count("labels"))
+        throw Error("smollm2: give either labels (shifted inside, as Hugging Face's) or shifted_labels, not both");
+    const std::string labels_name = shifted ? "shifted_labels" : "labels";
+    checked_input_shape(r, "smollm2", labels_name, ids_shape, ids_shape);
     BuiltModel m;
     Graph& g = *m.graph;
     const Tensor ids = g.input("input_ids", ids_shape, DType::I32);
-    const Tensor labels = g.input("labels", ids_shape, DType::I32);
+    const Tensor labels = g.input(labels_name, ids_shape, DType::I32);
     m.output = llama(g, c, ids, arange(g, ids_shape[1]), std::nullopt);
     m.output_name = "logits";
     g.output("logits", m.output);
     const int64_t rows = ids_shape[0] * ids_shape[1];
-    m.loss = g.cross_entropy(g.reshape(m.output, {rows, c.vocab}), g.reshape(labels, {rows}));
+    m.loss = g.cross_entropy(g.reshape(m.output, {rows, c.vocab}), g.reshape(shifted ? labels : shift_labels(g, labels), {rows}));
     g.output("loss", m.loss);
-    m.inputs = {"input_ids", "labels"};
+    m.inputs = {"input_ids", labels_name};
     return m;
 }
 

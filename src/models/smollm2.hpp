@@ -1,6 +1,7 @@
 #pragma once
 // SmolLM2 (a Llama): embeddings, pre-norm decoder layers with grouped-query causal attention and
-// RoPE, a SwiGLU MLP, RMSNorm, and (tied by default) the embedding matrix as the LM head.
+// RoPE, a SwiGLU MLP, RMSNorm, and (tied by default) the embedding matrix as the LM head. The same
+// builder takes Hugging Face's Llama and Qwen2 configs (Qwen2: biases on q, k and v).
 #include <string>
 
 #include "models/registry.hpp"
@@ -12,11 +13,14 @@ struct LlamaConfig {
     double rope_theta = 100000, rms_eps = 1e-5;
     bool tied_embeddings = true;
     int64_t max_positions = 8192;
+    std::string model_type = "llama";  // "llama" or "qwen2"
+    bool qkv_bias = false, o_bias = false, mlp_bias = false;  // Llama's attention_bias / mlp_bias; Qwen2: qkv
 
     static LlamaConfig smollm2_135m() { return {}; }
     static LlamaConfig tiny();
-    // A Hugging Face config.json (LlamaConfig keys; unknown keys ignored, missing ones keep the
-    // SmolLM2-135M value).
+    // A Hugging Face config.json of model_type "llama" or "qwen2" (llama_config.cpp). Missing fields
+    // keep the SmolLM2-135M value (Qwen2's q/k/v biases are always on); a field the builder does not
+    // implement (rope_scaling, a sliding window, another activation, ...) is an error naming it.
     static LlamaConfig from_json(const std::string& path);
     // From a ModelRequest: its config_path, else its size ("tiny" or "full").
     static LlamaConfig from_request(const ModelRequest& r);
@@ -31,7 +35,10 @@ BuiltModel build_llama_cached(const LlamaConfig& c, int64_t batch, int64_t token
 std::string cache_name(int64_t layer, const char* which);  // "cache.<layer>.k" / ".v"
 
 // Registry entry "smollm2": inputs input_ids [B, T] and labels [B, T] (i32; default [1, 128]);
-// output logits [B, T, vocab]; loss = cross-entropy of logits against labels (already shifted).
+// output logits [B, T, vocab]. The loss is Hugging Face's causal-LM loss: labels are shifted inside
+// (the logits at t predict labels[t + 1]; labels = input_ids is the usual call), -100 is ignored and
+// the mean is over the counted labels. A caller holding labels already aligned with the logits
+// passes them as "shifted_labels" instead (the loss of logits[t] against shifted_labels[t]).
 BuiltModel build_smollm2(const ModelRequest& r);
 io::TensorMap smollm2_inputs(const ModelRequest& r, bool latency, uint64_t seed);
 

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <utility>
 
 namespace mn::ref {
@@ -203,9 +204,11 @@ Value softmax(const Node& node, const Value& x) {
     return out;
 }
 
-// Row r's label as an index, or an error naming the op when it is not a class.
-size_t label_of(const Node& node, const Value& labels, int64_t r, int64_t classes) {
+// Row r's label as an index, nullopt when it is the op's ignore index (ints[0]), or an error naming
+// the op when it is neither.
+std::optional<size_t> label_of(const Node& node, const Value& labels, int64_t r, int64_t classes) {
     const double label = labels.data[r];
+    if (label == static_cast<double>(node.ints[0])) return std::nullopt;
     if (!(label >= 0 && label < static_cast<double>(classes)))
         fail(op_name(node.op) + " label " + std::to_string(static_cast<int64_t>(label)) + " in row " +
              std::to_string(r) + " is outside [0, " + std::to_string(classes) + ")");
@@ -218,32 +221,42 @@ std::vector<double> row_of(const Value& logits, int64_t r) {
     return {logits.data.begin() + r * classes, logits.data.begin() + (r + 1) * classes};
 }
 
-// Mean over rows of logsumexp(logits row) - logits[row, label], each term computed as
+// The rows whose label is not ignored (the mean's denominator; 0 gives NaN, as in torch).
+double counted_rows(const Node& node, const Value& labels, int64_t classes) {
+    double count = 0;
+    for (int64_t r = 0; r < labels.shape[0]; ++r) count += label_of(node, labels, r, classes).has_value();
+    return count;
+}
+
+// Mean over counted rows of logsumexp(logits row) - logits[row, label], each term computed as
 // log(sum) - (logit - max) so that large logits lose no precision.
 Value cross_entropy(const Node& node, const Value& logits, const Value& labels) {
     const int64_t rows = logits.shape[0], classes = logits.shape[1];
     double total = 0;
     for (int64_t r = 0; r < rows; ++r) {
-        const size_t label = label_of(node, labels, r, classes);
+        const std::optional<size_t> label = label_of(node, labels, r, classes);
+        if (!label) continue;
         const std::vector<double> row = row_of(logits, r);
         const Normalizer n = normalizer(row);
-        total += std::log(n.sum) - (row[label] - n.max);
+        total += std::log(n.sum) - (row[*label] - n.max);
     }
-    return scalar(total / static_cast<double>(rows));
+    return scalar(total / counted_rows(node, labels, classes));
 }
 
 // The gradient of cross_entropy with respect to the logits, times the scalar upstream g:
-// out[r, c] = g * (softmax(row r)[c] - (c == label r)) / N.
+// out[r, c] = g * (softmax(row r)[c] - (c == label r)) / counted rows; 0 in an ignored row.
 Value cross_entropy_grad(const Node& node, const Value& logits, const Value& labels, const Value& upstream) {
     const int64_t rows = logits.shape[0], classes = logits.shape[1];
-    const double scale = upstream.data[0] / static_cast<double>(rows);
+    const double scale = upstream.data[0] / counted_rows(node, labels, classes);
     Value out = logits;
     for (int64_t r = 0; r < rows; ++r) {
-        const size_t label = label_of(node, labels, r, classes);
+        const std::optional<size_t> label = label_of(node, labels, r, classes);
         const std::vector<double> row = row_of(logits, r);
         const Normalizer n = normalizer(row);
-        for (int64_t c = 0; c < classes; ++c)
-            out.data[r * classes + c] = scale * (std::exp(row[c] - n.max) / n.sum - (c == static_cast<int64_t>(label)));
+        for (int64_t c = 0; c < classes; ++c) {
+            out.data[r * classes + c] =
+                label ? scale * (std::exp(row[c] - n.max) / n.sum - (c == static_cast<int64_t>(*label))) : 0.0;
+        }
     }
     return out;
 }

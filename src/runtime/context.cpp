@@ -45,6 +45,16 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(VkDebugUtilsMessageSeverity
     return VK_FALSE;
 }
 
+bool instance_extension_available(const char* name) {
+    uint32_t count = 0;
+    if (vkEnumerateInstanceExtensionProperties(nullptr, &count, nullptr) != VK_SUCCESS) return false;
+    std::vector<VkExtensionProperties> extensions(count);
+    if (vkEnumerateInstanceExtensionProperties(nullptr, &count, extensions.data()) != VK_SUCCESS) return false;
+    for (const auto& e : extensions)
+        if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
 bool layer_installed(const char* name) {
     uint32_t count = 0;
     MN_VK_CHECK(vkEnumerateInstanceLayerProperties(&count, nullptr));
@@ -205,8 +215,9 @@ void Context::Impl::create_instance(bool with_validation) {
             throw Error("MEGANEURA_VALIDATE=1 needs the Khronos validation layer (" + std::string(kValidationLayer) +
                         "): apt-get install vulkan-validationlayers");
         layers.push_back(kValidationLayer);
-        extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     }
+    const bool debug_utils = with_validation || instance_extension_available(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    if (debug_utils) extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
 
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "meganeura";
@@ -225,6 +236,12 @@ void Context::Impl::create_instance(bool with_validation) {
         throw Error(std::string(kNoDevice) + " (vkCreateInstance: " + vk_result_name(r) + ")");
     }
     validation = with_validation;
+    if (debug_utils) {
+        begin_label = reinterpret_cast<PFN_vkCmdBeginDebugUtilsLabelEXT>(
+            vkGetInstanceProcAddr(instance, "vkCmdBeginDebugUtilsLabelEXT"));
+        end_label = reinterpret_cast<PFN_vkCmdEndDebugUtilsLabelEXT>(vkGetInstanceProcAddr(instance, "vkCmdEndDebugUtilsLabelEXT"));
+        if (!begin_label || !end_label) begin_label = nullptr, end_label = nullptr;
+    }
     if (with_validation) {
         auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
             vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));
@@ -306,6 +323,8 @@ Context::~Context() = default;
 
 const DeviceCaps& Context::caps() const { return impl_->physical.caps; }
 bool Context::validation_enabled() const { return impl_->validation; }
+
+bool Context::debug_labels() const { return impl_->begin_label != nullptr; }
 
 std::vector<std::string> Context::take_validation_messages() {
     std::lock_guard lock(impl_->messages_mutex);

@@ -51,6 +51,10 @@ struct Context::Impl {
     uint32_t instance_api = 0;
     bool validation = false;
     VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+    // VK_EXT_debug_utils command-buffer labels (each dispatch named, for RenderDoc and Nsight); null
+    // when the instance lacks the extension or is a host's.
+    PFN_vkCmdBeginDebugUtilsLabelEXT begin_label = nullptr;
+    PFN_vkCmdEndDebugUtilsLabelEXT end_label = nullptr;
     std::mutex messages_mutex;
     std::vector<std::string> messages;
 

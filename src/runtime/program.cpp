@@ -150,6 +150,12 @@ void Program::dispatch(Dispatch d) {
 
 void Program::Impl::record_dispatch(VkCommandBuffer into, const Dispatch& d, VkDescriptorSet set,
                                     const Pipeline*& bound, uint32_t index, bool with_timestamps) const {
+    const Context::Impl& c = ctx->impl();
+    if (c.begin_label) {
+        VkDebugUtilsLabelEXT label{VK_STRUCTURE_TYPE_DEBUG_UTILS_LABEL_EXT};
+        label.pLabelName = d.name.empty() ? d.label.c_str() : d.name.c_str();
+        c.begin_label(into, &label);
+    }
     if (bound != d.pipeline) {
         vkCmdBindPipeline(into, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->handle);
         bound = d.pipeline;
@@ -159,6 +165,7 @@ void Program::Impl::record_dispatch(VkCommandBuffer into, const Dispatch& d, VkD
         vkCmdPushConstants(into, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            uint32_t(d.push_constants.size()), d.push_constants.data());
     vkCmdDispatch(into, d.groups[0], d.groups[1], d.groups[2]);
+    if (c.end_label) c.end_label(into);
     if (with_timestamps) vkCmdWriteTimestamp(into, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, query_pool, index + 1);
 }
 

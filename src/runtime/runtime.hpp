@@ -39,6 +39,9 @@ public:
 
     const DeviceCaps& caps() const;
     bool validation_enabled() const;
+    // Each dispatch is recorded inside a VK_EXT_debug_utils label (its Dispatch::name), so RenderDoc,
+    // Nsight and the validation layer see the graph nodes it computes; false without the extension.
+    bool debug_labels() const;
     // Validation-layer messages (warnings and errors) seen since the last call.
     std::vector<std::string> take_validation_messages();
 
@@ -123,7 +126,8 @@ struct Dispatch {
     std::vector<BufferRange> bindings;  // exactly pipeline->bindings entries
     std::array<uint32_t, 3> groups{1, 1, 1};
     std::vector<uint8_t> push_constants;  // exactly pipeline->push_constant_bytes
-    std::string label;                    // for timings and traces
+    std::string label;                    // the kernel, for timings
+    std::string name;                     // what it computes, for debuggers' labels; empty: the label
 };
 
 // A command sequence recorded once and replayed. Build it with copy/fill/barrier/dispatch, call

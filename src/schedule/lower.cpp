@@ -151,6 +151,13 @@ private:
              {in, out});
     }
 
+    // The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
+    int32_t cross_entropy_count(const Node& n, int32_t labels, int64_t rows) {
+        const int32_t count = new_value({}, DType::F32);
+        emit(codegen::cross_entropy_count_kernel(rows, n.ints[0], t_.reduction), {labels, count});
+        return count;
+    }
+
     // sum / mean / max over node.ints. Reduced axes that are contiguous (ignoring size-1 dims) map
     // to [outer, R, inner] directly; otherwise they are first permuted to the end.
     void lower_reduce(const Node& n, int32_t in, int32_t out) {
@@ -245,14 +252,20 @@ private:
                 return;
             }
             case Op::CrossEntropy: {
+                const int32_t count = cross_entropy_count(n, in(1), x[0]);
                 const int32_t rows = new_value({x[0]}, DType::F32);
-                emit(codegen::cross_entropy_rows_kernel(n.dtype, x[0], x[1], t_.reduction), {in(0), in(1), rows});
-                reduce(codegen::ReduceMode::Mean, rows, out, 1, x[0], 1);
+                const int32_t total = new_value({}, DType::F32);
+                emit(codegen::cross_entropy_rows_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction), {in(0), in(1), rows});
+                reduce(codegen::ReduceMode::Sum, rows, total, 1, x[0], 1);
+                pointwise(Op::Div, {total, count}, out);
                 return;
             }
-            case Op::CrossEntropyGrad:
-                emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], t_.reduction), {in(0), in(1), in(2), out});
+            case Op::CrossEntropyGrad: {
+                const int32_t count = cross_entropy_count(n, in(1), x[0]);
+                emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction),
+                     {in(0), in(1), in(2), count, out});
                 return;
+            }
             case Op::MseLoss: {
                 const int32_t diff = new_value(x, n.dtype);
                 const int32_t sq = new_value(x, n.dtype);

@@ -6,10 +6,13 @@
 // "0.100000001").
 //
 // The SVG is drawn by hand: a fixed 800x450 canvas, a plot frame, "nice" ticks (1, 2 or 5 times a
-// power of ten, about five per axis) with light grid lines, and one polyline per series. Points
-// whose value is not finite are left out, since a NaN coordinate would void the whole polyline.
-// Series longer than 2000 points are averaged over buckets of consecutive points, which keeps the
-// file small and also smooths batch-to-batch noise the way a reader would by eye.
+// power of ten, about five per axis) with light grid lines, a legend, and one polyline per series.
+// The loss axis starts at 0 (a loss that halves looks halved); the per-step loss is drawn faint,
+// its exponential moving average (debiased, as TensorBoard's smoothing) on top. Accuracy keeps a
+// fixed 0-1 axis, so two evaluations 1.5 points apart look 1.5 points apart, and every evaluation is
+// a marker, so a run with one evaluation still shows it. Points whose value is not finite are left
+// out, since a NaN coordinate would void the whole polyline. Series longer than 2000 points are
+// averaged over buckets of consecutive points, which keeps the file small.
 #include "train/curve.hpp"
 
 #include "io/atomic_file.hpp"
@@ -34,9 +37,10 @@ namespace {
 const char* const kCsvHeader = "step,loss,eval_accuracy";
 constexpr size_t kMaxPlotPoints = 2000;
 constexpr double kWidth = 800, kHeight = 450;
-constexpr double kLeft = 70, kRight = 730, kTop = 40, kBottom = 390;  // the plot frame
+constexpr double kLeft = 70, kRight = 730, kTop = 60, kBottom = 390;  // the plot frame; the legend above it
 const char* const kLossColor = "#1f77b4";
 const char* const kEvalColor = "#d62728";
+constexpr double kSmoothing = 0.95;  // weight of the running average per step: about a 20-step window
 
 struct Point {
     double x, y;
@@ -121,6 +125,18 @@ Axis axis_for(const std::vector<Point>& a, const std::vector<Point>& b, double P
     return lo <= hi ? nice_axis(lo, hi) : nice_axis(0, 1);
 }
 
+// The per-step values' exponential moving average, debiased so the first points are not pulled to 0.
+std::vector<Point> smoothed(const std::vector<Point>& points) {
+    std::vector<Point> out;
+    double average = 0, weight = 0;
+    for (const Point& p : points) {
+        average = kSmoothing * average + (1 - kSmoothing) * p.y;
+        weight = kSmoothing * weight + (1 - kSmoothing);
+        out.push_back({p.x, average / weight});
+    }
+    return out;
+}
+
 std::vector<double> ticks(const Axis& axis) {
     std::vector<double> values;
     for (int i = 0; axis.lo + i * axis.tick <= axis.hi + axis.tick * 1e-6; ++i) values.push_back(axis.lo + i * axis.tick);
@@ -130,12 +146,47 @@ std::vector<double> ticks(const Axis& axis) {
 double to_x(const Axis& axis, double x) { return kLeft + (x - axis.lo) / (axis.hi - axis.lo) * (kRight - kLeft); }
 double to_y(const Axis& axis, double y) { return kBottom - (y - axis.lo) / (axis.hi - axis.lo) * (kBottom - kTop); }
 
-std::string polyline(const std::vector<Point>& points, const Axis& x, const Axis& y, const char* color) {
+std::string polyline(const std::vector<Point>& points, const Axis& x, const Axis& y, const char* color,
+                     double opacity = 1) {
     std::string coordinates;
     for (const Point& p : downsample(points))
         coordinates += printf_string("%s%.1f,%.1f", coordinates.empty() ? "" : " ", to_x(x, p.x), to_y(y, p.y));
-    return printf_string("<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color) +
+    return printf_string("<polyline fill=\"none\" stroke=\"%s\" stroke-opacity=\"%g\" stroke-width=\"1.5\" points=\"",
+                         color, opacity) +
            coordinates + "\"/>\n";
+}
+
+std::string markers(const std::vector<Point>& points, const Axis& x, const Axis& y, const char* color) {
+    std::string out;
+    for (const Point& p : points)
+        out += printf_string("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", to_x(x, p.x), to_y(y, p.y), color);
+    return out;
+}
+
+// One legend entry per series drawn, in a row between the title and the frame, where no data can be.
+std::string legend(bool loss, bool eval) {
+    struct Entry {
+        const char* label;
+        const char* color;
+        double opacity;
+        bool marker;
+    };
+    std::vector<Entry> entries;
+    if (loss) entries.push_back({"loss per step", kLossColor, 0.3, false});
+    if (loss) entries.push_back({"loss, moving average", kLossColor, 1, false});
+    if (eval) entries.push_back({"test accuracy (right axis)", kEvalColor, 1, true});
+    std::string out;
+    const double y = kTop - 12, width = 200;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const Entry& e = entries[i];
+        const double left = kLeft + width * double(i);
+        out += printf_string("<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-opacity=\"%g\" "
+                             "stroke-width=\"1.5\"/>\n",
+                             left, y - 4, left + 24, y - 4, e.color, e.opacity);
+        if (e.marker) out += printf_string("<circle cx=\"%g\" cy=\"%g\" r=\"3.5\" fill=\"%s\"/>\n", left + 12, y - 4, e.color);
+        out += printf_string("<text x=\"%g\" y=\"%g\">%s</text>\n", left + 30, y, e.label);
+    }
+    return out;
 }
 
 // Grid lines and labels of the step axis and the left (loss) axis, plus the right axis' labels.
@@ -157,7 +208,7 @@ std::string axes(const Axis& x, const Axis& loss, const Axis* eval) {
         out += printf_string("<text x=\"%g\" y=\"%.1f\" fill=\"%s\">%g</text>\n", kRight + 6, to_y(*eval, t) + 4,
                              kEvalColor, t);
     out += printf_string("<text transform=\"translate(%g %g) rotate(90)\" text-anchor=\"middle\" fill=\"%s\">"
-                         "eval accuracy</text>\n",
+                         "test accuracy</text>\n",
                          kWidth - 14, (kTop + kBottom) / 2, kEvalColor);
     return out;
 }
@@ -205,20 +256,23 @@ void LossCurve::write_svg(const std::string& path, const std::string& title) con
         if (row.accuracy && std::isfinite(*row.accuracy)) eval.push_back({double(step), *row.accuracy});
     }
     const Axis x = axis_for(loss, eval, &Point::x);
-    const Axis loss_axis = axis_for(loss, {}, &Point::y);
-    const Axis eval_axis = axis_for(eval, {}, &Point::y);
+    const bool nonnegative = std::all_of(loss.begin(), loss.end(), [](const Point& p) { return p.y >= 0; });
+    const Axis loss_axis = axis_for(loss, nonnegative ? std::vector<Point>{{0, 0}} : std::vector<Point>{}, &Point::y);
+    const Axis eval_axis{0, 1, 0.2};
 
     std::string svg = printf_string(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
         "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
         kWidth, kHeight, kWidth, kHeight);
-    svg += printf_string("<text x=\"%g\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">", kWidth / 2) +
+    svg += printf_string("<text x=\"%g\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">", kWidth / 2) +
            escape_xml(title) + "</text>\n";
     svg += axes(x, loss_axis, eval.empty() ? nullptr : &eval_axis);
     svg += printf_string("<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#333\"/>\n",
                          kLeft, kTop, kRight - kLeft, kBottom - kTop);
-    if (!loss.empty()) svg += polyline(loss, x, loss_axis, kLossColor);
-    if (!eval.empty()) svg += polyline(eval, x, eval_axis, kEvalColor);
+    if (!loss.empty()) svg += polyline(loss, x, loss_axis, kLossColor, 0.3) + polyline(smoothed(loss), x, loss_axis, kLossColor);
+    if (eval.size() > 1) svg += polyline(eval, x, eval_axis, kEvalColor);
+    svg += markers(eval, x, eval_axis, kEvalColor);
+    svg += legend(!loss.empty(), !eval.empty());
     if (loss.empty() && eval.empty())
         svg += printf_string("<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">no data</text>\n",
                              (kLeft + kRight) / 2, (kTop + kBottom) / 2);

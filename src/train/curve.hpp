@@ -22,8 +22,9 @@ public:
     void add_eval(int64_t step, float accuracy);
 
     void write_csv(const std::string& path) const;
-    // Loss against step on the left axis; eval accuracy, when present, on a right axis. At most
-    // 2000 points per series: longer series are averaged over consecutive buckets.
+    // Loss against step on the left axis (from 0), per step and as a moving average; eval accuracy,
+    // when present, as markers on a right axis from 0 to 1; a legend. At most 2000 points per
+    // series: longer series are averaged over consecutive buckets.
     void write_svg(const std::string& path, const std::string& title = "Training loss") const;
     // Throws mn::Error naming the file and line on anything write_csv would not have written.
     static LossCurve read_csv(const std::string& path);

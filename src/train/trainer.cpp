@@ -83,6 +83,16 @@ Session compile_eval(const Device& device, const std::string& model, int64_t bat
     return compile(*c.graph, device);
 }
 
+// What the curve shows, from the run itself: the model, the data it saw and the optimizer.
+std::string plot_title(const ClassifierRun& run, const Dataset& train_set, const Dataset& test_set) {
+    char text[256];
+    std::snprintf(text, sizeof text, "%s on Fashion-MNIST: %lld training / %lld test images, batch %lld, %lld epochs, lr %g %s",
+                  run.model.c_str(), static_cast<long long>(train_set.count), static_cast<long long>(test_set.count),
+                  static_cast<long long>(run.batch), static_cast<long long>(run.epochs), learning_rate(run.optimizer),
+                  run.cosine ? "cosine" : "constant");
+    return text;
+}
+
 }  // namespace
 
 std::string curve_prefix(const ClassifierRun& run) {
@@ -163,7 +173,7 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
                     progress.smoothed_loss(), result.loss, 100 * result.accuracy);
     }
     curve.write_csv(prefix + ".csv");
-    curve.write_svg(prefix + ".svg", "Fashion-MNIST " + run.model);
+    curve.write_svg(prefix + ".svg", plot_title(run, train_set, test_set));
     std::printf("checkpoint %s, loss curve %s.csv and %s.svg\n", run.checkpoint.c_str(), prefix.c_str(), prefix.c_str());
     return result;
 }

@@ -77,12 +77,12 @@ def merge_heads(x):
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, head_dim):
+    def __init__(self, hidden, heads, kv_heads, head_dim, qkv_bias=False):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = linear(hidden, heads * head_dim)
-        self.k_proj = linear(hidden, kv_heads * head_dim)
-        self.v_proj = linear(hidden, kv_heads * head_dim)
+        self.q_proj = linear(hidden, heads * head_dim, qkv_bias)
+        self.k_proj = linear(hidden, kv_heads * head_dim, qkv_bias)
+        self.v_proj = linear(hidden, kv_heads * head_dim, qkv_bias)
         self.o_proj = linear(heads * head_dim, hidden)
 
     def forward(self, x, source, causal, rope=None):
@@ -108,7 +108,7 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.self_attn = Attention(c["hidden"], c["heads"], c["kv_heads"], c["head_dim"])
+        self.self_attn = Attention(c["hidden"], c["heads"], c["kv_heads"], c["head_dim"], c.get("qkv_bias", False))
         self.mlp = MLP(c["hidden"], c["ffn"])
         self.input_layernorm = RMSNorm(c["hidden"], c["eps"])
         self.post_attention_layernorm = RMSNorm(c["hidden"], c["eps"])
@@ -247,16 +247,33 @@ class Whisper(nn.Module):
 
 
 def build(name, size):
-    c = CONFIGS[name][size]
+    return build_from(name, CONFIGS[name][size])
+
+
+def build_from(name, c):
     return {"smollm2": SmolLM2, "smolvla": SmolVLAExpert, "whisper": Whisper}[name](c)
 
 
+def hf_config(c, model_type):
+    """A SmolLM2-shaped configuration as a Hugging Face config.json's fields."""
+    return {"model_type": model_type, "hidden_size": c["hidden"], "num_hidden_layers": c["layers"],
+            "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"], "head_dim": c["head_dim"],
+            "intermediate_size": c["ffn"], "vocab_size": c["vocab"], "rope_theta": c["rope_theta"],
+            "rms_norm_eps": c["eps"], "tie_word_embeddings": True, "max_position_embeddings": 256,
+            "hidden_act": "silu"}
+
+
 def run(name, module, inputs):
-    """(output, loss) as meganeura defines them: SmolLM2's logits and cross-entropy against the
-    given (already shifted) labels; the others' output and the mean of its squares."""
+    """(output, loss) as meganeura defines them: SmolLM2's logits and Hugging Face's causal-LM loss
+    (labels shifted inside, -100 ignored; "shifted_labels" taken as they are); the others' output
+    and the mean of its squares."""
     if name == "smollm2":
         logits = module(inputs["input_ids"].long())
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), inputs["labels"].long().reshape(-1))
+        if "shifted_labels" in inputs:
+            scored, labels = logits, inputs["shifted_labels"]
+        else:
+            scored, labels = logits[:, :-1], inputs["labels"][:, 1:]
+        loss = F.cross_entropy(scored.reshape(-1, logits.shape[-1]), labels.long().reshape(-1), ignore_index=-100)
         return logits, loss
     if name == "smolvla":
         out = module(inputs["actions"], inputs["timestep"], inputs["vlm_kv"])

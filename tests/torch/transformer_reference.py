@@ -2,14 +2,17 @@
 """Expected results of meganeura's transformer models at their tiny configs, for
 tests/transformer_models_test.cpp.
 
-  transformer_reference.py NAME OUT_DIR [--seed S]
+  transformer_reference.py NAME OUT_DIR [--seed S] [--qwen2] [--shifted-labels]
 
 writes OUT_DIR/weights.safetensors (float32, Hugging Face names), OUT_DIR/inputs.safetensors and
 OUT_DIR/expected.safetensors: the output ("logits" or "output"), "loss" and "grad.<parameter>"
-for every parameter. The weights are rounded to float32 first and the model then runs in float64,
+for every parameter. SmolLM2's labels are Hugging Face-style (shifted inside, some -100); with
+--shifted-labels they are given aligned with the logits as "shifted_labels"; with --qwen2 the model
+has Qwen2's q/k/v biases and OUT_DIR/config.json says so. The weights are rounded to float32 first and the model then runs in float64,
 so the expected values are those of the stored weights, not of PyTorch's float32 rounding.
 """
 import argparse
+import json
 import os
 
 import numpy as np
@@ -34,10 +37,12 @@ def random_weights(module, gen):
     return state
 
 
-def random_inputs(name, c, gen):
+def random_inputs(name, c, gen, shifted_labels=False):
     if name == "smollm2":
         ids = lambda: torch.randint(0, c["vocab"], (2, 9), generator=gen, dtype=torch.int32)
-        return {"input_ids": ids(), "labels": ids()}
+        labels = ids()
+        labels[0, 3] = labels[1, 6] = labels[1, 7] = -100  # ignored, as a padded or prompt position
+        return {"input_ids": ids(), "shifted_labels" if shifted_labels else "labels": labels}
     if name == "smolvla":
         return {"actions": torch.randn(2, c["chunk"], c["action_dim"], generator=gen),
                 "timestep": torch.randn(2, 1, c["time_dim"], generator=gen),
@@ -50,11 +55,18 @@ def main():
     ap.add_argument("name", choices=tm.NAMES)
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--qwen2", action="store_true")
+    ap.add_argument("--shifted-labels", action="store_true")
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(a.seed)
-    module = tm.build(a.name, "tiny")
+    c = dict(tm.CONFIGS[a.name]["tiny"], qkv_bias=a.qwen2)
+    module = tm.build_from(a.name, c)
     weights = random_weights(module, gen)
-    inputs = random_inputs(a.name, tm.CONFIGS[a.name]["tiny"], gen)
+    inputs = random_inputs(a.name, c, gen, a.shifted_labels)
+    os.makedirs(a.out_dir, exist_ok=True)
+    if a.qwen2:
+        with open(os.path.join(a.out_dir, "config.json"), "w") as f:
+            json.dump(tm.hf_config(c, "qwen2"), f)
     module.load_state_dict(weights)
     module.double()
     run_inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
@@ -64,7 +76,6 @@ def main():
                 "loss": loss.detach().float().numpy()}
     for n, p in module.named_parameters():
         expected["grad." + n] = p.grad.float().numpy()
-    os.makedirs(a.out_dir, exist_ok=True)
     write_safetensors(os.path.join(a.out_dir, "weights.safetensors"), {k: v.numpy() for k, v in weights.items()})
     write_safetensors(os.path.join(a.out_dir, "inputs.safetensors"), {k: v.numpy() for k, v in inputs.items()})
     write_safetensors(os.path.join(a.out_dir, "expected.safetensors"), expected)

@@ -1,0 +1,105 @@
+// MEGANEURA_TRACE=FILE (issue 18): any command writes a Chrome / Perfetto trace whose GPU events are
+// one per dispatch, named by the layer and ops of the graph nodes they compute, with the nodes'
+// shapes, the kernel and its GPU time; a trace file that cannot be written is a one-line error.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "host_tools.hpp"
+#include "io/safetensors.hpp"
+#include "models/registry.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+using nlohmann::json;
+
+int traced(const std::string& trace, const std::string& args, std::string* output) {
+    int status = -1;
+    *output = run_command("MEGANEURA_TRACE='" + trace + "' " + MEGANEURA_BINARY + " " + args, &status);
+    return status;
+}
+
+json events_of(const std::string& path) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in) << path;
+    return json::parse(in)["traceEvents"];
+}
+
+TEST(Trace, ForwardWithBackwardNamesEveryDispatchByItsGraphNodes) {
+    TempDir dir("trace");
+    const models::ModelRequest request{.input_shapes = {{"images", {3, 784}}}};
+    io::write_safetensors(dir.path("in.safetensors"), models::find_model("mlp").example_inputs(request, false, 1));
+    std::string output;
+    ASSERT_EQ(traced(dir.path("t.json"), "forward --model mlp --backward --inputs " + dir.path("in.safetensors") +
+                                             " --out " + dir.path("out.safetensors"), &output), 0) << output;
+    const json events = events_of(dir.path("t.json"));
+
+    std::vector<json> runs, dispatches;
+    std::set<std::string> passes, names;
+    for (const json& e : events) {
+        const std::string cat = e.value("cat", "");
+        if (cat == "run") runs.push_back(e);
+        if (cat == "dispatch") dispatches.push_back(e), names.insert(e["name"].get<std::string>());
+        if (cat == "compile") passes.insert(e["name"].get<std::string>());
+    }
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0]["args"]["dispatches"].get<size_t>(), dispatches.size());
+    EXPECT_GE(dispatches.size(), 10u);
+    for (const char* pass : {"compile: build", "compile: lower", "compile: shaders", "compile: record"})
+        EXPECT_TRUE(passes.count(pass)) << pass;
+    // Forward and backward of each of the MLP's three layers, under the layer's parameter names.
+    std::string all;
+    for (const std::string& n : names) all += "\n  " + n;
+    for (const char* name : {"fc1: matmul", "fc2: matmul", "fc3: matmul", "grad fc3: matmul", "grad fc1: matmul"})
+        EXPECT_TRUE(names.count(name)) << name << " is not among the dispatch names:" << all;
+    double gpu_ms = 0;
+    for (const json& d : dispatches) {
+        const double ms = d["args"]["gpu_ms"].get<double>();
+        EXPECT_GE(ms, 0);
+        EXPECT_DOUBLE_EQ(d["dur"].get<double>(), ms * 1e3);
+        EXPECT_EQ(d["tid"], runs[0]["tid"].get<int>() + 1);  // the session's GPU track
+        EXPECT_FALSE(d["args"]["kernel"].get<std::string>().empty());
+        gpu_ms += ms;
+    }
+    EXPECT_GT(gpu_ms, 0);
+    EXPECT_NEAR(gpu_ms, runs[0]["args"]["gpu_ms"].get<double>(), 1e-9 * gpu_ms);
+    // The first layer's product: its node, with the batch of 3 the inputs file gave.
+    const auto fc1 = std::find_if(dispatches.begin(), dispatches.end(), [](const json& d) { return d["name"] == "fc1: matmul"; });
+    ASSERT_NE(fc1, dispatches.end());
+    ASSERT_EQ((*fc1)["args"]["nodes"].size(), 1u);
+    const std::string node = (*fc1)["args"]["nodes"][0];
+    EXPECT_NE(node.find(" matmul (3,256) f32"), std::string::npos) << node;
+}
+
+TEST(Trace, EverySessionHasItsTracks) {
+    TempDir dir("trace");
+    std::string output;
+    ASSERT_EQ(traced(dir.path("t.json"), "generate --size tiny --tokens 1,2 --max-new 3", &output), 0) << output;
+    std::set<int> host_tracks, gpu_tracks;
+    int runs = 0;
+    for (const json& e : events_of(dir.path("t.json"))) {
+        if (e.value("cat", "") == "run") host_tracks.insert(e["tid"].get<int>()), ++runs;
+        if (e.value("cat", "") == "dispatch") gpu_tracks.insert(e["tid"].get<int>());
+    }
+    EXPECT_EQ(runs, 3);  // the prefill, then two one-token decodes
+    EXPECT_EQ(host_tracks.size(), 2u);  // the prefill and the decode programs
+    EXPECT_EQ(gpu_tracks.size(), 2u);
+}
+
+TEST(Trace, AnUnwritableTraceIsAOneLineError) {
+    std::string output;
+    const models::ModelRequest request{};
+    TempDir dir("trace");
+    io::write_safetensors(dir.path("in.safetensors"), models::find_model("mlp").example_inputs(request, false, 1));
+    EXPECT_EQ(traced("/nonexistent/t.json", "forward --model mlp --inputs " + dir.path("in.safetensors") + " --out " +
+                                                dir.path("out.safetensors"), &output), 1);
+    EXPECT_NE(output.find("meganeura forward: error: MEGANEURA_TRACE /nonexistent/t.json: the folder /nonexistent does not exist"),
+              std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace mn::test
