@@ -117,6 +117,7 @@ TEST_F(ConvOpsTest, DerivativesInFastPrecisionMatchReference) {
 // FastGradientProductsKeepTinyGradients).
 TEST_F(ConvOpsTest, FastGradientsKeepTinyValues) {
     const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16");  // the scaled cooperative gradient products
     CompileOptions fast;
     fast.precision = Precision::Fast;
     Graph g;

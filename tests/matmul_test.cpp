@@ -5,6 +5,7 @@
 
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
+#include "compiler/coop_self_test.hpp"
 #include "gpu_check.hpp"
 #include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
@@ -147,9 +148,50 @@ TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
     EXPECT_EQ(times[0].first, device_has_coop() ? "matmul_coop" : "matmul");
 }
 
+// The start-up check passes on this device (where it has no cooperative matrices, precision fast
+// is f32 and the check trivially so), and a device whose check failed compiles fast programs on the
+// f32 kernels.
+TEST_F(MatmulTest, CooperativeSelfTest) {
+    rt::Context& ctx = *device().context();
+    const std::optional<bool> before = ctx.cooperative_matrices_work;
+    ctx.cooperative_matrices_work.reset();
+    EXPECT_TRUE(compiler::cooperative_matrices_work(device()));
+    EXPECT_EQ(ctx.cooperative_matrices_work, std::optional<bool>(true));
+    if (!device().context()->caps().timestamps) GTEST_SKIP() << "no timestamps to read kernel labels from";
+    ctx.cooperative_matrices_work = false;
+    Graph g;
+    g.output("c", g.matmul(g.input("a", {33, 50}), g.input("b", {50, 7})));
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    fast.profile = true;
+    Session s = compile(g, device(), fast);
+    ctx.cooperative_matrices_work = before;
+    set_feeds(s, g, random_feeds(g, 4410));
+    s.run();
+    EXPECT_EQ(s.profile().at(0).first, "matmul");
+}
+
+// Every matmul kernel says which variant it is and why the others declined (MEGANEURA_DEBUG=1).
+TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
+    const codegen::MatmulSpec spec{.dtype = DType::F32, .m = 512, .n = 512, .k = 512};
+    codegen::MatmulTuning t;
+    t.compute_units = 132;
+    t.max_shared_memory = 16 * 1024;
+    std::string choice = codegen::matmul_kernels(spec, t).product.choice;
+    EXPECT_NE(choice.find("tiled f32 (cooperative declined: precision strict)"), std::string::npos) << choice;
+    EXPECT_NE(choice.find("128x128: exceeds the device's shared memory"), std::string::npos) << choice;
+    t.coop_subgroup = 32;
+    t.max_shared_memory = 40000;
+    choice = codegen::matmul_kernels(spec, t).product.choice;
+    EXPECT_EQ(choice.rfind("cooperative ", 0), 0u) << choice;
+    EXPECT_NE(choice.find("128x128x64/1: exceeds the device's shared memory"), std::string::npos) << choice;
+    EXPECT_NE(choice.find("128x256x32/1: 1 waves"), std::string::npos) << choice;
+    const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
+    EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice, "gemv: M or N is 1");
+}
+
 // The cooperative kernel's GLSL compiles for every transpose and alignment variant and every tile,
-// also where no
-// device can run it (CI), so a broken shader is caught before it reaches a GPU.
+// also where no device can run it (CI), so a broken shader is caught before it reaches a GPU.
 TEST(MatmulCoopSource, CompilesWithGlslang) {
     for (const char* tile : kCoopTiles) {
         SCOPED_TRACE(tile);
@@ -186,9 +228,9 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
     }
 }
 
-// The fast precision's policy: forward products take f16 cooperative matrices, and so do the
-// gradient products mn::grad appends, with their operands scaled into f16's range first
-// (gradients underflow f16); MEGANEURA_FAST_GRADIENTS=f32 keeps those f32.
+// The fast precision's policy: forward products take f16 cooperative matrices; the gradient products
+// mn::grad appends stay f32 unless Tuning::coop_gradients (MEGANEURA_FAST_GRADIENTS=f16), and then
+// scale their operands into f16's range first (gradients underflow f16).
 TEST(MatmulPrecisionPolicy, GradientProductsAreScaled) {
     Graph g;
     Tensor x = g.input("x", {64, 96});
@@ -208,9 +250,9 @@ TEST(MatmulPrecisionPolicy, GradientProductsAreScaled) {
     sched::Tuning tuning;
     tuning.matmul.max_shared_memory = 48 * 1024;
     tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
-    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul_coop_scaled"}));
-    tuning.coop_gradients = false;
     EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul"}));
+    tuning.coop_gradients = true;
+    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul_coop_scaled"}));
 }
 
 // Gradients of 1e-10, where f16 has nothing (its smallest subnormal is 6e-8): the scaled products
@@ -218,6 +260,7 @@ TEST(MatmulPrecisionPolicy, GradientProductsAreScaled) {
 // backward (dx = dy @ W, dW = dy^T @ x).
 TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
     const double tol = device_has_coop() ? 2e-3 : 1e-5;
+    ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16");  // the scaled cooperative gradient products
     CompileOptions fast;
     fast.precision = Precision::Fast;
     for (const char* tile : {"", "64,64,32,32,32,2"}) {

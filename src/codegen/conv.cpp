@@ -306,7 +306,10 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
 }  // namespace
 
 ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
-    if (auto k = as_matmul(spec, tuning)) return {std::move(*k), true};
+    if (auto k = as_matmul(spec, tuning)) {
+        k->product.choice = "1x1, stride 1: as a matmul, " + k->product.choice;
+        return {std::move(*k), true};
+    }
     const Shape& x = spec.x;
     const Shape& w = spec.weight;
     const Shape& y = spec.y;
@@ -346,7 +349,9 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n" + kDims + read_x + mode;
     uint32_t bm, bn, k_split;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
-        const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning);
+        std::string why;
+        const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning, &why);
+        k.choice = "cooperative implicit GEMM " + why;
         matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
@@ -357,7 +362,10 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                  matmul_detail::coop_defines(t, tuning) + head + kCoopStaging +
                  matmul_detail::kCoopProductGlsl + kCoopMain;
     } else {
-        const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning);
+        std::string why;
+        const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning, &why);
+        k.choice = std::string("tiled f32 implicit GEMM (cooperative declined: ") +
+                   matmul_detail::no_coop_reason(gemm, tuning) + ") " + why;
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
         k.iface.local_size = t.threads();
@@ -374,6 +382,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     }
     k.spec_values.push_back(k_split);
     const int64_t splits = (depth + k_split - 1) / k_split;
+    if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split);
     const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
         throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +

@@ -82,6 +82,7 @@ struct MatmulTuning {
     // The cooperative kernels scale each operand into f16's range first (gradient products: see
     // matmul_coop.cpp's find_scales).
     bool coop_scaled = false;
+    const char* coop_declined = "precision strict";  // why coop_subgroup is 0 (MEGANEURA_DEBUG's explanation)
     uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
     uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
     uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)

@@ -37,6 +37,9 @@ struct KernelSource {
     // > 0: the pipeline must run with exactly this subgroup size and full subgroups (kernels that
     // split work by subgroup, such as cooperative-matrix ones).
     uint32_t required_subgroup_size = 0;
+    // Families with several variants (matmul, conv): which one this is and why the others declined
+    // (MEGANEURA_DEBUG=1 prints it).
+    std::string choice;
 };
 
 // The GLSL type used to store / compute a dtype.

@@ -220,24 +220,43 @@ int64_t compute_units(const MatmulTuning& t) { return t.compute_units ? t.comput
 // rounds of one tile's flops each, and a larger tile does more per shared-memory load. So a large
 // tile wins while the grid fills the device, and loses when its last round would leave most
 // compute units idle (1500 x 1536 in 128-tiles: 144 groups on 132 units, two rounds).
+// "BMxBN[xBK]" of a tile, for the choice's explanation.
+std::string tile_name(const TiledGeometry& g) { return std::to_string(g.bm) + "x" + std::to_string(g.bn); }
+std::string tile_name(const CoopGeometry& g) {
+    return std::to_string(g.bm) + "x" + std::to_string(g.bn) + "x" + std::to_string(g.bk) + "/" +
+           std::to_string(g.stages);
+}
+
+// The candidates in order, each either declined (and why) or costed; `why` gets one entry per tile.
 template <typename G, typename Fits>
-G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits) {
+G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits, std::string* why) {
     const G* chosen = nullptr;
     double best = 0;
+    std::string notes;
     for (const G& g : candidates) {
-        if (!fits(g)) continue;
+        notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
+        if (!fits(g)) {
+            notes += "exceeds the device's shared memory or workgroup size";
+            continue;
+        }
         if (t.forced_bm) {
-            if (g.bm == t.forced_bm) return g;
+            if (g.bm == t.forced_bm) {
+                if (why) *why = notes + "forced (MEGANEURA_MATMUL_TILE)";
+                return g;
+            }
+            notes += "not the forced height";
             continue;
         }
         const int64_t waves = (workgroups(spec, g.bm, g.bn) + compute_units(t) - 1) / compute_units(t);
         const double cost = static_cast<double>(waves) * g.bm * g.bn / g.efficiency;
+        notes += std::to_string(waves) + " waves, cost " + std::to_string(static_cast<int64_t>(cost));
         if (!chosen || cost < best) chosen = &g, best = cost;
     }
     if (!chosen) {
         throw Error("matmul: no tile fits this device" +
                     (t.forced_bm ? " with MEGANEURA_MATMUL_TILE=" + std::to_string(t.forced_bm) : std::string()));
     }
+    if (why) *why = tile_name(*chosen) + " (the least cost; " + notes + ")";
     return *chosen;
 }
 
@@ -278,7 +297,7 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
     return checked_u32(std::min(piece, k), "matmul K piece");
 }
 
-TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t) {
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
     // (8x8 measured 1.6x faster than 4x4 on lavapipe).
     const std::vector<TiledGeometry> tiled =
@@ -287,14 +306,18 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
                                                            {32, 32, 16, 4, 4, 0.7}};
     TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
         return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
-    });
+    }, why);
     if (t.forced_bk) g.bk = t.forced_bk;
     return g;
 }
 
-CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t) {
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     const auto& f = t.forced_coop;
-    if (f[0]) return {f[0], f[1], f[2], f[3], f[4], f[5]};
+    if (f[0]) {
+        const CoopGeometry g{f[0], f[1], f[2], f[3], f[4], f[5]};
+        if (why) *why = tile_name(g) + " (forced: MEGANEURA_COOP_TILE)";
+        return g;
+    }
     // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200 (examples/matmul_bench,
     // 2026-12-01: 122, 122, 59 TFLOP/s; the 32-wide tile ~0.36 of the largest). Two stages measured
     // slower than one 64-deep slice (94 against 122 TFLOP/s at 128 x 128).
@@ -302,7 +325,12 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t)
                                             {64, 64, 32, 32, 32, 2, 0.48}, {32, 32, 16, 16, 32, 2, 0.36}};
     return pick(coop, spec, t, [&](const CoopGeometry& c) {
         return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
-    });
+    }, why);
+}
+
+const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t) {
+    if (spec.dtype != DType::F32) return "not an f32 product";
+    return t.coop_subgroup ? "" : t.coop_declined;
 }
 
 }  // namespace matmul_detail
@@ -313,18 +341,23 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     MatmulKernels out;
     if (spec.m == 1 || spec.n == 1) {
         out.product = gemv_kernel(spec, t.max_groups);
+        out.product.choice = "gemv: M or N is 1";
         return out;
     }
     uint32_t k_split;
+    std::string why;
     if (t.coop_subgroup && spec.dtype == DType::F32) {
-        const CoopGeometry g = choose_coop_geometry(spec, t);
+        const CoopGeometry g = choose_coop_geometry(spec, t, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
         out.product = coop_kernel(spec, g, t, k_split);
+        why = "cooperative " + why;
     } else {
-        const TiledGeometry g = choose_tiled_geometry(spec, t);
+        const TiledGeometry g = choose_tiled_geometry(spec, t, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
         out.product = tiled_kernel(spec, g, k_split, t.max_groups);
+        why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }
+    out.product.choice = why + (k_split < spec.k ? "; K split in pieces of " + std::to_string(k_split) : "");
     if (k_split < spec.k) {
         const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;

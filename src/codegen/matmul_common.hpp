@@ -64,7 +64,10 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32
 // workgroup count of a BM x BN tiling, the register tile for the grid on this device, and the K
 // piece of split-K (K: no split; otherwise a multiple of 32 and of the kernel's K-slice `slice`).
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn);
-TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t);
+// `why` (optional): the tile's name and each candidate's verdict, for KernelSource::choice.
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
+// Why a product is not on the cooperative kernels (the f32 kernels' KernelSource::choice).
+const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t);
 uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice);
 
 // Cooperative matrix (matmul_coop.cpp): a BM x BN tile per workgroup, one WM x WN piece per
@@ -77,7 +80,7 @@ struct CoopGeometry {
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
 uint32_t coop_shared_bytes(const CoopGeometry& g);
 // The tile for this GEMM on this device (tuning.forced_coop, else the least estimated time).
-CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t);
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
 // What the convolution family's cooperative kernels share with the matmul's: the extensions, the
 // geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG,
 // A_K_INNER and B_K_INNER (each operand's shared order: k inner or k outer), and declarations of

@@ -13,6 +13,7 @@
 
 #include "codegen/shader_compiler.hpp"
 #include "compiler/check.hpp"
+#include "compiler/coop_self_test.hpp"
 #include "compiler/dump.hpp"
 #include "compiler/hazards.hpp"
 #include "compiler/initial_values.hpp"
@@ -34,14 +35,14 @@ int debug_level() {
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // ---- pass: lower ----
-sched::Schedule lower(const Graph& graph, const rt::DeviceCaps& caps, Precision precision) {
+sched::Schedule lower(const Graph& graph, const sched::Tuning& tuning) {
     std::vector<int32_t> roots;
     for (const auto& [name, id] : graph.outputs()) roots.push_back(id);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
         if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
     }
     if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
-    return sched::lower(graph, roots, sched::tune_for(caps, precision));
+    return sched::lower(graph, roots, tuning);
 }
 
 // Inputs, parameters and state by name, and the outputs; leaves no output depends on stay known
@@ -224,8 +225,9 @@ void print_debug(const Session::Impl& impl) {
                  st.compile_ms);
     for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
     for (const auto& step : impl.schedule.steps) {
-        std::fprintf(stderr, "  %-20s groups %ux%ux%u\n", step.kernel.label.c_str(), step.kernel.groups[0],
-                     step.kernel.groups[1], step.kernel.groups[2]);
+        std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
+                     step.kernel.groups[1], step.kernel.groups[2], step.kernel.choice.empty() ? "" : ": ",
+                     step.kernel.choice.c_str());
         if (debug_level() >= 3) std::fprintf(stderr, "%s\n", step.kernel.glsl.c_str());
     }
 }
@@ -258,7 +260,12 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         impl->check_limit = limit;
     }
 
-    impl->schedule = lower(graph, caps, options.precision);
+    sched::Tuning tuning = sched::tune_for(caps, options.precision);
+    if (tuning.matmul.coop_subgroup && !compiler::cooperative_matrices_work(device)) {
+        tuning.matmul.coop_subgroup = 0;
+        tuning.matmul.coop_declined = "the device's cooperative matrices failed the start-up check";
+    }
+    impl->schedule = lower(graph, tuning);
     sched::Schedule& s = impl->schedule;
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });
 

@@ -369,13 +369,13 @@ private:
         }
     }
 
-    // The matmul tuning for node `id`: gradient products scale their operands into f16's range, or
-    // stay f32 (Tuning::coop_gradients).
+    // The matmul tuning for node `id`: gradient products stay f32, or scale their operands into f16's
+    // range (Tuning::coop_gradients).
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
         if (id >= g_.gradient_start()) {
             if (t_.coop_gradients) t.coop_scaled = true;
-            else t.coop_subgroup = 0;
+            else t.coop_subgroup = 0, t.coop_declined = "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)";
         }
         return t;
     }
@@ -557,6 +557,9 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
         caps.vulkan_memory_model && caps.subgroup_size_control) {
         t.matmul.coop_subgroup = caps.subgroup_size;
+    } else if (precision == Precision::Fast) {
+        t.matmul.coop_declined = "the device lacks NV f16 cooperative matrices at 16x16x16, f16, the memory model or "
+                                 "subgroup size control";
     }
     // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
     // new device).

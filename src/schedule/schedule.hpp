@@ -50,9 +50,10 @@ struct Tuning {
     codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel
     // Gradient products (matmuls and convolutions mn::grad appends) take the cooperative kernels too,
-    // with their operands scaled into f16's range (MatmulTuning::coop_scaled); false keeps them f32
-    // (MEGANEURA_FAST_GRADIENTS=f32).
-    bool coop_gradients = true;
+    // with their operands scaled into f16's range (MatmulTuning::coop_scaled; MEGANEURA_FAST_GRADIENTS=f16).
+    // Off by default: on the H200 the scaling's extra pass over the operands made them no faster than
+    // the f32 kernels (README, Precision).
+    bool coop_gradients = false;
 };
 // Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
 // has them; every other op stays f32.

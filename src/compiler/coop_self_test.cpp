@@ -1,0 +1,90 @@
+// The check is a linear layer and its two gradient products at odd sizes (edge tiles, the operands
+// read transposed in place, and the scaled gradient kernels where MEGANEURA_FAST_GRADIENTS=f16 puts
+// the gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x. f16 operands carry ~7e-4 relative L2 error here (the matmul tests say
+// why); a wrong driver is off by far more, so the limit is 1e-2.
+#include "compiler/coop_self_test.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "meganeura/autodiff.hpp"
+#include "reference/reference.hpp"
+#include "runtime/runtime.hpp"
+
+namespace mn::compiler {
+
+namespace {
+
+constexpr double kLimit = 1e-2;
+
+// The worst relative L2 error of the check's outputs against float64; throws mn::Error when the
+// device cannot even build or run them.
+double check_error(const Device& device) {
+    Graph g;
+    Tensor x = g.parameter("x", {70, 200});
+    Tensor w = g.parameter("w", {72, 200});
+    Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("t", {70, 72})));
+    const std::vector<Tensor> grads = grad(loss, {x, w});
+    g.output("y", g.linear(x, w));
+    g.output("dx", grads[0]);
+    g.output("dw", grads[1]);
+
+    ref::Feeds feeds;
+    uint32_t state = 12345;
+    for (const Node& n : g.nodes()) {
+        if (n.op != Op::Input && n.op != Op::Parameter) continue;
+        ref::Value v{n.shape, std::vector<double>(static_cast<size_t>(numel(n.shape)))};
+        for (double& e : v.data) {
+            state = state * 1664525u + 1013904223u;  // a fixed pseudo-random pattern in [-1, 1)
+            e = static_cast<float>(static_cast<double>(state >> 8) / (1 << 23) - 1.0);
+        }
+        feeds[n.name] = std::move(v);
+    }
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    Session s = compile(g, device, fast);
+    for (const auto& [name, v] : feeds) s.set(name, std::vector<float>(v.data.begin(), v.data.end()));
+    s.run();
+    const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+    double worst = 0;
+    for (const auto& [name, id] : g.outputs()) {
+        const std::vector<float> got = s.get(name);
+        const std::vector<double>& expected = want[static_cast<size_t>(id)].data;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < expected.size(); ++i) {
+            num += (got[i] - expected[i]) * (got[i] - expected[i]);
+            den += expected[i] * expected[i];
+        }
+        const double e = std::sqrt(num / den);
+        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+    }
+    return worst;
+}
+
+}  // namespace
+
+bool cooperative_matrices_work(const Device& device) {
+    rt::Context& ctx = *device.context();
+    if (ctx.cooperative_matrices_work) return *ctx.cooperative_matrices_work;
+    ctx.cooperative_matrices_work = true;  // the check's own compile uses them
+    std::string problem;
+    try {
+        const double e = check_error(device);
+        if (!(e <= kLimit)) {
+            char text[96];
+            std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);
+            problem = text;
+        }
+    } catch (const Error& e) {
+        problem = std::string("failed a test product: ") + e.what();
+    }
+    ctx.cooperative_matrices_work = problem.empty();
+    if (!problem.empty()) {
+        std::fprintf(stderr, "meganeura: warning: the cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
+                     ctx.caps().name.c_str(), problem.c_str());
+    }
+    return problem.empty();
+}
+
+}  // namespace mn::compiler
