@@ -57,6 +57,7 @@ TEST(CliHelp, EveryCommandAnswersHelpWithItsOptions) {
         EXPECT_EQ(help.rfind("usage: meganeura " + name, 0), 0u) << help;
         EXPECT_NE(help.find("-h, --help"), std::string::npos) << help;
         EXPECT_EQ(meganeura(name + " -h", &status), help);
+        EXPECT_EQ(meganeura("help " + name, &status), help);
         // The help lists exactly the options the parser accepts (the unknown-option error names them).
         const std::string out = meganeura(name + " --no-such-option", &status);
         EXPECT_EQ(status, 1) << out;

@@ -14,6 +14,7 @@
 #include "host_tools.hpp"
 #include "model_gates.hpp"
 #include "io/safetensors.hpp"
+#include "models/generation.hpp"
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
 #include "models/whisper.hpp"
@@ -87,28 +88,13 @@ TEST_F(KvCacheTest, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
     full.session.run();
     const std::vector<float> want = full.session.get("logits");
 
-    const models::BuiltModel prefill_model = models::build_llama_cached(c, 1, kPrompt, kCache);
-    const models::BuiltModel decode_model = models::build_llama_cached(c, 1, 1, kCache);
-    Session prefill = compile(*prefill_model.graph, device(), {.poison_outputs = true});
-    Session decode = compile(*decode_model.graph, device(), {.poison_outputs = true});
-    prefill.load(dir.path("weights.safetensors"));
-    decode.load(dir.path("weights.safetensors"));
-
-    prefill.set("input_ids", std::vector<int32_t>(tokens.begin(), tokens.begin() + kPrompt));
-    prefill.set("position", std::vector<int32_t>{0});
-    prefill.run();
-    const std::vector<float> prompt_logits = prefill.get("logits");
-    for (int64_t t = 0; t < kPrompt; ++t) {
-        EXPECT_LE(relative_l2(row(prompt_logits, t, c.vocab), widen(row(want, t, c.vocab))), 1e-5) << "prefill position " << t;
-    }
-    for (int64_t l = 0; l < c.layers; ++l) {
-        for (const char* which : {"k", "v"}) decode.set(models::cache_name(l, which), prefill.get(models::cache_name(l, which)));
-    }
+    // The prompt prefilled at once; the cache and the weights copied to the decode program on the device.
+    models::Generator generator(device(), c, kPrompt, kCache, {dir.path("weights.safetensors")});
+    const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
+    EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";
     for (int64_t t = kPrompt; t < total; ++t) {
-        decode.set("input_ids", std::vector<int32_t>{tokens[static_cast<size_t>(t)]});
-        decode.set("position", std::vector<int32_t>{static_cast<int32_t>(t)});
-        decode.run();
-        EXPECT_LE(relative_l2(decode.get("logits"), widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
+        const std::vector<float> logits = generator.decode(tokens[static_cast<size_t>(t)], t);
+        EXPECT_LE(relative_l2(logits, widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
     }
 }
 

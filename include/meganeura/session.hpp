@@ -95,6 +95,11 @@ public:
     // offending tensor otherwise; tensors this session does not have are ignored.
     void save(const std::string& path) const;
     void load(const std::string& path);
+    // The shards of one checkpoint (model.safetensors.index.json's files): each tensor in one of them.
+    void load(const std::vector<std::string>& files);
+    // Copies the named values (state such as a KV cache, parameters) into the same names of `dst`, a
+    // session on the same device, on the device: no round trip through host memory.
+    void copy_to(Session& dst, const std::vector<std::string>& names) const;
     // Outputs, inputs and parameters by name (f16 values are widened; i32 read with get_i32).
     std::vector<float> get(std::string_view name) const;
     std::vector<int32_t> get_i32(std::string_view name) const;

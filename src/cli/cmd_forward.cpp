@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/model_arg.hpp"
 #include "io/atomic_file.hpp"
 #include "models/runner.hpp"
 
@@ -19,24 +20,21 @@ Precision parse_precision(const Flags& f) {
 namespace {
 
 int run_forward(const Flags& f) {
-    const std::string& model = f.required("model");
+    ModelArg m = model_arg(f);
     const std::string& inputs_path = f.required("inputs");
     const std::string& out_path = f.required("out");
-    const std::string& size = f.choice("size", {"tiny", "full"});
-    (void)models::find_model(model);  // an unknown name fails before any file is read
     io::check_can_write(out_path, "--out");
     const CompileOptions options{.precision = parse_precision(f)};
     const io::TensorMap inputs = io::read_safetensors(inputs_path);
-    const models::ModelRequest request{.size = size, .config_path = f.str("config"),
-                                       .input_shapes = models::shapes_of(inputs)};
+    m.request.input_shapes = models::shapes_of(inputs);
     const Device device = Device::open();
-    models::PreparedModel p = models::prepare_model(device, model, request, f.on("backward"), options);
-    if (!f.str("weights").empty()) p.session.load(f.str("weights"));
+    models::PreparedModel p = models::prepare_model(device, m.name, m.request, f.on("backward"), options);
+    if (!m.weights.empty()) p.session.load(m.weights);
     models::set_inputs(p.session, p.model, inputs);
     p.session.run();
     const io::TensorMap out = models::read_outputs(p);
     io::write_safetensors(out_path, out);
-    std::printf("%s on %s: loss %.6g, %zu tensors written to %s\n", model.c_str(), device.name().c_str(),
+    std::printf("%s on %s: loss %.6g, %zu tensors written to %s\n", m.name.c_str(), device.name().c_str(),
                 static_cast<double>(p.session.get("loss")[0]), out.size(), out_path.c_str());
     return 0;
 }
@@ -46,18 +44,15 @@ int run_forward(const Flags& f) {
 const Command forward_command = {
     .name = "forward",
     .summary = "run a model on given weights and inputs, write its outputs (and gradients)",
-    .description = "Runs one model of the registry (meganeura models) on the inputs in a safetensors file and\n"
+    .description = "Runs one model of the registry (meganeura models), or a Hugging Face model folder (-m DIR:\n"
+                   "config.json, model.safetensors or its shards), on the inputs in a safetensors file and\n"
                    "writes its output (logits or output) and loss, and with --backward grad.<parameter> for\n"
                    "every parameter. Input shapes come from the file; parameter names are the Hugging Face /\n"
                    "torchvision ones, so real checkpoints load by name.",
-    .options = {{"model", "", "NAME", "the model (required; meganeura models lists them)"},
-                {"size", "tiny", "SIZE", "tiny (the test configuration) or full (the published one)"},
-                {"config", "", "FILE", "a Hugging Face config.json, overriding --size's configuration"},
-                {"weights", "", "FILE", "safetensors weights by parameter name (default: random initialization)"},
-                {"inputs", "", "FILE", "safetensors file with every input of the model (required)"},
-                {"out", "", "FILE", "safetensors file to write (required)"},
-                {"backward", "false", "", "also compute and write every parameter's gradient"},
-                precision_option()},
+    .options = model_options("", "tiny", {{"inputs", "", "FILE", "safetensors file with every input of the model (required)"},
+                                      {"out", "", "FILE", "safetensors file to write (required)"},
+                                      {"backward", "false", "", "also compute and write every parameter's gradient"},
+                                      precision_option()}),
     .run = run_forward,
 };
 

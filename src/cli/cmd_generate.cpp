@@ -1,92 +1,122 @@
-// `meganeura generate`: greedy decoding with a KV cache. One program prefills the prompt (writing
-// every layer's keys and values into the cache), a second one, compiled from the same builder with
-// the same weights, decodes one token per run at a run-time position.
+// `meganeura generate`: a causal LM continues a prompt (models/generation.hpp), the text streamed as
+// it comes, greedy unless sampling is asked for (or the model folder's generation_config.json does
+// sample), until an end-of-sequence token or --max-new tokens; then llama.cpp's timing line.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <sstream>
 
 #include "cli/commands.hpp"
-#include "meganeura/session.hpp"
-#include "models/runner.hpp"
-#include "models/smollm2.hpp"
+#include "cli/model_arg.hpp"
+#include "cli/token_ids.hpp"
+#include "io/tokenizer.hpp"
+#include "models/generation.hpp"
 
 namespace mn::cli {
 
 namespace {
 
-std::vector<int32_t> parse_tokens(const std::string& text) {
-    std::vector<int32_t> tokens;
-    std::stringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX) {
-            throw Error("--tokens must be comma-separated token ids, got '" + item + "'");
-        }
-        tokens.push_back(static_cast<int32_t>(v));
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+// The sampling options: the flags where given, else the folder's generation_config.json when it
+// samples (do_sample), else greedy.
+models::SamplingOptions sampling(const Flags& f, const ModelArg& m) {
+    models::SamplingOptions o{.seed = static_cast<uint64_t>(f.integer("seed", 0))};
+    if (m.folder && m.folder->generation.do_sample) {
+        o.temperature = m.folder->generation.temperature;
+        o.top_k = m.folder->generation.top_k;
+        o.top_p = m.folder->generation.top_p;
     }
-    if (tokens.empty()) throw Error("--tokens needs at least one token id");
-    return tokens;
+    if (!f.str("temperature").empty()) o.temperature = f.real("temperature", 0, 100);
+    else if (o.temperature == 0 && (!f.str("top-k").empty() || !f.str("top-p").empty())) o.temperature = 1;
+    if (!f.str("top-k").empty()) o.top_k = f.integer("top-k", 0, INT32_MAX);
+    if (!f.str("top-p").empty()) o.top_p = f.real("top-p", 0, 1);
+    if (o.top_p <= 0) throw Error("option --top-p is 0: no token could be sampled (give a value above 0)");
+    return o;
 }
 
-// The id of the largest logit in row `row` of logits [1, T, vocab] (the first one on ties).
-int32_t argmax_row(const std::vector<float>& logits, int64_t row, int64_t vocab) {
-    const auto begin = logits.begin() + row * vocab;
-    return static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin);
-}
+// Prints the text of each generated token as it comes, whole UTF-8 characters only (a character
+// may take several tokens), or the ids, comma-separated, when there is no tokenizer.
+class Streamer {
+public:
+    explicit Streamer(const io::Tokenizer* t) : t_(t) {}
+    void put(int32_t id) {
+        if (!t_) {
+            std::printf("%s%d", first_ ? "" : ",", id);
+        } else {
+            pending_ += t_->decode({id}, true);
+            const size_t whole = io::complete_utf8_prefix(pending_);
+            std::fwrite(pending_.data(), 1, whole, stdout);
+            pending_.erase(0, whole);
+        }
+        first_ = false;
+        std::fflush(stdout);
+    }
+    void finish() {
+        std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+        std::printf("\n");
+        std::fflush(stdout);
+    }
+
+private:
+    const io::Tokenizer* t_;
+    std::string pending_;
+    bool first_ = true;
+};
 
 int run_generate(const Flags& f) {
-    (void)f.choice("model", {"smollm2"});
-    const std::string& size = f.choice("size", {"tiny", "full"});
-    const std::vector<int32_t> prompt = parse_tokens(f.str("tokens"));
-    const int64_t max_new = f.integer("max-new", 1, INT32_MAX);
-    const models::LlamaConfig c = models::LlamaConfig::from_request({.size = size, .config_path = f.str("config")});
-    for (int32_t t : prompt) {
+    const ModelArg m = model_arg(f);
+    if (m.name != "smollm2") throw Error("generate runs causal LMs (smollm2, or a Llama / Qwen2 folder), not " + m.name);
+    const models::LlamaConfig c = models::LlamaConfig::from_request(m.request);
+    const models::SamplingOptions options = sampling(f, m);
+    std::optional<io::Tokenizer> tokenizer;
+    if (m.folder && !m.folder->tokenizer.empty()) tokenizer = io::Tokenizer::from_file(m.folder->tokenizer);
+    if (f.str("prompt").empty() == f.str("tokens").empty()) throw Error("give one of --prompt TEXT and --tokens IDS");
+    if (!f.str("prompt").empty() && !tokenizer) throw Error("--prompt needs a model folder with a tokenizer.json; use --tokens IDS");
+    const std::vector<int32_t> prompt = f.str("prompt").empty() ? parse_token_ids(f.str("tokens"), "--tokens")
+                                                                : tokenizer->encode(f.str("prompt"));
+    if (prompt.empty()) throw Error("the prompt has no tokens");
+    for (const int32_t t : prompt)
         if (t >= c.vocab) throw Error("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab));
-    }
+    const int64_t max_new = f.str("max-new").empty() && m.folder && m.folder->generation.max_new_tokens
+                                ? *m.folder->generation.max_new_tokens
+                                : f.str("max-new").empty() ? 20 : f.integer("max-new", 1, INT32_MAX);
     const auto prompt_len = static_cast<int64_t>(prompt.size());
-    const int64_t cache_len = prompt_len + max_new;
-    if (cache_len > c.max_positions) {
-        throw Error(std::to_string(cache_len) + " positions exceed max_position_embeddings " + std::to_string(c.max_positions));
-    }
+    if (prompt_len + max_new > c.max_positions)
+        throw Error(std::to_string(prompt_len + max_new) + " positions exceed max_position_embeddings " +
+                    std::to_string(c.max_positions));
+    std::vector<int64_t> eos;
+    if (m.folder && !f.on("ignore-eos")) eos = m.folder->generation.eos_token_ids;
+    if (m.weights.empty()) std::fprintf(stderr, "meganeura generate: no weights, using the random initialization\n");
 
     const Device device = Device::open();
-    const models::BuiltModel prefill_model = models::build_llama_cached(c, 1, prompt_len, cache_len);
-    const models::BuiltModel decode_model = models::build_llama_cached(c, 1, 1, cache_len);
-    models::check_fits_device(*prefill_model.graph, device, "smollm2");
-    Session prefill = compile(*prefill_model.graph, device);
-    Session decode = compile(*decode_model.graph, device);
-    if (!f.str("weights").empty()) {
-        prefill.load(f.str("weights"));
-        decode.load(f.str("weights"));
-    } else {
-        std::fprintf(stderr, "meganeura generate: no --weights, using the random initialization\n");
+    models::Generator generator(device, c, prompt_len, prompt_len + max_new, m.weights);
+    models::Sampler sampler(options);
+    Streamer out(tokenizer ? &*tokenizer : nullptr);
+    if (tokenizer) {
+        const std::string text = tokenizer->decode(prompt, true);
+        std::fwrite(text.data(), 1, text.size(), stdout);
     }
-
-    prefill.set("input_ids", prompt);
-    prefill.set("position", std::vector<int32_t>{0});
-    prefill.run();
-    for (int64_t l = 0; l < c.layers; ++l) {
-        for (const char* which : {"k", "v"}) {
-            const std::string name = models::cache_name(l, which);
-            decode.set(name, prefill.get(name));
-        }
+    const Clock::time_point start = Clock::now();
+    std::vector<float> logits = generator.prefill(prompt);
+    int32_t next = sampler.next(logits.data(), c.vocab);
+    const double prompt_ms = ms_since(start);
+    const Clock::time_point decoding = Clock::now();
+    int64_t generated = 0;
+    while (std::find(eos.begin(), eos.end(), next) == eos.end()) {
+        out.put(next);
+        if (++generated == max_new) break;
+        logits = generator.decode(next, prompt_len + generated - 1);
+        next = sampler.next(logits.data(), c.vocab);
     }
-    std::vector<int32_t> generated = {argmax_row(prefill.get("logits"), prompt_len - 1, c.vocab)};
-    for (int64_t pos = prompt_len; static_cast<int64_t>(generated.size()) < max_new; ++pos) {
-        decode.set("input_ids", std::vector<int32_t>{generated.back()});
-        decode.set("position", std::vector<int32_t>{static_cast<int32_t>(pos)});
-        decode.run();
-        generated.push_back(argmax_row(decode.get("logits"), 0, c.vocab));
-    }
-    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
-    std::printf("\n");
+    const double generation_ms = ms_since(decoding);
+    out.finish();
+    // llama.cpp's closing report: the prompt's and the generation's speed, on stderr.
+    std::fprintf(stderr, "prompt eval: %lld tokens in %.2f ms (%.2f tokens/s); generation: %lld tokens in %.2f ms (%.2f tokens/s)\n",
+                 static_cast<long long>(prompt_len), prompt_ms, 1e3 * static_cast<double>(prompt_len) / prompt_ms,
+                 static_cast<long long>(generated), generation_ms,
+                 generated ? 1e3 * static_cast<double>(generated) / generation_ms : 0.0);
     return 0;
 }
 
@@ -94,15 +124,21 @@ int run_generate(const Flags& f) {
 
 const Command generate_command = {
     .name = "generate",
-    .summary = "greedy decoding with a KV cache: prompt token ids in, generated token ids out",
-    .description = "Decodes greedily with a KV cache: one program prefills the prompt, a second one decodes one\n"
-                   "token per run, both on the same weights. Prints the generated token ids, comma-separated.",
-    .options = {{"model", "smollm2", "NAME", "the causal LM (smollm2)"},
-                {"weights", "", "FILE", "safetensors weights (default: random initialization, with a warning)"},
-                {"tokens", "", "IDS", "the prompt as comma-separated token ids, e.g. 1,2,3 (required)"},
-                {"max-new", "20", "N", "tokens to generate"},
-                {"size", "full", "SIZE", "full (the published configuration) or tiny"},
-                {"config", "", "FILE", "a Hugging Face config.json, overriding --size's configuration"}},
+    .summary = "continue a prompt with a causal LM, streaming the text (KV cache on the device)",
+    .description = "Continues a prompt with a causal LM: one program prefills the prompt into a KV cache, a second\n"
+                   "one decodes one token per run, the cache copied between them on the device. Streams the text\n"
+                   "(the ids, comma-separated, without a tokenizer) until an end-of-sequence token of the folder's\n"
+                   "generation_config.json or --max-new tokens; greedy unless sampling is asked for (or the\n"
+                   "folder's generation_config.json samples). Ends with the prompt's and the generation's speed.",
+    .options = model_options("smollm2", "full",
+                             {{"prompt", "", "TEXT", "the prompt as text (needs the folder's tokenizer.json)"},
+                              {"tokens", "", "IDS", "the prompt as comma-separated token ids, e.g. 1,2,3"},
+                              {"max-new", "", "N", "tokens to generate at most (default: generation_config.json's, else 20)"},
+                              {"temperature", "", "T", "sample at this temperature; 0: greedy (default: greedy, or 1 with --top-k or --top-p)"},
+                              {"top-k", "", "K", "sample from the K likeliest tokens; 0: all"},
+                              {"top-p", "", "P", "sample from the likeliest tokens whose probability reaches P"},
+                              {"seed", "0", "S", "the sampler's random seed"},
+                              {"ignore-eos", "false", "", "go on past end-of-sequence tokens"}}),
     .run = run_generate,
 };
 

@@ -2,7 +2,8 @@
 // A command's options, declared once with their defaults and help, and the parser that reads them:
 // positional words, `--name value` and `--name=value`; an unknown option or a missing value is an
 // mn::Error naming it. An option whose default is "false" is a switch: `--name` alone sets it
-// (`--name=false` clears it). The same declaration prints `meganeura <command> --help`.
+// (`--name=false` clears it). `-m X` is `--model X` where a command has --model. The same declaration
+// prints `meganeura <command> --help`.
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -30,12 +31,14 @@ public:
     Flags(const Args& args, const std::vector<Option>& options) {
         for (const Option& o : options) values_[o.name] = o.default_value;
         for (size_t i = 0; i < args.size(); ++i) {
-            if (args[i].rfind("--", 0) != 0) {
+            const bool short_model = args[i] == "-m" && values_.count("model");  // llama.cpp's -m
+            if (args[i].rfind("--", 0) != 0 && !short_model) {
                 positional_.push_back(args[i]);
                 continue;
             }
-            const size_t equals = args[i].find('=');
-            const std::string name = args[i].substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+            const size_t equals = short_model ? std::string::npos : args[i].find('=');
+            const std::string name = short_model ? "model"
+                                     : args[i].substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
             auto it = values_.find(name);
             if (it == values_.end()) {
                 std::string known;

@@ -2,6 +2,7 @@
 // plus the step count in the metadata. Loading validates everything before writing anything, so
 // a bad file leaves the session as it was.
 #include <cstring>
+#include <map>
 
 #include "common/half.hpp"
 #include "compiler/session_impl.hpp"
@@ -31,8 +32,21 @@ void Session::save(const std::string& path) const {
     io::write_safetensors(path, tensors, {{kStepKey, std::to_string(impl_->steps_taken)}});
 }
 
-void Session::load(const std::string& path) {
-    const io::TensorMap file = io::read_safetensors(path);
+void Session::load(const std::string& path) { load(std::vector<std::string>{path}); }
+
+void Session::load(const std::vector<std::string>& files) {
+    if (files.empty()) throw Error("load: no checkpoint files given");
+    // Every tensor of every file by name, with the file it came from (for messages).
+    std::vector<io::TensorMap> contents;
+    std::map<std::string, std::pair<const io::TensorData*, const std::string*>> file;
+    for (const std::string& path : files) contents.push_back(io::read_safetensors(path));
+    for (size_t f = 0; f < files.size(); ++f) {
+        for (const auto& [name, t] : contents[f]) {
+            const auto [it, fresh] = file.try_emplace(name, &t, &files[f]);
+            if (!fresh) throw Error(files[f] + ": tensor '" + name + "' is also in " + *it->second.second);
+        }
+    }
+    const std::string all = files.size() == 1 ? files[0] : files[0] + " (and " + std::to_string(files.size() - 1) + " more shards)";
     std::vector<int32_t> values;
     std::vector<const io::TensorData*> sources;
     for (const auto& [name, v] : impl_->names) {
@@ -42,23 +56,27 @@ void Session::load(const std::string& path) {
         if (it == file.end()) {
             // Optimizer state may be absent (weights exported elsewhere): it keeps its current values.
             if (val.storage == sched::Storage::State) continue;
-            throw Error(path + ": missing tensor '" + name + "' (shape " + shape_str(val.shape) + ")");
+            throw Error(all + ": missing tensor '" + name + "' (shape " + shape_str(val.shape) + ")");
         }
-        if (it->second.shape != val.shape) {
-            throw Error(path + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) + ", expected " +
+        const std::string& path = *it->second.second;
+        const io::TensorData& t = *it->second.first;
+        if (t.shape != val.shape) {
+            throw Error(path + ": tensor '" + name + "' has shape " + shape_str(t.shape) + ", expected " +
                         shape_str(val.shape));
         }
-        it->second.check_f32(path + ": tensor '" + name + "'");  // before any write
+        t.check_f32(path + ": tensor '" + name + "'");  // before any write
         values.push_back(v);
-        sources.push_back(&it->second);
+        sources.push_back(&t);
     }
     int64_t step = impl_->steps_taken;  // a file without a step count leaves it as it is
-    const auto meta = io::read_safetensors_metadata(path);
-    if (auto it = meta.find(kStepKey); it != meta.end()) {
-        try {
-            step = std::stoll(it->second);
-        } catch (const std::exception&) {
-            throw Error(path + ": metadata '" + kStepKey + "' is not a number: '" + it->second + "'");
+    for (const std::string& path : files) {
+        const auto meta = io::read_safetensors_metadata(path);
+        if (auto it = meta.find(kStepKey); it != meta.end()) {
+            try {
+                step = std::stoll(it->second);
+            } catch (const std::exception&) {
+                throw Error(path + ": metadata '" + kStepKey + "' is not a number: '" + it->second + "'");
+            }
         }
     }
     impl_->write_many(values, [&](size_t i, uint8_t* dst) {

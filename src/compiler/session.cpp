@@ -99,6 +99,20 @@ std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {
     return {at, at + value(v).bytes()};
 }
 
+void Session::copy_to(Session& dst, const std::vector<std::string>& names) const {
+    if (impl_->ctx != dst.impl_->ctx) throw Error("copy_to: the sessions are on different devices");
+    rt::Program p(impl_->ctx);
+    for (const std::string& name : names) {
+        const int32_t from = impl_->live(name), to = dst.impl_->live(name);
+        if (impl_->value(from).shape != dst.impl_->value(to).shape || impl_->value(from).dtype != dst.impl_->value(to).dtype)
+            throw Error("copy_to: '" + name + "' is " + shape_str(impl_->value(from).shape) + " here and " +
+                        shape_str(dst.impl_->value(to).shape) + " in the destination");
+        p.copy(impl_->range(from), dst.impl_->range(to));
+    }
+    p.finish();
+    p.run();
+}
+
 std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
     auto it = readback_at.find(schedule.root(v));
     if (it == readback_at.end()) return read_now(v);

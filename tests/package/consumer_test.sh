@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installed package as a user meets it (issue 18): `cmake --install` of this build into a fresh
 # prefix; the examples, a separate project, configured with find_package(meganeura CONFIG REQUIRED)
-# and nothing else, built and run; and a C program built with pkg-config's flags alone.
+# and nothing else, built and run; a C program built with pkg-config's flags alone; and the installed
+# Python module imported from the prefix.
 #   consumer_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -21,3 +22,8 @@ pkg-config --exists --print-errors meganeura
 test "$(pkg-config --modversion meganeura)" = "$("$work/prefix/bin/meganeura" --version | cut -d' ' -f2)"
 cc -std=c11 -Wall -Werror "$source/examples/mlp_forward.c" -o "$work/mlp_forward_c" $(pkg-config --cflags --libs meganeura) -lm
 LD_LIBRARY_PATH="$(pkg-config --variable=libdir meganeura)" "$work/mlp_forward_c"
+
+python=${PYTHON:-/usr/bin/python3}
+site=$("$python" -c 'import sys; print(f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages")')
+PYTHONPATH="$work/prefix/$site" "$python" -c \
+  "import meganeura as mn; assert mn.__file__.startswith('$work/prefix/'), mn.__file__; print('python module', mn.__version__, 'from the prefix')"

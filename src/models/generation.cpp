@@ -1,0 +1,64 @@
+#include "models/generation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "models/runner.hpp"
+
+namespace mn::models {
+
+int32_t Sampler::next(const float* logits, int64_t vocab) {
+    if (o_.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+    // Candidates by logit, largest first (ties by id), cut to top_k, then to the top_p mass.
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    const auto k = static_cast<size_t>(o_.top_k > 0 ? std::min(o_.top_k, vocab) : vocab);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    order.resize(k);
+    std::vector<double> p(k);
+    const double top = logits[order[0]] / o_.temperature;
+    for (size_t i = 0; i < k; ++i) p[i] = std::exp(logits[order[i]] / o_.temperature - top);
+    const double total = std::accumulate(p.begin(), p.end(), 0.0);
+    size_t keep = 0;
+    for (double mass = 0; keep < k && (keep == 0 || mass < o_.top_p * total);) mass += p[keep++];
+    p.resize(keep);
+    std::discrete_distribution<size_t> pick(p.begin(), p.end());
+    return order[pick(rng_)];
+}
+
+Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_len, int64_t cache_len,
+                     const std::vector<std::string>& weights)
+    : c_(c), prompt_len_(prompt_len), prefill_model_(build_llama_cached(c, 1, prompt_len, cache_len)),
+      decode_model_(build_llama_cached(c, 1, 1, cache_len)) {
+    check_fits_device(*prefill_model_.graph, device, "smollm2");
+    prefill_ = compile(*prefill_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
+    decode_ = compile(*decode_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
+    if (!weights.empty()) prefill_.load(weights);
+    std::vector<std::string> params;
+    for (const Node& n : prefill_model_.graph->nodes())
+        if (n.op == Op::Parameter) params.push_back(n.name);
+    prefill_.copy_to(decode_, params);  // the random initialization too, when there are no weights
+}
+
+std::vector<float> Generator::prefill(const std::vector<int32_t>& prompt) {
+    prefill_.set("input_ids", prompt);
+    prefill_.set("position", std::vector<int32_t>{0});
+    prefill_.run();
+    std::vector<std::string> cache;
+    for (int64_t l = 0; l < c_.layers; ++l)
+        for (const char* which : {"k", "v"}) cache.push_back(cache_name(l, which));
+    prefill_.copy_to(decode_, cache);
+    const std::vector<float> logits = prefill_.get("logits");
+    return {logits.end() - c_.vocab, logits.end()};
+}
+
+std::vector<float> Generator::decode(int32_t token, int64_t position) {
+    decode_.set("input_ids", std::vector<int32_t>{token});
+    decode_.set("position", std::vector<int32_t>{static_cast<int32_t>(position)});
+    decode_.run();
+    return decode_.get("logits");
+}
+
+}  // namespace mn::models

@@ -1,0 +1,136 @@
+// `meganeura generate` and `meganeura tokenize` on a tiny random model folder, and the sampler.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include "gpu_check.hpp"
+#include "io/tokenizer.hpp"
+#include "models/generation.hpp"
+#include "models/model_folder.hpp"
+#include "tiny_folder.hpp"
+
+namespace mn::test {
+namespace {
+
+// The text before the closing timing line, which comes last (stderr, after stdout's final newline).
+std::string generated_text(const std::string& out) {
+    const size_t at = out.rfind("prompt eval: ");
+    EXPECT_NE(at, std::string::npos) << out;
+    return at == std::string::npos || at == 0 ? out : out.substr(0, at - 1);
+}
+
+class GenerateTest : public GpuTest {
+protected:
+    void SetUp() override {
+        MN_REQUIRE_TORCH();
+        make_tiny_folder(folder_);
+    }
+    // The greedy continuation's text, through the library: the prompt and max_new tokens.
+    std::string greedy(const std::string& prompt, int64_t max_new) {
+        return io::Tokenizer::from_file(folder_ + "/tokenizer.json").decode(greedy_ids(prompt, max_new), true);
+    }
+    std::vector<int32_t> greedy_ids(const std::string& prompt, int64_t max_new) {
+        const models::ModelFolder m = models::open_model_folder(folder_);
+        const io::Tokenizer t = io::Tokenizer::from_file(m.tokenizer);
+        const models::LlamaConfig c = models::LlamaConfig::from_json(m.config);
+        std::vector<int32_t> ids = t.encode(prompt);
+        const auto n = static_cast<int64_t>(ids.size());
+        models::Generator g(device(), c, n, n + max_new, m.weights);
+        models::Sampler greedy({});
+        std::vector<float> logits = g.prefill(ids);
+        for (int64_t i = 0; i < max_new; ++i) {
+            ids.push_back(greedy.next(logits.data(), c.vocab));
+            if (i + 1 < max_new) logits = g.decode(ids.back(), n + i);
+        }
+        return ids;
+    }
+    TempDir dir_{"generate"};
+    std::string folder_ = dir_.path("tiny");
+};
+
+TEST_F(GenerateTest, StreamsTheGreedyContinuationAndTheSpeed) {
+    int status = 0;
+    const std::string out = meganeura("generate -m " + folder_ + " --prompt 'The quick brown fox' --max-new 12 --ignore-eos", &status);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_EQ(generated_text(out), greedy("The quick brown fox", 12));
+    EXPECT_TRUE(std::regex_search(out, std::regex("prompt eval: [0-9]+ tokens in [0-9.]+ ms \\([0-9.]+ tokens/s\\); "
+                                                  "generation: 12 tokens in [0-9.]+ ms \\([0-9.]+ tokens/s\\)\n$")))
+        << out;
+}
+
+// generation_config.json's eos ends the generation: here the first greedy token is made the eos.
+TEST_F(GenerateTest, StopsAtTheEndOfSequenceToken) {
+    const models::ModelFolder m = models::open_model_folder(folder_);
+    const io::Tokenizer t = io::Tokenizer::from_file(m.tokenizer);
+    const std::string prompt = t.decode(t.encode("The dog"));
+    const int32_t first = greedy_ids("The dog", 1).back();
+    std::ofstream(folder_ + "/generation_config.json") << "{\"eos_token_id\": [5, " << first << "]}";
+    int status = 0;
+    const std::string out = meganeura("generate -m " + folder_ + " --prompt 'The dog' --max-new 12", &status);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_EQ(generated_text(out), prompt);
+    EXPECT_NE(out.find("generation: 0 tokens"), std::string::npos) << out;
+}
+
+TEST_F(GenerateTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
+    int status = 0;
+    auto run = [&](const std::string& flags) {
+        const std::string out = meganeura("generate -m " + folder_ + " --prompt 'The fox' --max-new 16 --ignore-eos " + flags, &status);
+        EXPECT_EQ(status, 0) << out;
+        return generated_text(out);
+    };
+    const std::string a = run("--temperature 3 --seed 1");
+    EXPECT_EQ(run("--temperature 3 --seed 1"), a);
+    EXPECT_NE(run("--temperature 3 --seed 2"), a);
+    EXPECT_EQ(run("--top-k 1 --seed 4"), greedy("The fox", 16));
+    EXPECT_EQ(run("--top-p 0.000001 --temperature 2"), greedy("The fox", 16));
+}
+
+TEST_F(GenerateTest, TokenizeEncodesAndDecodesAsTheLibrary) {
+    const io::Tokenizer t = io::Tokenizer::from_file(folder_ + "/tokenizer.json");
+    const std::string text = "The lazy dog<|im_end|> 42";
+    std::string want;
+    for (int32_t id : t.encode(text)) want += (want.empty() ? "" : ",") + std::to_string(id);
+    int status = 0;
+    EXPECT_EQ(meganeura("tokenize -m " + folder_ + " --text '" + text + "'", &status), want + "\n");
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(meganeura("tokenize -m " + folder_ + " --decode " + want, &status), text + "\n");
+    EXPECT_EQ(meganeura("tokenize --tokenizer " + folder_ + "/tokenizer.json --decode " + want + " --no-special", &status),
+              "The lazy dog 42\n");
+    const std::string both = meganeura("tokenize -m " + folder_ + " --text a --decode 1", &status);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(both.find("give one of --text, --file and --decode"), std::string::npos) << both;
+    const std::string bad = meganeura("tokenize -m " + folder_ + " --decode 1,x", &status);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(bad.find("--decode must be comma-separated token ids, got 'x'"), std::string::npos) << bad;
+}
+
+// Frequencies of 40,000 draws against the probabilities each option leaves, to within 0.01.
+TEST(Sampler, DrawsFromTheTemperedTopKTopPDistribution) {
+    const float logits[] = {std::log(0.5f), std::log(0.3f), std::log(0.2f), -INFINITY};
+    auto frequencies = [&](models::SamplingOptions o) {
+        models::Sampler s(o);
+        std::map<int32_t, double> f;
+        for (int i = 0; i < 40000; ++i) f[s.next(logits, 4)] += 1.0 / 40000;
+        return f;
+    };
+    auto expect_near = [](std::map<int32_t, double> got, std::map<int32_t, double> want) {
+        for (const auto& [id, p] : want) EXPECT_NEAR(got[id], p, 0.01) << id;
+        for (const auto& [id, p] : got) EXPECT_TRUE(want.count(id)) << "drew " << id;
+    };
+    expect_near(frequencies({.temperature = 1, .seed = 1}), {{0, 0.5}, {1, 0.3}, {2, 0.2}});
+    expect_near(frequencies({.temperature = 1, .top_k = 2, .seed = 2}), {{0, 0.625}, {1, 0.375}});
+    expect_near(frequencies({.temperature = 1, .top_p = 0.6, .seed = 3}), {{0, 0.625}, {1, 0.375}});
+    expect_near(frequencies({.temperature = 1, .top_p = 0.5, .seed = 4}), {{0, 1.0}});
+    // temperature 2: probabilities proportional to sqrt(0.5), sqrt(0.3), sqrt(0.2)
+    const double z = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.2);
+    expect_near(frequencies({.temperature = 2, .seed = 5}), {{0, std::sqrt(0.5) / z}, {1, std::sqrt(0.3) / z}, {2, std::sqrt(0.2) / z}});
+    models::Sampler greedy({});
+    const float tie[] = {1, 3, 3, 2};
+    EXPECT_EQ(greedy.next(tie, 4), 1);  // the first of equal logits
+}
+
+}  // namespace
+}  // namespace mn::test
