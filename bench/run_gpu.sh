@@ -23,7 +23,11 @@
 # --torch-warm-compile also compiles both again after the timing (the warm compile times, about
 # 10 s more and no timing).
 # Every step gets only the time that is left before the last REPORT_SECONDS of the budget, which are
-# the report's; what did not run shows as "—" and is listed in the notes.
+# the report's; what did not run shows as "—" and is listed in the notes. A step past its time is
+# sent SIGTERM, then SIGKILL 5 s later: a run on 2026-12-01 overran its budget by 15 s or more, most
+# likely a PyTorch process that did not end on SIGTERM while compiling.
+# Leave the device call's own limit a margin, and tee the output into the call's $OUT: a call killed
+# at its limit returns nothing else.
 set -u -o pipefail
 
 usage() { sed -n '4,6p' "$0" | sed 's/^# *//'; exit 2; }
@@ -31,7 +35,7 @@ usage() { sed -n '4,6p' "$0" | sed 's/^# *//'; exit 2; }
 BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full
-REPORT_SECONDS=45  # compare.py reads every cell's outputs (gigabytes for SmolLM2)
+REPORT_SECONDS=60  # compare.py reads every cell's outputs (gigabytes for SmolLM2): 41-42 s for ten cells
 MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1 WARM_COMPILE=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -81,7 +85,7 @@ for cell in "${CELLS[@]}"; do
   if [ "$t" -le 10 ]; then echo "- $name meganeura: not run, out of time" >> "$NOTES"; continue; fi
   mkdir -p "$cell"
   rm -f "$cell"/torch-*.json "$cell"/*.safetensors  # nothing from an earlier run in $BENCH_WORK
-  if ! timeout "$t" "$BINARY" bench --model "$model" --precision "$precision" --size "$SIZE" \
+  if ! timeout -k 5 "$t" "$BINARY" bench --model "$model" --precision "$precision" --size "$SIZE" \
       --repeat "$REPEAT" --warmup "$WARMUP" --out-dir "$cell" --json "$cell/meganeura.json" > "$cell/meganeura.log" 2>&1; then
     echo "- $name meganeura failed: $(tail -n 1 "$cell/meganeura.log")" >> "$NOTES"
     [ -s "$cell/meganeura.json" ] || rm -f "$cell/meganeura.json"
@@ -99,7 +103,7 @@ torch_pass() {  # torch_pass MODE [EXTRA ARGS]: one torch_bench.py process over 
   t=$(left)
   echo "== PyTorch $mode $* ($t s left)"
   if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch $mode: not run" >> "$NOTES"; return; fi
-  timeout "$t" "$PYTHON" bench/torch_bench.py --mode "$mode" --repeat "$REPEAT" --warmup "$WARMUP" \
+  timeout -k 5 "$t" "$PYTHON" bench/torch_bench.py --mode "$mode" --repeat "$REPEAT" --warmup "$WARMUP" \
     --deadline "$DEADLINE" "$@" "${READY[@]}" || echo "- PyTorch $mode: exit status $? (see the cells' reports)" >> "$NOTES"
 }
 
@@ -111,7 +115,7 @@ compile_pass() {
   if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch cudagraphs and compile: not run" >> "$NOTES"; return; fi
   rm -rf "$rendezvous" && mkdir -p "$rendezvous"
   for cell in "${READY[@]}"; do
-    timeout "$t" "$PYTHON" bench/torch_bench.py --mode cudagraphs,compile --repeat "$REPEAT" --warmup "$WARMUP" \
+    timeout -k 5 "$t" "$PYTHON" bench/torch_bench.py --mode cudagraphs,compile --repeat "$REPEAT" --warmup "$WARMUP" \
       --deadline "$DEADLINE" --processes "${#READY[@]}" --rendezvous "$rendezvous" "${WARM_COMPILE[@]}" "$cell" &
     pids+=($!)
   done
