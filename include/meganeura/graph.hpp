@@ -89,6 +89,7 @@ struct Node {
     bool flag = false;          // Reduce: keepdim; GeluErf/GeluTanh unused
     std::string name;           // Input / Parameter
     Init init;                  // Parameter
+    bool requires_grad = true;  // Parameter: false freezes it (no gradient, no optimizer state, no update)
 };
 
 class Graph {
@@ -98,6 +99,9 @@ public:
     Tensor parameter(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
     Tensor constant(std::vector<double> values, Shape shape, DType dtype = DType::F32);
     Tensor scalar(double value, DType dtype = DType::F32);
+    // torch's requires_grad_: training leaves a frozen parameter (false) as it is, with no gradient
+    // and no optimizer state, so fine-tuning a few of them (LoRA) costs their memory, not the model's.
+    void set_requires_grad(Tensor parameter, bool requires_grad);
     Tensor full(Shape shape, double value, DType dtype = DType::F32);
 
     // unary

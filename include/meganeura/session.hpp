@@ -5,6 +5,7 @@
 //   auto s   = mn::compile(graph, dev);        // one pre-recorded dispatch sequence
 //   s.set("x", data); s.run(); auto y = s.get("y");
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,7 +42,7 @@ private:
 
 struct CompileOptions {
     // Training: with a loss, compile appends the backward graph and the optimizer's updates of every
-    // f32 parameter, and Session::step() runs forward + backward + update in one submit.
+    // f32 parameter that requires a gradient (Graph::set_requires_grad), and Session::step() runs forward + backward + update in one submit.
     std::optional<Tensor> loss;
     Optimizer optimizer = AdamW{};
     LrSchedule schedule;
@@ -96,7 +97,9 @@ public:
     void save(const std::string& path) const;
     void load(const std::string& path);
     // The shards of one checkpoint (model.safetensors.index.json's files): each tensor in one of them.
-    void load(const std::vector<std::string>& files);
+    // A parameter for which `may_be_absent` says yes keeps its value when no file has it (a LoRA
+    // adapter's, loading the base model).
+    void load(const std::vector<std::string>& files, const std::function<bool(const std::string&)>& may_be_absent = {});
     // Copies the named values (state such as a KV cache, parameters) into the same names of `dst`, a
     // session on the same device, on the device: no round trip through host memory.
     void copy_to(Session& dst, const std::vector<std::string>& names) const;

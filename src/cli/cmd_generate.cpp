@@ -10,6 +10,7 @@
 #include "cli/token_ids.hpp"
 #include "io/tokenizer.hpp"
 #include "models/generation.hpp"
+#include "train/peft.hpp"
 
 namespace mn::cli {
 
@@ -68,7 +69,13 @@ private:
 int run_generate(const Flags& f) {
     const ModelArg m = model_arg(f);
     if (m.name != "smollm2") throw Error("generate runs causal LMs (smollm2, or a Llama / Qwen2 folder), not " + m.name);
-    const models::LlamaConfig c = models::LlamaConfig::from_request(m.request);
+    models::LlamaConfig c = models::LlamaConfig::from_request(m.request);
+    std::optional<train::Adapter> adapter;
+    if (!f.str("adapter").empty()) {
+        if (!m.folder) throw Error("--adapter needs the base model as a folder (-m DIR)");
+        adapter = train::read_adapter(f.str("adapter"));
+        c.lora = adapter->lora;
+    }
     const models::SamplingOptions options = sampling(f, m);
     std::optional<io::Tokenizer> tokenizer;
     if (m.folder && !m.folder->tokenizer.empty()) tokenizer = io::Tokenizer::from_file(m.folder->tokenizer);
@@ -91,7 +98,8 @@ int run_generate(const Flags& f) {
     if (m.weights.empty()) std::fprintf(stderr, "meganeura generate: no weights, using the random initialization\n");
 
     const Device device = Device::open();
-    models::Generator generator(device, c, prompt_len, prompt_len + max_new, m.weights);
+    models::Generator generator(device, c, prompt_len, prompt_len + max_new, m.weights,
+                                adapter ? adapter->tensors : io::TensorMap{});
     models::Sampler sampler(options);
     Streamer out(tokenizer ? &*tokenizer : nullptr);
     if (tokenizer) {
@@ -138,7 +146,8 @@ const Command generate_command = {
                               {"top-k", "", "K", "sample from the K likeliest tokens; 0: all"},
                               {"top-p", "", "P", "sample from the likeliest tokens whose probability reaches P"},
                               {"seed", "0", "S", "the sampler's random seed"},
-                              {"ignore-eos", "false", "", "go on past end-of-sequence tokens"}}),
+                              {"ignore-eos", "false", "", "go on past end-of-sequence tokens"},
+                              {"adapter", "", "DIR", "a LoRA adapter in PEFT's format (finetune's output) on the folder's model"}}),
     .run = run_generate,
 };
 

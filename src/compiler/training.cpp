@@ -80,11 +80,12 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
     std::vector<std::string> names;
     for (size_t i = 0; i < g.nodes().size(); ++i) {
         const Node& n = g.nodes()[i];
-        if (n.op == Op::Parameter && n.dtype == DType::F32) {
+        if (n.op == Op::Parameter && n.dtype == DType::F32 && n.requires_grad) {
             params.push_back(g.handle(static_cast<int32_t>(i)));
             names.push_back(n.name);
         }
     }
+    if (params.empty()) throw Error("compile: no f32 parameter requires a gradient; there is nothing to train");
     // A model that already outputs its loss as "loss" (every registry model does) keeps that output.
     const auto& outs = g.outputs();
     if (std::none_of(outs.begin(), outs.end(), [&](const auto& o) { return o.first == kLossOutput && o.second == loss.id; }))

@@ -132,6 +132,13 @@ Tensor Graph::parameter(std::string name, Shape shape, Init init, DType dtype) {
                  .init = init});
 }
 
+void Graph::set_requires_grad(Tensor parameter, bool requires_grad) {
+    check(parameter, "set_requires_grad");
+    Node& n = nodes_[static_cast<size_t>(parameter.id)];
+    if (n.op != Op::Parameter) fail("set_requires_grad", std::string("expects a parameter, got ") + op_info(n.op).name);
+    n.requires_grad = requires_grad;
+}
+
 Tensor Graph::state(std::string name, Shape shape, Init init, DType dtype) {
     check_unique_name(name, "state");
     check_shape(shape, "state");

@@ -29,16 +29,26 @@ int32_t Sampler::next(const float* logits, int64_t vocab) {
 }
 
 Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_len, int64_t cache_len,
-                     const std::vector<std::string>& weights)
+                     const std::vector<std::string>& weights, const io::TensorMap& adapter)
     : c_(c), prompt_len_(prompt_len), prefill_model_(build_llama_cached(c, 1, prompt_len, cache_len)),
       decode_model_(build_llama_cached(c, 1, 1, cache_len)) {
     check_fits_device(*prefill_model_.graph, device, "smollm2");
     prefill_ = compile(*prefill_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
     decode_ = compile(*decode_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
-    if (!weights.empty()) prefill_.load(weights);
+    if (!weights.empty()) prefill_.load(weights, [&](const std::string& name) { return c.lora.on() && is_lora_parameter(name); });
     std::vector<std::string> params;
-    for (const Node& n : prefill_model_.graph->nodes())
-        if (n.op == Op::Parameter) params.push_back(n.name);
+    for (const Node& n : prefill_model_.graph->nodes()) {
+        if (n.op != Op::Parameter) continue;
+        params.push_back(n.name);
+        if (!c.lora.on() || !is_lora_parameter(n.name)) continue;
+        const auto it = adapter.find(n.name);
+        if (it == adapter.end()) throw Error("the adapter has no tensor '" + n.name + "'");
+        if (it->second.shape != n.shape)
+            throw Error("the adapter's '" + n.name + "' is " + shape_str(it->second.shape) + ", the model needs " + shape_str(n.shape));
+        prefill_.set(n.name, it->second.to_f32("adapter tensor '" + n.name + "'"));
+    }
+    for (const auto& [name, t] : adapter)
+        if (!prefill_model_.graph->find(name)) throw Error("the adapter's '" + name + "' is not a module of this model with an adapter");
     prefill_.copy_to(decode_, params);  // the random initialization too, when there are no weights
 }
 

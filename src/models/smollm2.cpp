@@ -35,7 +35,8 @@ Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const
         const Tensor h = g.rms_norm(x, norm_weight(g, p + ".input_layernorm", c.hidden), c.rms_eps);
         const std::string a = p + ".self_attn";
         auto project = [&](const char* name, int64_t heads) {
-            return split_heads(g, linear(g, h, a + name, c.hidden, heads * c.head_dim, c.qkv_bias), heads, c.head_dim);
+            return split_heads(g, linear(g, h, a + name, c.hidden, heads * c.head_dim, c.qkv_bias, c.lora), heads,
+                               c.head_dim);
         };
         Tensor q = project(".q_proj", c.heads);
         Tensor k = project(".k_proj", c.kv_heads);
@@ -52,9 +53,9 @@ Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const
             options.query_start = cache->position;
         }
         const Tensor attended = merge_heads(g, g.attention(q, k, v, options));
-        x = x + linear(g, attended, a + ".o_proj", c.heads * c.head_dim, c.hidden, c.o_bias);
+        x = x + linear(g, attended, a + ".o_proj", c.heads * c.head_dim, c.hidden, c.o_bias, c.lora);
         const Tensor h2 = g.rms_norm(x, norm_weight(g, p + ".post_attention_layernorm", c.hidden), c.rms_eps);
-        x = x + swiglu_mlp(g, h2, p + ".mlp", c.hidden, c.ffn, c.mlp_bias);
+        x = x + swiglu_mlp(g, h2, p + ".mlp", c.hidden, c.ffn, c.mlp_bias, c.lora);
     }
     x = g.rms_norm(x, norm_weight(g, "model.norm", c.hidden), c.rms_eps);
     const Tensor head = c.tied_embeddings ? embed : g.parameter("lm_head.weight", {c.vocab, c.hidden}, Init::normal(0, 0.02));
@@ -95,18 +96,12 @@ Tensor shift_labels(Graph& g, Tensor labels) {
 
 }  // namespace
 
-BuiltModel build_smollm2(const ModelRequest& r) {
-    const LlamaConfig c = LlamaConfig::from_request(r);
-    const Shape ids_shape = checked_input_shape(r, "smollm2", "input_ids", {1, 128}, {-1, -1});
+BuiltModel build_causal_lm(const LlamaConfig& c, const Shape& ids_shape, bool shifted) {
     if (ids_shape[1] > c.max_positions) {
         throw Error("smollm2: " + std::to_string(ids_shape[1]) + " tokens exceed max_position_embeddings " +
                     std::to_string(c.max_positions));
     }
-    const bool shifted = r.input_shapes.count("shifted_labels") != 0;
-    if (shifted && r.input_shapes.count("labels"))
-        throw Error("smollm2: give either labels (shifted inside, as Hugging Face's) or shifted_labels, not both");
     const std::string labels_name = shifted ? "shifted_labels" : "labels";
-    checked_input_shape(r, "smollm2", labels_name, ids_shape, ids_shape);
     BuiltModel m;
     Graph& g = *m.graph;
     const Tensor ids = g.input("input_ids", ids_shape, DType::I32);
@@ -119,6 +114,15 @@ BuiltModel build_smollm2(const ModelRequest& r) {
     g.output("loss", m.loss);
     m.inputs = {"input_ids", labels_name};
     return m;
+}
+
+BuiltModel build_smollm2(const ModelRequest& r) {
+    const Shape ids_shape = checked_input_shape(r, "smollm2", "input_ids", {1, 128}, {-1, -1});
+    const bool shifted = r.input_shapes.count("shifted_labels") != 0;
+    if (shifted && r.input_shapes.count("labels"))
+        throw Error("smollm2: give either labels (shifted inside, as Hugging Face's) or shifted_labels, not both");
+    checked_input_shape(r, "smollm2", shifted ? "shifted_labels" : "labels", ids_shape, ids_shape);
+    return build_causal_lm(LlamaConfig::from_request(r), ids_shape, shifted);
 }
 
 io::TensorMap smollm2_inputs(const ModelRequest& r, bool latency, uint64_t seed) {

@@ -4,6 +4,7 @@
 // builder takes Hugging Face's Llama and Qwen2 configs (Qwen2: biases on q, k and v).
 #include <string>
 
+#include "models/lora.hpp"
 #include "models/registry.hpp"
 
 namespace mn::models {
@@ -15,6 +16,7 @@ struct LlamaConfig {
     int64_t max_positions = 8192;
     std::string model_type = "llama";  // "llama" or "qwen2"
     bool qkv_bias = false, o_bias = false, mlp_bias = false;  // Llama's attention_bias / mlp_bias; Qwen2: qkv
+    LoraConfig lora;  // adapters on top of the model (fine-tuning), not part of config.json
 
     static LlamaConfig smollm2_135m() { return {}; }
     static LlamaConfig tiny();
@@ -40,6 +42,8 @@ std::string cache_name(int64_t layer, const char* which);  // "cache.<layer>.k" 
 // the mean is over the counted labels. A caller holding labels already aligned with the logits
 // passes them as "shifted_labels" instead (the loss of logits[t] against shifted_labels[t]).
 BuiltModel build_smollm2(const ModelRequest& r);
+// The same for a configuration in hand, input_ids [B, T] (labels "shifted_labels" with `shifted`).
+BuiltModel build_causal_lm(const LlamaConfig& c, const Shape& ids_shape, bool shifted = false);
 io::TensorMap smollm2_inputs(const ModelRequest& r, bool latency, uint64_t seed);
 
 }  // namespace mn::models

@@ -2,10 +2,10 @@
 
 namespace mn::models {
 
-Tensor linear(Graph& g, Tensor x, const std::string& name, int64_t in, int64_t out, bool bias) {
+Tensor linear(Graph& g, Tensor x, const std::string& name, int64_t in, int64_t out, bool bias, const LoraConfig& lora) {
     const Tensor w = g.parameter(name + ".weight", {out, in}, Init::normal(0, 0.02));
-    if (!bias) return g.linear(x, w);
-    return g.linear(x, w, g.parameter(name + ".bias", {out}));
+    const Tensor y = bias ? g.linear(x, w, g.parameter(name + ".bias", {out})) : g.linear(x, w);
+    return lora.applies(name) ? y + lora_delta(g, x, name, in, out, lora) : y;
 }
 
 Tensor norm_weight(Graph& g, const std::string& name, int64_t dim) { return g.parameter(name + ".weight", {dim}, Init::ones()); }
@@ -21,10 +21,11 @@ Tensor merge_heads(Graph& g, Tensor x) {
     return g.reshape(g.permute(x, {0, 2, 1, 3}), {s[0], s[2], s[1] * s[3]});
 }
 
-Tensor swiglu_mlp(Graph& g, Tensor x, const std::string& prefix, int64_t hidden, int64_t ffn, bool bias) {
-    const Tensor gate = linear(g, x, prefix + ".gate_proj", hidden, ffn, bias);
-    const Tensor up = linear(g, x, prefix + ".up_proj", hidden, ffn, bias);
-    return linear(g, g.silu(gate) * up, prefix + ".down_proj", ffn, hidden, bias);
+Tensor swiglu_mlp(Graph& g, Tensor x, const std::string& prefix, int64_t hidden, int64_t ffn, bool bias,
+                  const LoraConfig& lora) {
+    const Tensor gate = linear(g, x, prefix + ".gate_proj", hidden, ffn, bias, lora);
+    const Tensor up = linear(g, x, prefix + ".up_proj", hidden, ffn, bias, lora);
+    return linear(g, g.silu(gate) * up, prefix + ".down_proj", ffn, hidden, bias, lora);
 }
 
 Shape checked_input_shape(const ModelRequest& r, const std::string& model, const std::string& name, Shape fallback,

@@ -30,6 +30,8 @@ public:
     void finish();
 
     double smoothed_loss() const { return ema_; }
+    // Also show the rate in tokens/s, for steps of `tokens` tokens each (a language model's batch).
+    void show_tokens_per_step(int64_t tokens) { tokens_per_step_ = tokens; }
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -46,6 +48,7 @@ private:
     Clock::time_point start_, last_draw_;
     int64_t first_step_ = -1, step_ = 0, next_line_step_ = 0;
     double ema_ = 0;
+    int64_t tokens_per_step_ = 0;
     bool finished_ = false;
 };
 

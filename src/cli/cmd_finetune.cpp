@@ -1,0 +1,77 @@
+// `meganeura finetune`: a Hugging Face model folder fine-tuned on a text file (train/finetune.hpp),
+// fully or with LoRA, where it will be deployed.
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "models/model_folder.hpp"
+#include "train/finetune.hpp"
+
+namespace mn::cli {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> items;
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        if (item.empty()) throw Error("option --lora-targets needs module names separated by commas, got '" + text + "'");
+        items.push_back(item);
+    }
+    return items;
+}
+
+int run_finetune(const Flags& f) {
+    const std::string& dir = f.required("model");
+    if (!models::is_directory(dir)) throw Error("--model " + dir + " is not a Hugging Face model folder");
+    if (f.str("out").empty() == f.str("resume").empty()) throw Error("give one of --out DIR and --resume DIR");
+    train::FinetuneRun run{.data = f.required("data"), .out = f.str("resume").empty() ? f.str("out") : f.str("resume"),
+                           .steps = f.integer("steps", 0, INT32_MAX), .epochs = f.integer("epochs", 1, INT32_MAX),
+                           .batch = f.integer("batch", 1, 1 << 16), .seq = f.integer("seq", 2, 1 << 20),
+                           .eval_every = f.integer("eval-every", 0, INT32_MAX), .lr = f.real("lr", 0, 10),
+                           .weight_decay = f.real("weight-decay", 0, 10),
+                           .seed = static_cast<uint64_t>(f.integer("seed", 0)), .resume = !f.str("resume").empty(),
+                           .merge = f.on("merge")};
+    run.lora.rank = f.integer("lora-rank", 0, 1 << 16);
+    run.lora.alpha = f.real("lora-alpha", 0);
+    run.lora.targets = split_list(f.str("lora-targets"));
+    if (run.merge && !run.lora.on()) throw Error("--merge merges a LoRA adapter: give --lora-rank too");
+    run.folder = models::open_model_folder(dir);
+    const Device device = Device::open();
+    const train::FinetuneResult r = train::finetune(device, run);
+    std::printf("finetuned %lld steps: loss %.4f -> %.4f, held-out loss %.4f -> %.4f; output in %s\n",
+                static_cast<long long>(r.steps), r.first_loss, r.last_loss, r.first_eval, r.last_eval, run.out.c_str());
+    return 0;
+}
+
+}  // namespace
+
+const Command finetune_command = {
+    .name = "finetune",
+    .summary = "fine-tune a Hugging Face model folder on text, fully or with LoRA",
+    .description = "Fine-tunes the causal LM of a model folder on a .txt file or a .jsonl file of {\"text\": ...} lines:\n"
+                   "the text tokenized and packed into blocks of --seq tokens, a tenth of them held out for the\n"
+                   "evaluation loss, AdamW with a cosine schedule over every parameter or, with --lora-rank, over\n"
+                   "LoRA adapters only (the base frozen). Writes OUT/checkpoint.safetensors (to --resume from),\n"
+                   "OUT/loss.csv and loss.svg, then the adapter in PEFT's format (adapter_model.safetensors,\n"
+                   "adapter_config.json) or, for a full fine-tune, a model folder; --merge also writes OUT/merged.",
+    .options = {{"model", "", "DIR", "the Hugging Face model folder (-m DIR; required)"},
+                {"data", "", "FILE", "training text: .txt, or .jsonl with a \"text\" field per line (required)"},
+                {"out", "", "DIR", "the output folder"},
+                {"resume", "", "DIR", "continue the run whose output folder is DIR"},
+                {"lora-rank", "0", "R", "LoRA rank; 0: a full fine-tune"},
+                {"lora-alpha", "16", "A", "LoRA alpha (the adapter is scaled by alpha / rank)"},
+                {"lora-targets", "q_proj,k_proj,v_proj,o_proj", "LIST", "the modules that get adapters"},
+                {"steps", "0", "N", "optimizer steps; 0: --epochs passes over the training blocks"},
+                {"epochs", "1", "E", "passes over the training blocks, when --steps is 0"},
+                {"batch", "4", "B", "blocks per step"},
+                {"seq", "128", "T", "tokens per block"},
+                {"lr", "2e-4", "LR", "AdamW's learning rate, decayed to 0 on a cosine"},
+                {"weight-decay", "0", "W", "AdamW's decoupled weight decay"},
+                {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end"},
+                {"seed", "0", "S", "the order of the blocks and the adapters' initialization"},
+                {"merge", "false", "", "also write OUT/merged, the base with the adapter merged in"}},
+    .run = run_finetune,
+};
+
+}  // namespace mn::cli

@@ -1,0 +1,33 @@
+#include "models/lora.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mn::models {
+
+bool LoraConfig::applies(const std::string& name) const {
+    if (!on()) return false;
+    const std::string module = name.substr(name.rfind('.') + 1);
+    return std::find(targets.begin(), targets.end(), module) != targets.end();
+}
+
+Tensor lora_delta(Graph& g, Tensor x, const std::string& name, int64_t in, int64_t out, const LoraConfig& lora) {
+    const double bound = 1 / std::sqrt(static_cast<double>(in));
+    const Tensor a = g.parameter(name + ".lora_A.weight", {lora.rank, in}, Init::uniform(-bound, bound));
+    const Tensor b = g.parameter(name + ".lora_B.weight", {out, lora.rank});
+    return g.linear(g.linear(x, a), b) * lora.scale();
+}
+
+bool is_lora_parameter(const std::string& name) {
+    auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+    return ends(".lora_A.weight") || ends(".lora_B.weight");
+}
+
+void freeze_all_but_lora(Graph& g) {
+    for (int32_t id = 0; id < static_cast<int32_t>(g.nodes().size()); ++id) {
+        const Node& n = g.node(id);
+        if (n.op == Op::Parameter && !is_lora_parameter(n.name)) g.set_requires_grad(g.handle(id), false);
+    }
+}
+
+}  // namespace mn::models

@@ -1,0 +1,187 @@
+#include "train/finetune.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "io/tokenizer.hpp"
+#include "models/runner.hpp"
+#include "models/smollm2.hpp"
+#include "train/curve.hpp"
+#include "train/lm_data.hpp"
+#include "train/peft.hpp"
+#include "train/progress.hpp"
+
+namespace mn::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string mib(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / double(1 << 20));
+    return text;
+}
+
+// The held-out loss: every evaluation block once, in batches; the last batch is filled with rows
+// labelled -100, which count for nothing, and each batch weighs by the labels it counts.
+double evaluate(Session& eval, const std::vector<std::vector<int32_t>>& blocks, int64_t batch, int64_t seq) {
+    double total = 0, counted = 0;
+    for (size_t at = 0; at < blocks.size(); at += static_cast<size_t>(batch)) {
+        std::vector<int32_t> ids, labels;
+        int64_t real = 0;
+        for (int64_t r = 0; r < batch; ++r) {
+            const size_t i = at + static_cast<size_t>(r);
+            const bool have = i < blocks.size();
+            real += have;
+            for (int64_t t = 0; t < seq; ++t) {
+                ids.push_back(have ? blocks[i][static_cast<size_t>(t)] : 0);
+                labels.push_back(have ? blocks[i][static_cast<size_t>(t)] : Graph::kIgnoreIndex);
+            }
+        }
+        eval.set("input_ids", ids);
+        eval.set("labels", labels);
+        eval.run();
+        const double n = static_cast<double>(real * (seq - 1));  // the last position of a block has no label
+        total += eval.get("loss")[0] * n;
+        counted += n;
+    }
+    return total / counted;
+}
+
+io::TensorMap tensors_of(const Session& s, const std::vector<std::string>& names) {
+    io::TensorMap out;
+    for (const std::string& n : names) out[n] = io::TensorData::from_f32(s.shape(n), s.get(n));
+    return out;
+}
+
+}  // namespace
+
+FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
+    const models::ModelFolder& folder = run.folder;
+    if (folder.tokenizer.empty()) throw Error("model folder " + folder.dir + ": no tokenizer.json to read --data with");
+    const fs::path out(run.out), checkpoint = out / "checkpoint.safetensors";
+    if (run.resume && !fs::exists(checkpoint)) throw Error("--resume " + run.out + ": there is no " + checkpoint.string());
+    if (!run.resume && fs::exists(checkpoint))
+        throw Error("--out " + run.out + " has a checkpoint; pass --resume " + run.out + " to continue it");
+    fs::create_directories(out);
+
+    const io::Tokenizer tokenizer = io::Tokenizer::from_file(folder.tokenizer);
+    const std::optional<int32_t> eos = folder.generation.eos_token_ids.empty()
+                                           ? std::nullopt
+                                           : std::optional<int32_t>(static_cast<int32_t>(folder.generation.eos_token_ids[0]));
+    const LmBlocks data = pack_blocks(tokenizer, read_documents(run.data), run.seq, eos);
+
+    models::LlamaConfig c = models::LlamaConfig::from_json(folder.config);
+    c.lora = run.lora;
+    if (tokenizer.vocab_size() > c.vocab)
+        throw Error("tokenizer.json has " + std::to_string(tokenizer.vocab_size()) + " tokens, the model's vocab_size is " +
+                    std::to_string(c.vocab));
+    const Shape shape{run.batch, run.seq};
+    models::BuiltModel model = models::build_causal_lm(c, shape);
+    if (run.lora.on()) models::freeze_all_but_lora(*model.graph);
+    std::vector<std::string> trainable;
+    int64_t params = 0, trainable_count = 0;
+    for (const Node& n : model.graph->nodes()) {
+        if (n.op != Op::Parameter) continue;
+        params += numel(n.shape);
+        if (n.requires_grad) trainable.push_back(n.name), trainable_count += numel(n.shape);
+    }
+    models::check_fits_device(*model.graph, device, "smollm2");
+    const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(data.train.size()) / run.batch);
+    const int64_t total = run.steps > 0 ? run.steps : run.epochs * per_epoch;
+    const CompileOptions options{.loss = model.loss, .optimizer = AdamW{.lr = run.lr, .weight_decay = run.weight_decay},
+                                 .schedule = {.decay = LrSchedule::Decay::Cosine, .total_steps = total},
+                                 .read_back = std::vector<std::string>{"loss"}, .seed = run.seed};
+    Session train = compile(*model.graph, device, options);
+    const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
+    train.load(folder.weights, is_adapter);
+    if (run.resume) train.load(checkpoint.string());
+
+    models::BuiltModel eval_model = models::build_causal_lm(c, shape);
+    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}});
+    eval.load(folder.weights, is_adapter);
+
+    const SessionStats& st = train.stats();
+    std::fprintf(stderr, "finetune %s: %lld parameters, %lld trainable (%s); memory: %s pinned (parameters, optimizer state, "
+                 "inputs), %s arena (activations)\n", folder.dir.c_str(), static_cast<long long>(params),
+                 static_cast<long long>(trainable_count),
+                 run.lora.on() ? ("LoRA rank " + std::to_string(run.lora.rank) + " on " + std::to_string(trainable.size() / 2) + " modules").c_str()
+                               : "full fine-tune",
+                 mib(static_cast<double>(st.pinned_bytes)).c_str(), mib(static_cast<double>(st.physical_bytes)).c_str());
+    std::fprintf(stderr, "data %s: %lld tokens, %zu training and %zu held-out blocks of %lld; %lld steps of %lld blocks\n",
+                 run.data.c_str(), static_cast<long long>(data.tokens), data.train.size(), data.eval.size(),
+                 static_cast<long long>(run.seq), static_cast<long long>(total), static_cast<long long>(run.batch));
+
+    LossCurve curve;
+    if (run.resume && fs::exists(out / "loss.csv")) curve = LossCurve::read_csv((out / "loss.csv").string());
+    auto eval_now = [&] {
+        train.copy_to(eval, trainable);
+        return evaluate(eval, data.eval, run.batch, run.seq);
+    };
+    FinetuneResult result{.first_eval = eval_now()};
+    std::fprintf(stderr, "held-out loss %.4f at step %lld\n", result.first_eval, static_cast<long long>(train.step_count()));
+
+    // Blocks in a seeded order per epoch; a step takes the next `batch` of them.
+    std::vector<size_t> order(data.train.size());
+    std::mt19937_64 rng(run.seed);
+    size_t next = order.size();
+    Progress progress("finetune", total);
+    progress.show_tokens_per_step(run.batch * run.seq);
+    for (int64_t step = train.step_count() + 1; step <= total; ++step) {
+        std::vector<int32_t> ids;
+        for (int64_t r = 0; r < run.batch; ++r) {
+            if (next == order.size()) {
+                std::iota(order.begin(), order.end(), 0);
+                std::shuffle(order.begin(), order.end(), rng);
+                next = 0;
+            }
+            const std::vector<int32_t>& b = data.train[order[next++]];
+            ids.insert(ids.end(), b.begin(), b.end());
+        }
+        train.set("input_ids", ids);
+        train.set("labels", ids);
+        const float loss = train.step();
+        if (!std::isfinite(loss))
+            throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " +
+                        checkpoint.string() + " keeps the last evaluated state");
+        if (result.steps++ == 0) result.first_loss = loss;
+        result.last_loss = loss;
+        curve.add(step, loss);
+        progress.update(step, loss);
+        if ((run.eval_every > 0 && step % run.eval_every == 0) || step == total) {
+            const double held_out = eval_now();
+            std::fprintf(stderr, "%sheld-out loss %.4f at step %lld\n", step == total ? "" : "\n", held_out,
+                         static_cast<long long>(step));
+            result.last_eval = held_out;
+            train.save(checkpoint.string());
+            curve.write_csv((out / "loss.csv").string());
+            curve.write_svg((out / "loss.svg").string(), "Fine-tuning loss");
+        }
+    }
+    progress.finish();
+    if (result.steps == 0) result.last_eval = result.first_eval;
+
+    std::vector<std::string> all;
+    for (const Node& n : model.graph->nodes())
+        if (n.op == Op::Parameter && !is_adapter(n.name)) all.push_back(n.name);
+    if (!run.lora.on()) {
+        write_model_folder(run.out, tensors_of(train, all), folder);
+        std::fprintf(stderr, "model folder %s written\n", run.out.c_str());
+        return result;
+    }
+    Adapter adapter{.lora = run.lora, .tensors = tensors_of(train, trainable)};
+    write_adapter(run.out, adapter.tensors, run.lora, folder.dir);
+    std::fprintf(stderr, "LoRA adapter %s/adapter_model.safetensors written (PEFT's format)\n", run.out.c_str());
+    if (run.merge) {
+        write_model_folder((out / "merged").string(), merge_adapter(tensors_of(train, all), adapter), folder);
+        std::fprintf(stderr, "merged model folder %s written\n", (out / "merged").string().c_str());
+    }
+    return result;
+}
+
+}  // namespace mn::train

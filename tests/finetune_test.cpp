@@ -1,0 +1,161 @@
+// Frozen parameters, LoRA, and `meganeura finetune` end to end on a tiny random model folder: the
+// loss goes down, the adapter is PEFT's (tests/torch/check_peft_export.py), the merged folder and
+// `generate --adapter` agree, and a run resumes from its checkpoint.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "error_of.hpp"
+#include "gpu_check.hpp"
+#include "models/lora.hpp"
+#include "models/smollm2.hpp"
+#include "tiny_folder.hpp"
+#include "train/lm_data.hpp"
+
+namespace mn::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FrozenTest : public GpuTest {};
+
+// Two layers, the first frozen: it keeps its values and gets no optimizer state, and the second
+// trains exactly as when the first is a constant input holding the same values.
+TEST_F(FrozenTest, AFrozenParameterIsAConstantToTraining) {
+    auto build = [](Graph& g, bool frozen_parameter) {
+        const Tensor x = g.input("x", {6, 5});
+        const Tensor w1 = frozen_parameter ? g.parameter("w1", {7, 5}, Init::normal(0, 0.5)) : g.input("w1", {7, 5});
+        if (frozen_parameter) g.set_requires_grad(w1, false);
+        const Tensor w2 = g.parameter("w2", {3, 7}, Init::normal(0, 0.5));
+        return g.cross_entropy(g.linear(g.relu(g.linear(x, w1)), w2), g.input("labels", {6}, DType::I32));
+    };
+    Graph a, b;
+    const Tensor la = build(a, true), lb = build(b, false);
+    Session sa = compile(a, device(), {.loss = la, .optimizer = AdamW{.lr = 0.05}, .seed = 3});
+    Session sb = compile(b, device(), {.loss = lb, .optimizer = AdamW{.lr = 0.05}, .seed = 3});
+    const std::vector<float> w1 = sa.get("w1"), w2 = sa.get("w2");
+    sb.set("w1", w1);
+    sb.set("w2", sa.get("w2"));
+    std::vector<float> x(30);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i));
+    for (Session* s : {&sa, &sb}) {
+        s->set("x", x);
+        s->set("labels", std::vector<int32_t>{0, 1, 2, 2, 1, 0});
+        for (int i = 0; i < 3; ++i) s->step();
+    }
+    EXPECT_EQ(sa.get("w1"), w1);
+    const std::vector<float> want = sb.get("w2");
+    EXPECT_LE(relative_l2(sa.get("w2"), std::vector<double>(want.begin(), want.end())), 1e-6);
+    EXPECT_NE(sa.get("w2"), w2);  // it trained
+    EXPECT_FALSE(error_of([&] { (void)sa.get("optimizer.exp_avg.w2"); }).size());
+    EXPECT_NE(error_of([&] { (void)sa.get("optimizer.exp_avg.w1"); }), "");
+
+    Graph all_frozen;
+    const Tensor w = all_frozen.parameter("w", {2, 2});
+    all_frozen.set_requires_grad(w, false);
+    const Tensor loss = all_frozen.sum(w);
+    EXPECT_EQ(error_of([&] { compile(all_frozen, device(), {.loss = loss}); }),
+              "compile: no f32 parameter requires a gradient; there is nothing to train");
+    EXPECT_EQ(error_of([&] { all_frozen.set_requires_grad(loss, false); }), "[set_requires_grad] expects a parameter, got sum");
+}
+
+// An adapter starts at B = 0: the model with adapters computes the base model's logits.
+TEST_F(FrozenTest, LoraStartsFromTheBaseModel) {
+    models::LlamaConfig c = models::LlamaConfig::tiny();
+    models::BuiltModel base = models::build_causal_lm(c, {1, 5});
+    c.lora = {.rank = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "down_proj"}};
+    models::BuiltModel adapted = models::build_causal_lm(c, {1, 5});
+    models::freeze_all_but_lora(*adapted.graph);
+    int64_t trainable = 0;
+    for (const Node& n : adapted.graph->nodes())
+        if (n.op == Op::Parameter && n.requires_grad) {
+            trainable += numel(n.shape);
+            EXPECT_TRUE(models::is_lora_parameter(n.name)) << n.name;
+        }
+    EXPECT_EQ(trainable, 2 * (4 * 64 + 4 * 64 + 4 * 64 + 4 * 32 + 4 * 96 + 4 * 64));  // A [4, in] and B [out, 4], 2 layers
+    Session sb = compile(*base.graph, device(), {.seed = 1});
+    Session sa = compile(*adapted.graph, device(), {.seed = 1});
+    for (const Node& n : base.graph->nodes())
+        if (n.op == Op::Parameter) sa.set(n.name, sb.get(n.name));
+    for (Session* s : {&sa, &sb}) {
+        s->set("input_ids", std::vector<int32_t>{4, 8, 15, 16, 23});
+        s->set("labels", std::vector<int32_t>{4, 8, 15, 16, 23});
+        s->run();
+    }
+    EXPECT_EQ(sa.get("logits"), sb.get("logits"));
+}
+
+TEST(LmData, DocumentsArePackedIntoBlocksWithAHeldOutTenth) {
+    TempDir dir("lmdata");
+    std::ofstream(dir.path("d.jsonl")) << "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 2}\n";
+    EXPECT_EQ(train::read_documents(dir.path("d.jsonl")), (std::vector<std::string>{"one", "two"}));
+    std::ofstream(dir.path("bad.jsonl")) << "{\"text\": \"one\"}\n{\"body\": 1}\n";
+    EXPECT_EQ(error_of([&] { train::read_documents(dir.path("bad.jsonl")); }),
+              dir.path("bad.jsonl") + " line 2: expected an object with a \"text\" string");
+    EXPECT_NE(error_of([&] { train::read_documents(dir.path("d.csv")); }), "");
+}
+
+class FinetuneTest : public GpuTest {};
+
+TEST_F(FinetuneTest, LoraLowersTheLossExportsPeftAndResumes) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base"), out = dir.path("out");
+    make_tiny_folder(base, "--text /usr/share/common-licenses/GPL-3");
+    int status = 0;
+    const std::string run = "finetune -m " + base + " --data " + dir.path("gpl.txt") +
+                            " --lora-rank 4 --lora-alpha 8 --seq 32 --batch 2 --lr 1e-2 --eval-every 8 --merge ";
+    fs::copy_file("/usr/share/common-licenses/GPL-3", dir.path("gpl.txt"));
+    std::string text = meganeura(run + "--steps 16 --out " + out, &status);
+    ASSERT_EQ(status, 0) << text;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex("finetuned 16 steps: loss ([0-9.]+) -> ([0-9.]+), held-out loss ([0-9.]+) -> ([0-9.]+)")))
+        << text;
+    EXPECT_LT(std::stod(m[2]), std::stod(m[1]) - 0.1) << text;
+    EXPECT_LT(std::stod(m[4]), std::stod(m[3])) << text;
+    EXPECT_NE(text.find("trainable (LoRA rank 4 on 8 modules)"), std::string::npos) << text;
+    for (const char* f : {"adapter_model.safetensors", "adapter_config.json", "checkpoint.safetensors", "loss.csv", "loss.svg",
+                          "merged/model.safetensors", "merged/config.json", "merged/tokenizer.json"})
+        EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+    const std::string check = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && /usr/bin/python3 "
+                                          "check_peft_export.py " + base + " " + out, &status);
+    EXPECT_EQ(status, 0) << check;
+
+    // The base with the adapter generates what the merged folder generates.
+    const std::string gen = " --prompt 'This License' --max-new 10 --ignore-eos";
+    const std::string with_adapter = meganeura("generate -m " + base + " --adapter " + out + gen, &status);
+    EXPECT_EQ(status, 0) << with_adapter;
+    const std::string merged = meganeura("generate -m " + out + "/merged" + gen, &status);
+    EXPECT_EQ(with_adapter.substr(0, with_adapter.rfind("prompt eval")), merged.substr(0, merged.rfind("prompt eval")));
+
+    text = meganeura(run + "--steps 16 --out " + out, &status);
+    EXPECT_EQ(status, 1) << text;
+    EXPECT_NE(text.find("has a checkpoint; pass --resume"), std::string::npos) << text;
+    text = meganeura(run + "--steps 20 --resume " + out, &status);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("finetuned 4 steps"), std::string::npos) << text;
+}
+
+// A full fine-tune writes a model folder that runs as one.
+TEST_F(FinetuneTest, FullFinetuneWritesAModelFolder) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base"), out = dir.path("out");
+    make_tiny_folder(base);
+    std::ofstream(dir.path("d.jsonl")) << "{\"text\": \"The quick brown fox jumps over the lazy dog, again and again.\"}\n"
+                                          "{\"text\": \"A tokenizer learns its merges from text like this one.\"}\n";
+    int status = 0;
+    std::string text = meganeura("finetune -m " + base + " --data " + dir.path("d.jsonl") + " --seq 8 --batch 2 --steps 3 --out " + out, &status);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("trainable (full fine-tune)"), std::string::npos) << text;
+    text = meganeura("generate -m " + out + " --prompt 'The fox' --max-new 3", &status);
+    EXPECT_EQ(status, 0) << text;
+    text = meganeura("finetune -m " + base + " --data " + dir.path("d.jsonl") + " --seq 64 --out " + dir.path("o2"), &status);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(text.find("fewer than two blocks of --seq 64"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace mn::test
