@@ -202,17 +202,12 @@ void main() {
 const char* const kCoopStaging = R"(
 #define A_K_INNER 1
 #define B_K_INNER 1
-const uint KC = BK / 8u;  // groups of 8 along a row's k
-const uint GA = BM * KC / WG, GB = BN * KC / WG;
-vec4 ra[GA][2], rb[GB][2];
-Col bcols[GB];
+const uint KC = BK / 8u;  // groups of 8 along a row's k (the core's A_G and B_G)
 uint m0, n0, g, k_end, out_off;
-void fetch(uint k0);
-void stash(uint s);
-void store_element(uint m, uint n, float v);
 )";
 
 const char* const kCoopMain = R"(
+Col bcols[GB];
 void fetch(uint k0) {
     uint kb = k0 + (lid % KC) * 8u;
 #if B_K_MAJOR == 1
@@ -237,17 +232,6 @@ void fetch(uint k0) {
         rb[p][1] = vec4(v[4], v[5], v[6], v[7]);
     }
 #undef AT
-}
-
-void stash(uint s) {
-    [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint e = lid + p * WG;
-        As[(s * A_ROWS + e / KC) * A_S4 + e % KC] = pack8(ra[p][0], ra[p][1], a_scale);
-    }
-    [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint e = lid + p * WG;
-        Bs[(s * B_ROWS + e / KC) * B_S4 + e % KC] = pack8(rb[p][0], rb[p][1], b_scale);
-    }
 }
 
 void store_element(uint m, uint n, float v) {

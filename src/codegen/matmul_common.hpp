@@ -82,13 +82,13 @@ uint32_t coop_shared_bytes(const CoopGeometry& g);
 // The tile for this GEMM on this device (tuning.forced_coop, else the least estimated time).
 CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
 // What the convolution family's cooperative kernels share with the matmul's: the extensions, the
-// geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG,
-// A_K_INNER and B_K_INNER (each operand's shared order: k inner or k outer), and declarations of
-// `void fetch(uint k0)` (into vec4 ra[GA][2], rb[GB][2]: 8 elements per group), `void stash(uint s)` and `void store_element(uint m, uint n, float v)`;
-// it defines the shared stages As, Bs (uvec4: 8 halves), `uvec4 pack8(vec4, vec4, scale)`,
-// a_scale and b_scale (each operand's scale in pack8; 1 unless tuning.coop_scaled), lid, warp,
-// lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)` (into acc) and
-// `coop_store_elements()`.
+// geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG and
+// A_K_INNER, B_K_INNER (each operand's shared order: k inner or k outer) defined before it, and
+// definitions of `void fetch(uint k0)` (group p of this thread's slice into ra[p], rb[p]: see the
+// core's A_G and GA) and `void store_element(uint m, uint n, float v)` after it. It defines the
+// shared stages As, Bs (uvec4: 8 halves), ra, rb, stash(), a_scale and b_scale (1 unless
+// tuning.coop_scaled), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
+// (into acc) and `coop_store_elements()`.
 extern const char* const kCoopExtensions;
 extern const char* const kCoopProductGlsl;
 std::string coop_defines(const CoopGeometry& g, const MatmulTuning& tuning);

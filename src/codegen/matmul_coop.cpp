@@ -11,7 +11,7 @@
 // the odd 16-byte stride spreads the fragment loads over the banks.
 //
 // The core (kCoopProductGlsl) is shared with the convolution family: the includer defines what a
-// thread fetches into registers and how it stashes them (fetch, stash), and where C goes. The
+// thread fetches into registers (fetch; the core stashes it) and where C goes. The
 // matmul's fetch reads the operands 4 contiguous f32 at a time (16-byte loads where the row length
 // allows; zero outside the matrix, so edge tiles multiply zeros) in their memory order.
 // Tiles wholly inside C are stored straight from the accumulators; edge tiles go through a
@@ -44,6 +44,13 @@ const uint B_ROWS = BN, B_S4 = BK / 8u + 1u;
 #else
 const uint B_ROWS = BK, B_S4 = BN / 8u + 1u;
 #endif
+// A slice is staged in groups of 8 consecutive elements along a shared row, A_G (B_G) to a row; a
+// thread stages GA (GB) groups of each, group e = lid + p * WG at row e / A_G, position e % A_G.
+const uint A_G = A_S4 - 1u, B_G = B_S4 - 1u;
+const uint GA = A_ROWS * A_G / WG, GB = B_ROWS * B_G / WG;
+vec4 ra[GA][2], rb[GB][2];  // what fetch() loaded: group p's 8 elements
+void fetch(uint k0);
+void store_element(uint m, uint n, float v);
 shared uvec4 As[STAGES * A_ROWS * A_S4];
 shared uvec4 Bs[STAGES * B_ROWS * B_S4];
 shared float Cs[WG / SG * 256u];
@@ -106,6 +113,17 @@ void coop_start() {
     lane = lid % SG;
     wm = (warp / WARPS_N) * WM;
     wn = (warp % WARPS_N) * WN;
+}
+
+void stash(uint s) {
+    [[unroll]] for (uint p = 0u; p < GA; ++p) {
+        uint e = lid + p * WG;
+        As[(s * A_ROWS + e / A_G) * A_S4 + e % A_G] = pack8(ra[p][0], ra[p][1], a_scale);
+    }
+    [[unroll]] for (uint p = 0u; p < GB; ++p) {
+        uint e = lid + p * WG;
+        Bs[(s * B_ROWS + e / B_G) * B_S4 + e % B_G] = pack8(rb[p][0], rb[p][1], b_scale);
+    }
 }
 
 void multiply_stage(uint s) {
@@ -188,31 +206,22 @@ namespace {
 // 4-element loads (matmul_common.hpp's loaders).
 const char* const kMatmulStaging = R"(
 #if TRANS_A
-const uint A_TI = BM;
 #define A_K_INNER 0
 #else
-const uint A_TI = BK;
 #define A_K_INNER 1
 #endif
 #if TRANS_B
-const uint B_TI = BK;
 #define B_K_INNER 1
 #else
-const uint B_TI = BN;
 #define B_K_INNER 0
 #endif
-const uint GA = BM * BK / 8u / WG, GB = BN * BK / 8u / WG;
-vec4 ra[GA][2], rb[GB][2];
 uint m0, n0, a_off, b_off;
-void fetch(uint k0);
-void stash(uint s);
-void store_element(uint m, uint n, float v);
 )";
 
 const char* const kMatmulMain = R"(
 void fetch(uint k0) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint g = lid + p * WG, o = g / (A_TI / 8u), i = (g % (A_TI / 8u)) * 8u;
+        uint g = lid + p * WG, o = g / A_G, i = (g % A_G) * 8u;
 #if TRANS_A
         ra[p][0] = load_a(a_off, k0 + o, m0 + i);
         ra[p][1] = load_a(a_off, k0 + o, m0 + i + 4u);
@@ -222,7 +231,7 @@ void fetch(uint k0) {
 #endif
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint g = lid + p * WG, o = g / (B_TI / 8u), i = (g % (B_TI / 8u)) * 8u;
+        uint g = lid + p * WG, o = g / B_G, i = (g % B_G) * 8u;
 #if TRANS_B
         rb[p][0] = load_b(b_off, n0 + o, k0 + i);
         rb[p][1] = load_b(b_off, n0 + o, k0 + i + 4u);
@@ -230,17 +239,6 @@ void fetch(uint k0) {
         rb[p][0] = load_b(b_off, k0 + o, n0 + i);
         rb[p][1] = load_b(b_off, k0 + o, n0 + i + 4u);
 #endif
-    }
-}
-
-void stash(uint s) {
-    [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint g = lid + p * WG;
-        As[(s * A_ROWS + g / (A_TI / 8u)) * A_S4 + g % (A_TI / 8u)] = pack8(ra[p][0], ra[p][1], a_scale);
-    }
-    [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint g = lid + p * WG;
-        Bs[(s * B_ROWS + g / (B_TI / 8u)) * B_S4 + g % (B_TI / 8u)] = pack8(rb[p][0], rb[p][1], b_scale);
     }
 }
 
