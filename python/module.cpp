@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include "meganeura/meganeura.hpp"
+#include "meganeura/onnx.hpp"
 #include "meganeura/version.h"
 
 namespace py = pybind11;
@@ -216,6 +217,27 @@ void bind_session(py::module_& m) {
         "runs forward, backward and the optimizer's update in one submit");
 }
 
+void bind_onnx(py::module_& m) {
+    py::class_<mn::OnnxModel>(m, "OnnxModel", "An ONNX file lowered into a Graph (import_onnx)")
+        .def_property_readonly("graph", [](const mn::OnnxModel& o) -> Graph& { return *o.graph; },
+                               py::return_value_policy::reference_internal)
+        .def_readonly("inputs", &mn::OnnxModel::inputs)
+        .def_readonly("outputs", &mn::OnnxModel::outputs)
+        .def_property_readonly("parameters", [](const mn::OnnxModel& o) {
+            py::dict out;
+            for (const auto& [name, values] : o.parameters) {
+                const mn::Shape shape = o.graph->find(name)->shape();
+                py::array_t<float> a(shape);
+                std::copy(values.begin(), values.end(), a.mutable_data());
+                out[py::str(name)] = a;
+            }
+            return out;
+        })
+        .def("load_parameters", &mn::OnnxModel::load_parameters, py::arg("session"));
+    m.def("import_onnx", &mn::import_onnx, py::arg("path"), py::arg("input_shapes") = std::map<std::string, mn::Shape>{},
+          "Lowers an ONNX file into a Graph: initializers become parameters under their ONNX names");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(meganeura, m) {
@@ -224,4 +246,5 @@ PYBIND11_MODULE(meganeura, m) {
     py::register_exception<mn::Error>(m, "Error", PyExc_RuntimeError);
     bind_graph(m);
     bind_session(m);
+    bind_onnx(m);
 }

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   glslang-dev glslang-tools spirv-tools
-  nlohmann-json3-dev libgtest-dev zlib1g-dev libpcre2-dev
+  nlohmann-json3-dev libgtest-dev zlib1g-dev libpcre2-dev libonnx-dev libprotobuf-dev protobuf-compiler
   clang libclang-rt-dev
   python3-torch python3-torchvision python3-numpy python3-dev pybind11-dev python3-pytest
   dataset-fashion-mnist

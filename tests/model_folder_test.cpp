@@ -73,8 +73,8 @@ TEST(ModelFolder, WhatIsWrongIsNamed) {
     write_text(f / "generation_config.json", R"({"eos_token_id": "</s>"})");
     EXPECT_EQ(error(), "generation config " + (f / "generation_config.json").string() +
                            ": eos_token_id is \"</s>\", expected a token id or a list of them");
-    write_text(f / "config.json", R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2}})");
-    EXPECT_NE(error().find("rope_scaling is"), std::string::npos) << error();
+    write_text(f / "config.json", R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2}})");
+    EXPECT_NE(error().find("rope_scaling.type is \"dynamic\""), std::string::npos) << error();
     EXPECT_EQ(error_of([&] { models::open_model_folder((f / "config.json").string()); }),
               "model folder " + (f / "config.json").string() + ": not a directory");
 }

@@ -63,6 +63,9 @@ TEST_F(CausalLmVsTorch, ShiftedLabelsAreTakenAsTheyAre) { expect_matches_torch("
 // A Qwen2 config.json: q, k and v projections with biases, which the builder reads and trains.
 TEST_F(CausalLmVsTorch, Qwen2AttentionBiasesAreBuilt) { expect_matches_torch("smollm2", "--qwen2"); }
 
+// Llama 3.1's rope_scaling, each band of frequencies (kept, blended, divided) in use.
+TEST_F(CausalLmVsTorch, Llama3RopeScalingIsBuilt) { expect_matches_torch("smollm2", "--llama3-rope"); }
+
 // ---- SmolLM2's KV cache ----
 
 class KvCacheTest : public GpuTest {};
@@ -194,8 +197,12 @@ TEST(TransformerModels, ConfigFieldsTheBuilderLacksAreRefused) {
     EXPECT_FALSE(m.graph->find("model.layers.0.self_attn.o_proj.bias"));
 
     const std::pair<const char*, const char*> refused[] = {
-        {R"({"model_type": "llama", "rope_scaling": {"factor": 32.0, "rope_type": "llama3"}})",
-         R"(rope_scaling is {"factor":32.0,"rope_type":"llama3"}; only null is implemented)"},
+        {R"({"model_type": "llama", "rope_scaling": {"factor": 4.0, "rope_type": "yarn"}})",
+         R"(rope_scaling.rope_type is "yarn"; only "linear" and "llama3" are implemented)"},
+        {R"({"model_type": "llama", "rope_scaling": {"factor": 4.0, "type": "linear", "finetuned": true}})",
+         "not implemented by the llama builder: rope_scaling.finetuned = true"},
+        {R"({"model_type": "llama", "rope_scaling": {"factor": -2, "type": "linear"}})",
+         "rope_scaling.factor is -2, expected a finite number above 0"},
         {R"({"model_type": "llama", "hidden_act": "gelu"})", R"(hidden_act is "gelu"; only "silu" is implemented)"},
         {R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window is true; only false is implemented"},
         {R"({"model_type": "llama", "attention_dropout": 0.1})", "attention_dropout is 0.1; only 0 is implemented"},
@@ -204,6 +211,14 @@ TEST(TransformerModels, ConfigFieldsTheBuilderLacksAreRefused) {
         {R"({"model_type": "mistral"})", R"(model_type is "mistral"; this builder implements "llama" and "qwen2")"},
         {R"({"hidden_size": 64})", R"(model_type is absent; this builder implements "llama" and "qwen2")"},
     };
+    // linear scaling divides every frequency by the factor (positions / factor)
+    write_text(dir.path("linear.json"), R"({"model_type": "llama", "head_dim": 16, "rope_theta": 100.0,
+        "rope_scaling": {"type": "linear", "factor": 4.0}})");
+    const models::LlamaConfig linear = models::LlamaConfig::from_json(dir.path("linear.json"));
+    models::LlamaConfig unscaled = linear;
+    unscaled.rope_scaling.reset();
+    for (size_t i = 0; i < 8; ++i)
+        EXPECT_EQ(linear.rope_inv_freq()[i], static_cast<float>(unscaled.rope_inv_freq()[i] / 4)) << i;
     for (const auto& [json, message] : refused) {
         write_text(dir.path("bad.json"), json);
         const std::string error = error_of([&] { models::LlamaConfig::from_json(dir.path("bad.json")); });

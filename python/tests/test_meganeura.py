@@ -175,3 +175,21 @@ def test_fashion_mnist_example_trains_and_the_command_reads_its_checkpoint(tmp_p
     evaluated = subprocess.run([os.environ["MEGANEURA_BINARY"], "eval", "fashion-mnist", "--checkpoint", checkpoint],
                                capture_output=True, text=True, check=True).stdout
     assert f"test accuracy: {accuracy:.2f}%" in evaluated, (out, evaluated)
+
+
+def test_import_onnx_matches_torch(tmp_path):
+    model = torch_mlp(SIZES).eval()
+    x, _ = data(4, SIZES[0], SIZES[-1])
+    path = str(tmp_path / "mlp.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, input_names=["x"], output_names=["logits"], opset_version=13)
+    imported = mn.import_onnx(path)
+    assert imported.inputs == ["x"] and imported.outputs == ["logits"]
+    assert set(imported.parameters) == set(model.state_dict())
+    s = mn.compile(imported.graph)
+    imported.load_parameters(s)
+    s.set("x", x)
+    s.run()
+    want = model.double()(torch.from_numpy(x).double()).detach().numpy()
+    assert relative_l2(s.get("logits"), want) < 1e-5
+    with pytest.raises(mn.Error, match="not an ONNX model"):
+        mn.import_onnx(__file__)

@@ -66,7 +66,8 @@ struct Tokenizer::Impl {
     [[noreturn]] void fail(const std::string& m) const { throw Error(what + ": " + m); }
 
     void add_token(const std::string& token, int32_t id) {
-        if (id < 0) fail("token " + json(token).dump() + " has the negative id " + std::to_string(id));
+        // Real vocabularies stay far below 2^24 ids; a larger one is a corrupt file, not an allocation.
+        if (id < 0 || id >= (1 << 24)) fail("token " + json(token).dump() + " has the id " + std::to_string(id) + ", outside [0, 2^24)");
         if (static_cast<size_t>(id) >= tokens.size()) {
             tokens.resize(static_cast<size_t>(id) + 1);
             special.resize(tokens.size(), false);
@@ -86,7 +87,7 @@ struct Tokenizer::Impl {
         const json& v = field(m, "vocab");
         if (!v.is_object() || v.empty()) fail("model.vocab is not an object of tokens");
         for (const auto& [token, id] : v.items()) {
-            if (!id.is_number_integer() || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
                 fail("model.vocab[" + json(token).dump() + "] is " + id.dump() + ", expected an id");
             add_token(token, id.get<int32_t>());
         }
@@ -123,7 +124,8 @@ struct Tokenizer::Impl {
         for (const json& t : list) {
             const json& content = field(t, "content");
             const json& id = field(t, "id");
-            if (!content.is_string() || content.get<std::string>().empty() || !id.is_number_integer())
+            if (!content.is_string() || content.get<std::string>().empty() || !id.is_number_integer() ||
+                id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
                 fail("added token " + t.dump() + " needs a content and an id");
             if (field(t, "single_word") == true) fail("added token " + content.dump() + ": single_word true is not implemented");
             AddedToken a{content.get<std::string>(), id.get<int32_t>(), field(t, "special") == true,
@@ -156,7 +158,11 @@ struct Tokenizer::Impl {
             const json& name = field(field(piece, "SpecialToken"), "id");
             const json& ids = field(field(field(p, "special_tokens"), name.is_string() ? name.get<std::string>().c_str() : ""), "ids");
             if (!ids.is_array()) fail("post_processor's special token " + name.dump() + " has no ids");
-            for (const json& id : ids) (seen_sequence ? suffix_special : prefix_special).push_back(id.get<int32_t>());
+            for (const json& id : ids) {
+                if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(tokens.size()))
+                    fail("post_processor's special token " + name.dump() + " has the id " + id.dump() + ", not one of the vocabulary");
+                (seen_sequence ? suffix_special : prefix_special).push_back(id.get<int32_t>());
+            }
         }
     }
 

@@ -24,6 +24,14 @@ ConfigJson::ConfigJson(const std::string& path, const std::string& what) : path_
     json_ = std::move(parsed);
 }
 
+ConfigJson::ConfigJson(std::string path, std::string what, std::string prefix, std::shared_ptr<const nlohmann::json> json)
+    : path_(std::move(path)), what_(std::move(what)), prefix_(std::move(prefix)), json_(std::move(json)) {}
+
+ConfigJson ConfigJson::object(const char* key) const {
+    if (!has(key) || !(*json_)[key].is_object()) fail(std::string(key) + " is " + value_of(key) + ", expected an object");
+    return ConfigJson(path_, what_, prefix_ + key + ".", std::make_shared<const nlohmann::json>((*json_)[key]));
+}
+
 bool ConfigJson::has(const char* key) const {
     read_.insert(key);
     return json_->contains(key) && !(*json_)[key].is_null();
@@ -31,7 +39,7 @@ bool ConfigJson::has(const char* key) const {
 
 std::string ConfigJson::value_of(const char* key) const { return has(key) ? (*json_)[key].dump() : "absent"; }
 
-void ConfigJson::fail(const std::string& what) const { throw Error(what_ + " " + path_ + ": " + what); }
+void ConfigJson::fail(const std::string& what) const { throw Error(what_ + " " + path_ + ": " + prefix_ + what); }
 
 int64_t ConfigJson::count(const char* key, int64_t fallback) const {
     if (!has(key)) return fallback;
@@ -100,9 +108,9 @@ void ConfigJson::refuse_unread(const std::string& builder, const std::vector<std
     std::string unknown;
     for (const auto& [key, value] : json_->items()) {
         if (read_.count(key) || std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-        unknown += (unknown.empty() ? "" : ", ") + key + " = " + value.dump();
+        unknown += (unknown.empty() ? "" : ", ") + prefix_ + key + " = " + value.dump();
     }
-    if (!unknown.empty()) fail("not implemented by the " + builder + " builder: " + unknown);
+    if (!unknown.empty()) throw Error(what_ + " " + path_ + ": not implemented by the " + builder + " builder: " + unknown);
 }
 
 }  // namespace mn::models

@@ -34,6 +34,8 @@ public:
     // The field, when present, must equal `implemented` (the one value the builder has): anything
     // else is an error saying so ("hidden_act is \"gelu\"; only \"silu\" is implemented").
     void require(const char* key, const char* implemented_json) const;
+    // The object `key` holds (rope_scaling), read the same way; its messages name "key.field".
+    ConfigJson object(const char* key) const;
     // An error naming every field that was neither read nor listed in `ignored` (metadata that does
     // not change the computation), as not implemented by `builder`.
     void refuse_unread(const std::string& builder, const std::vector<std::string>& ignored) const;
@@ -42,7 +44,8 @@ public:
     std::string value_of(const char* key) const;  // the field's JSON text, for messages
 
 private:
-    std::string path_, what_;
+    ConfigJson(std::string path, std::string what, std::string prefix, std::shared_ptr<const nlohmann::json> json);
+    std::string path_, what_, prefix_;  // prefix_: "key." of a nested object
     std::shared_ptr<const nlohmann::json> json_;
     mutable std::set<std::string> read_;
 };

@@ -3,6 +3,9 @@
 // computation; anything else is refused by name.
 #include "models/smollm2.hpp"
 
+#include <cmath>
+#include <numbers>
+
 #include "models/config_json.hpp"
 
 namespace mn::models {
@@ -49,7 +52,23 @@ LlamaConfig LlamaConfig::from_json(const std::string& path) {
         j.require("rope_interleaved", "false");  // SmolLM2's field: Hugging Face's rotate-half pairing
     }
     j.require("hidden_act", "\"silu\"");
-    j.require("rope_scaling", "null");
+    if (j.has("rope_scaling")) {
+        const ConfigJson s = j.object("rope_scaling");
+        LlamaConfig::RopeScaling r;
+        const char* type_key = s.has("rope_type") ? "rope_type" : "type";  // transformers reads either
+        r.type = s.text(type_key, "");
+        if (r.type != "linear" && r.type != "llama3")
+            s.fail(std::string(type_key) + " is " + s.value_of(type_key) + "; only \"linear\" and \"llama3\" are implemented");
+        r.factor = s.positive("factor", r.factor);
+        if (r.type == "llama3") {
+            r.low_freq_factor = s.positive("low_freq_factor", r.low_freq_factor);
+            r.high_freq_factor = s.positive("high_freq_factor", r.high_freq_factor);
+            r.original_max_positions = s.count("original_max_position_embeddings", r.original_max_positions);
+            if (!(r.high_freq_factor > r.low_freq_factor)) s.fail("high_freq_factor must be above low_freq_factor");
+        }
+        s.refuse_unread(c.model_type, {});
+        c.rope_scaling = r;
+    }
     // Dropout would make training differ from Hugging Face's; inference ignores it either way.
     j.require("attention_dropout", "0");
     j.refuse_unread(c.model_type, kMetadata);
@@ -65,6 +84,33 @@ LlamaConfig LlamaConfig::from_json(const std::string& path) {
         j.fail("head_dim " + std::to_string(c.head_dim) + " is above " + std::to_string(kMaxHeadDim) +
                (j.has("head_dim") ? "" : " (hidden_size / num_attention_heads)"));
     return c;
+}
+
+std::vector<double> LlamaConfig::rope_inv_freq() const {
+    std::vector<double> f;
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+        f.push_back(static_cast<float>(1.0 / std::pow(rope_theta, static_cast<double>(exponent))));
+    }
+    if (!rope_scaling) return f;
+    const RopeScaling& s = *rope_scaling;
+    for (double& v : f) {
+        if (s.type == "linear") {
+            v = static_cast<float>(v / s.factor);
+            continue;
+        }
+        // Llama 3.1: short wavelengths kept, long ones divided by factor, the band between blended.
+        const double old_len = static_cast<double>(s.original_max_positions);
+        const double wavelen = 2 * std::numbers::pi / v;
+        if (wavelen < old_len / s.high_freq_factor) continue;
+        if (wavelen > old_len / s.low_freq_factor) {
+            v = static_cast<float>(v / s.factor);
+            continue;
+        }
+        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        v = static_cast<float>((1 - smooth) * v / s.factor + smooth * v);
+    }
+    return f;
 }
 
 }  // namespace mn::models

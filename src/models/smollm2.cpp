@@ -29,6 +29,7 @@ struct CacheSpec {
 Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const std::optional<CacheSpec>& cache) {
     const Tensor embed = g.parameter("model.embed_tokens.weight", {c.vocab, c.hidden}, Init::normal(0, 0.02));
     Tensor x = g.embedding(ids, embed);
+    const Tensor inv_freq = g.constant(c.rope_inv_freq(), {c.head_dim / 2});
     const int64_t batch = ids.shape()[0];
     for (int64_t l = 0; l < c.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l);
@@ -41,8 +42,8 @@ Tensor llama(Graph& g, const LlamaConfig& c, Tensor ids, Tensor positions, const
         Tensor q = project(".q_proj", c.heads);
         Tensor k = project(".k_proj", c.kv_heads);
         Tensor v = project(".v_proj", c.kv_heads);
-        q = g.rope(q, positions, c.rope_theta);
-        k = g.rope(k, positions, c.rope_theta);
+        q = g.rope_rotate(q, positions, inv_freq, false);
+        k = g.rope_rotate(k, positions, inv_freq, false);
         AttentionOptions options{.causal = true};
         if (cache) {
             const Shape cache_shape{batch, c.kv_heads, cache->length, c.head_dim};

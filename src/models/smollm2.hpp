@@ -2,7 +2,9 @@
 // SmolLM2 (a Llama): embeddings, pre-norm decoder layers with grouped-query causal attention and
 // RoPE, a SwiGLU MLP, RMSNorm, and (tied by default) the embedding matrix as the LM head. The same
 // builder takes Hugging Face's Llama and Qwen2 configs (Qwen2: biases on q, k and v).
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "models/lora.hpp"
 #include "models/registry.hpp"
@@ -17,12 +19,21 @@ struct LlamaConfig {
     std::string model_type = "llama";  // "llama" or "qwen2"
     bool qkv_bias = false, o_bias = false, mlp_bias = false;  // Llama's attention_bias / mlp_bias; Qwen2: qkv
     LoraConfig lora;  // adapters on top of the model (fine-tuning), not part of config.json
+    // config.json's rope_scaling: "linear" (positions / factor) or "llama3" (Llama 3.1's frequency bands)
+    struct RopeScaling {
+        std::string type;
+        double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+        int64_t original_max_positions = 8192;
+    };
+    std::optional<RopeScaling> rope_scaling;
+    // RoPE's inverse frequencies [head_dim / 2], in f32 as Hugging Face computes them, scaled.
+    std::vector<double> rope_inv_freq() const;
 
     static LlamaConfig smollm2_135m() { return {}; }
     static LlamaConfig tiny();
     // A Hugging Face config.json of model_type "llama" or "qwen2" (llama_config.cpp). Missing fields
     // keep the SmolLM2-135M value (Qwen2's q/k/v biases are always on); a field the builder does not
-    // implement (rope_scaling, a sliding window, another activation, ...) is an error naming it.
+    // implement (yarn rope scaling, a sliding window, another activation, ...) is an error naming it.
     static LlamaConfig from_json(const std::string& path);
     // From a ModelRequest: its config_path, else its size ("tiny" or "full").
     static LlamaConfig from_request(const ModelRequest& r);

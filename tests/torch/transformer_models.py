@@ -127,15 +127,28 @@ def rotate_half(x):
 class Rope:
     """Hugging Face Llama's rotary embedding: angles in float32, rotate-half pairing."""
 
-    def __init__(self, head_dim, theta, positions):
+    def __init__(self, head_dim, theta, positions, scaling=None):
         steps = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float()
         inv_freq = 1.0 / (theta ** (steps / head_dim))
+        if scaling is not None:
+            inv_freq = llama3_scaled(inv_freq, scaling)
         angles = positions.float()[:, None] * inv_freq[None, :]
         emb = torch.cat((angles, angles), dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
 
     def __call__(self, x):
         return x * self.cos.to(x.dtype) + rotate_half(x) * self.sin.to(x.dtype)
+
+
+def llama3_scaled(inv_freq, s):
+    """Hugging Face's _compute_llama3_parameters: long wavelengths / factor, the middle band blended."""
+    old_len, low, high, factor = s["original_max_position_embeddings"], s["low_freq_factor"], s["high_freq_factor"], s["factor"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)
+    return torch.where(medium, smoothed, scaled)
 
 
 class LlamaBody(nn.Module):
@@ -156,7 +169,8 @@ class SmolLM2(nn.Module):
 
     def forward(self, input_ids):
         c = self.c
-        rope = Rope(c["head_dim"], c["rope_theta"], torch.arange(input_ids.shape[1], device=input_ids.device))
+        rope = Rope(c["head_dim"], c["rope_theta"], torch.arange(input_ids.shape[1], device=input_ids.device),
+                    c.get("rope_scaling"))
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, causal=True, rope=rope)
@@ -260,7 +274,7 @@ def hf_config(c, model_type):
             "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"], "head_dim": c["head_dim"],
             "intermediate_size": c["ffn"], "vocab_size": c["vocab"], "rope_theta": c["rope_theta"],
             "rms_norm_eps": c["eps"], "tie_word_embeddings": True, "max_position_embeddings": 256,
-            "hidden_act": "silu"}
+            "hidden_act": "silu", "rope_scaling": c.get("rope_scaling")}
 
 
 def run(name, module, inputs):

@@ -2,13 +2,14 @@
 """Expected results of meganeura's transformer models at their tiny configs, for
 tests/transformer_models_test.cpp.
 
-  transformer_reference.py NAME OUT_DIR [--seed S] [--qwen2] [--shifted-labels]
+  transformer_reference.py NAME OUT_DIR [--seed S] [--qwen2] [--llama3-rope] [--shifted-labels]
 
 writes OUT_DIR/weights.safetensors (float32, Hugging Face names), OUT_DIR/inputs.safetensors and
 OUT_DIR/expected.safetensors: the output ("logits" or "output"), "loss" and "grad.<parameter>"
 for every parameter. SmolLM2's labels are Hugging Face-style (shifted inside, some -100); with
 --shifted-labels they are given aligned with the logits as "shifted_labels"; with --qwen2 the model
-has Qwen2's q/k/v biases and OUT_DIR/config.json says so. The weights are rounded to float32 first and the model then runs in float64,
+has Qwen2's q/k/v biases, with --llama3-rope Llama 3.1's rope_scaling (a short original context, so
+every band of frequencies is exercised), and OUT_DIR/config.json says so. The weights are rounded to float32 first and the model then runs in float64,
 so the expected values are those of the stored weights, not of PyTorch's float32 rounding.
 """
 import argparse
@@ -57,16 +58,20 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--qwen2", action="store_true")
     ap.add_argument("--shifted-labels", action="store_true")
+    ap.add_argument("--llama3-rope", action="store_true")
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(a.seed)
     c = dict(tm.CONFIGS[a.name]["tiny"], qkv_bias=a.qwen2)
+    if a.llama3_rope:
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 16}
     module = tm.build_from(a.name, c)
     weights = random_weights(module, gen)
     inputs = random_inputs(a.name, c, gen, a.shifted_labels)
     os.makedirs(a.out_dir, exist_ok=True)
-    if a.qwen2:
+    if a.qwen2 or a.llama3_rope:
         with open(os.path.join(a.out_dir, "config.json"), "w") as f:
-            json.dump(tm.hf_config(c, "qwen2"), f)
+            json.dump(tm.hf_config(c, "qwen2" if a.qwen2 else "llama"), f)
     module.load_state_dict(weights)
     module.double()
     run_inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}

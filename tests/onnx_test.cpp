@@ -1,0 +1,153 @@
+// ONNX import (issue 18) against PyTorch: torch.onnx.export (Debian's python3-torch) writes an MLP,
+// ResNet-50 and a transformer block at opsets 13 and 17; `meganeura forward --model FILE.onnx`
+// runs them on the file's initializers, and its outputs and the gradients of their sum (under the
+// initializers' ONNX names, which are PyTorch's state_dict names) are checked against PyTorch in
+// float64 (tests/torch/onnx_models.py). Unsupported ops and dynamic shapes are one-line errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "error_of.hpp"
+#include "host_tools.hpp"
+#include "io/safetensors.hpp"
+#include "onnx.pb.h"
+#include "meganeura/onnx.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+double norm(const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += double(x) * x;
+    return std::sqrt(s);
+}
+
+double distance(const std::vector<float>& a, const std::vector<float>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    return std::sqrt(s);
+}
+
+struct Case {
+    const char* model;
+    int opset;
+    bool backward;  // ResNet-50's BatchNorms are folded into its convolutions: no state_dict names to compare
+};
+
+class OnnxVsTorch : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OnnxVsTorch, OutputsAndGradientsMatch) {
+    MN_REQUIRE_TORCH();
+    const Case c = GetParam();
+    TempDir dir("onnx");
+    ASSERT_EQ(exit_status("/usr/bin/python3 " MEGANEURA_SOURCE_DIR "/tests/torch/onnx_models.py " + std::string(c.model) +
+                          " " + dir.dir().string() + " --opset " + std::to_string(c.opset)), 0);
+    int status = -1;
+    const std::string output = run_command(std::string(MEGANEURA_BINARY) + " forward --model " + dir.path("model.onnx") +
+                                               " --inputs " + dir.path("inputs.safetensors") + " --out " +
+                                               dir.path("out.safetensors") + (c.backward ? " --backward" : ""),
+                                           &status);
+    ASSERT_EQ(status, 0) << output;
+    EXPECT_EQ(output.find("vulkan validation"), std::string::npos) << output;
+    const io::TensorMap got = io::read_safetensors(dir.path("out.safetensors"));
+    const io::TensorMap want = io::read_safetensors(dir.path("expected.safetensors"));
+
+    const std::vector<float> out = got.at("output").to_f32(), ref = want.at("output").to_f32();
+    ASSERT_EQ(got.at("output").shape, want.at("output").shape);
+    EXPECT_LT(distance(out, ref) / norm(ref), 1e-5);
+    if (!c.backward) return;
+    double total = 0;  // the whole gradient's norm: the floor of each parameter's error
+    for (const auto& [name, t] : want)
+        if (name.rfind("grad.", 0) == 0) total += std::pow(norm(t.to_f32()), 2);
+    total = std::sqrt(total);
+    size_t compared = 0;
+    for (const auto& [name, t] : want) {
+        if (name.rfind("grad.", 0) != 0) continue;
+        SCOPED_TRACE(name);
+        ASSERT_TRUE(got.count(name)) << "the imported model has no parameter " << name.substr(5);
+        const std::vector<float> g = got.at(name).to_f32(), w = t.to_f32();
+        ASSERT_EQ(got.at(name).shape, t.shape);
+        // Relative to the parameter's own gradient, or to a thousandth of the whole where that is ~0
+        // (a key bias: softmax does not change when every key moves by the same amount).
+        EXPECT_LT(distance(g, w), 1e-5 * std::max(norm(w), 1e-3 * total));
+        ++compared;
+    }
+    EXPECT_EQ(compared + 1, got.size());  // every parameter compared, and the output
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OnnxVsTorch,
+                         ::testing::Values(Case{"mlp", 13, true}, Case{"transformer", 13, true},
+                                           Case{"transformer", 17, true}, Case{"resnet50", 13, false},
+                                           Case{"resnet50", 17, false}),
+                         [](const auto& info) {
+                             return std::string(info.param.model) + "_opset" + std::to_string(info.param.opset);
+                         });
+
+// An imported graph trains as a native one: a loss on its output, compile, step.
+TEST(OnnxImport, ImportedMlpTrains) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("onnx");
+    ASSERT_EQ(exit_status("/usr/bin/python3 " MEGANEURA_SOURCE_DIR "/tests/torch/onnx_models.py mlp " + dir.dir().string()), 0);
+    OnnxModel m = import_onnx(dir.path("model.onnx"));
+    Graph& g = *m.graph;
+    const Tensor labels = g.input("labels", {3}, DType::I32);
+    const Tensor loss = g.cross_entropy(*g.find("output"), labels);
+    Session s = compile(g, Device::open(), {.loss = loss, .optimizer = SGD{.lr = 0.1}});
+    m.load_parameters(s);
+    EXPECT_EQ(s.get("1.weight"), m.parameters.at("1.weight"));  // the file's weights, under their names
+    s.set("x", io::read_safetensors(dir.path("inputs.safetensors")).at("x").to_f32());
+    s.set("labels", std::vector<int32_t>{1, 7, 3});
+    const float first = s.step();
+    float last = first;
+    for (int i = 0; i < 30; ++i) last = s.step();
+    EXPECT_LT(last, first / 4) << first << " -> " << last;  // one batch, memorized
+    EXPECT_NE(s.get("1.weight"), m.parameters.at("1.weight"));
+}
+
+// A model of one node, written here: x [2, 3] -> op -> y.
+std::string write_model(const TempDir& dir, const std::string& op, bool dynamic = false) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("x");
+    auto* type = x->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(::onnx::TensorProto::FLOAT);
+    if (dynamic) type->mutable_shape()->add_dim()->set_dim_param("batch");
+    else type->mutable_shape()->add_dim()->set_dim_value(2);
+    type->mutable_shape()->add_dim()->set_dim_value(3);
+    auto* node = g->add_node();
+    node->set_op_type(op);
+    node->set_name("the_" + op);
+    node->add_input("x");
+    node->add_output("y");
+    g->add_output()->set_name("y");
+    const std::string path = dir.path(op + ".onnx");
+    std::ofstream file(path, std::ios::binary);
+    m.SerializeToOstream(&file);
+    return path;
+}
+
+TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
+    TempDir dir("onnx");
+    const OnnxModel relu = import_onnx(write_model(dir, "Relu"));
+    EXPECT_EQ(relu.inputs, std::vector<std::string>{"x"});
+    EXPECT_EQ(relu.outputs, std::vector<std::string>{"y"});
+    EXPECT_EQ(relu.graph->find("y")->shape(), (Shape{2, 3}));
+
+    const std::string erf = write_model(dir, "Erf");
+    EXPECT_EQ(error_of([&] { import_onnx(erf); }), erf + ": op 'Erf' (node 'the_Erf') is not supported");
+    const std::string dynamic = write_model(dir, "Tanh", true);
+    EXPECT_EQ(error_of([&] { import_onnx(dynamic); }),
+              dynamic + ": input 'x' has the dynamic dimension 'batch'; give the input's shape");
+    EXPECT_EQ(import_onnx(dynamic, {{"x", {5, 3}}}).graph->find("y")->shape(), (Shape{5, 3}));
+    std::ofstream(dir.path("text.onnx")) << "not a model";
+    EXPECT_EQ(error_of([&] { import_onnx(dir.path("text.onnx")); }),
+              dir.path("text.onnx") + ": not an ONNX model (the protobuf does not parse)");
+}
+
+}  // namespace
+}  // namespace mn::test
