@@ -180,15 +180,13 @@ void record(Session::Impl& impl, const Shaders& shaders) {
         requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
                             static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
     }
-    impl.ctx->prepare_pipelines(requests);
+    const std::vector<const rt::Pipeline*> step_pipelines = impl.ctx->prepare_pipelines(requests);
     std::set<const rt::Pipeline*> pipelines;
     auto checked_write = impl.checked_writes.begin();
     for (size_t i = 0; i < s.steps.size(); ++i) {
         const sched::Step& step = s.steps[i];
         const auto& k = step.kernel;
-        const auto& sp = shaders.spirv[shaders.index.at(k.glsl)];
-        rt::Dispatch d{.pipeline = &impl.ctx->pipeline(*sp, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0,
-                                                      k.required_subgroup_size),
+        rt::Dispatch d{.pipeline = step_pipelines[i],
                        .groups = k.groups, .label = k.label, .name = impl.dispatch_names.at(i).name};
         pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;

@@ -199,20 +199,10 @@ VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const ch
 
 const Pipeline& Context::pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
                                   uint32_t bindings, uint32_t push_constant_bytes, uint32_t required_subgroup_size) {
-    Impl& m = *impl_;
-    const Request r{&spirv, spec_constants, bindings, push_constant_bytes, required_subgroup_size};
-    std::string key = request_key(r);
-    if (auto it = m.pipelines.find(key); it != m.pipelines.end()) return *it->second;
-    auto p = new_pipeline(m, r);
-    const char* failed = nullptr;
-    if (VkResult e = create_handle(m, r, *p, &failed); e != VK_SUCCESS) {
-        vk_fail(failed, e < 0 ? e : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
-    }
-    m.pipeline_cache_dirty = true;
-    return *m.pipelines.emplace(std::move(key), std::move(p)).first->second;
+    return *prepare_pipelines({{&spirv, spec_constants, bindings, push_constant_bytes, required_subgroup_size}}).front();
 }
 
-void Context::prepare_pipelines(const std::vector<PipelineRequest>& requests) {
+std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<PipelineRequest>& requests) {
     Impl& m = *impl_;
     struct Pending {
         std::string key;
@@ -221,12 +211,13 @@ void Context::prepare_pipelines(const std::vector<PipelineRequest>& requests) {
         VkResult result = VK_SUCCESS;
         const char* failed = nullptr;
     };
+    std::vector<std::string> keys;
     std::vector<Pending> pending;
     std::set<std::string> seen;
     for (const Request& r : requests) {
-        std::string key = request_key(r);
-        if (m.pipelines.count(key) || !seen.insert(key).second) continue;
-        pending.push_back({std::move(key), &r, new_pipeline(m, r)});
+        keys.push_back(request_key(r));
+        if (m.pipelines.count(keys.back()) || !seen.insert(keys.back()).second) continue;
+        pending.push_back({keys.back(), &r, new_pipeline(m, r)});
     }
     std::atomic<size_t> next{0};
     auto worker = [&] {
@@ -250,6 +241,9 @@ void Context::prepare_pipelines(const std::vector<PipelineRequest>& requests) {
         m.pipeline_cache_dirty = true;
     }
     if (failure) vk_fail(failure->failed, failure->result < 0 ? failure->result : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
+    std::vector<const Pipeline*> out;
+    for (const std::string& key : keys) out.push_back(m.pipelines.at(key).get());
+    return out;
 }
 
 }  // namespace mn::rt

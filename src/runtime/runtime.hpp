@@ -63,10 +63,10 @@ public:
         std::vector<uint32_t> spec_constants;
         uint32_t bindings = 0, push_constant_bytes = 0, required_subgroup_size = 0;
     };
-    // Creates the pipelines of `requests` that are not cached yet, on several threads at once: the
-    // driver compiles each pipeline's SPIR-V to machine code, seconds for a model one at a time.
-    // pipeline() then returns them without creating anything.
-    void prepare_pipelines(const std::vector<PipelineRequest>& requests);
+    // The pipeline of each request, in order, as pipeline() would return it: those not cached yet are
+    // created on several threads at once (the driver compiles each pipeline's SPIR-V to machine code,
+    // seconds for a model one at a time).
+    std::vector<const Pipeline*> prepare_pipelines(const std::vector<PipelineRequest>& requests);
 
     // Device-local bytes held by this context's buffers: now, and the most held at once since the
     // context opened or since reset_peak_memory(). The benchmark's peak device memory.
