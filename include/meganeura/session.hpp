@@ -97,9 +97,9 @@ public:
     void save(const std::string& path) const;
     void load(const std::string& path);
     // The shards of one checkpoint (model.safetensors.index.json's files): each tensor in one of them.
-    // A parameter for which `may_be_absent` says yes keeps its value when no file has it (a LoRA
-    // adapter's, loading the base model).
-    void load(const std::vector<std::string>& files, const std::function<bool(const std::string&)>& may_be_absent = {});
+    // A parameter for which `keep` says yes is not read: it keeps its value, whether or not a file has
+    // it (a LoRA adapter's, or a new classifier head's, loading the base model).
+    void load(const std::vector<std::string>& files, const std::function<bool(const std::string&)>& keep = {});
     // Copies the named values (state such as a KV cache, parameters) into the same names of `dst`, a
     // session on the same device, on the device: no round trip through host memory.
     void copy_to(Session& dst, const std::vector<std::string>& names) const;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ public:
                 for (const Option& o : options) known += " --" + o.name;
                 throw Error("unknown option --" + name + "; options:" + (known.empty() ? " none" : known));
             }
+            given_.insert(name);
             const bool is_switch = switch_default(options, name);
             if (equals != std::string::npos) {
                 it->second = args[i].substr(equals + 1);
@@ -61,6 +63,8 @@ public:
     const std::vector<std::string>& positional() const { return positional_; }
     const std::string& str(const std::string& name) const { return values_.at(name); }
     bool on(const std::string& name) const { return values_.at(name) == "true"; }
+    // Whether the command line gave the option (its value may still equal the default).
+    bool given(const std::string& name) const { return given_.count(name) > 0; }
     // Numbers are parsed whole, in range, or not at all: "1e3" is not an integer, "nan" and "inf"
     // are not reals, and 99999999999999999999 is an error rather than a saturated or wrapped value.
     int64_t integer(const std::string& name, int64_t min = std::numeric_limits<int64_t>::lowest(),
@@ -123,6 +127,7 @@ private:
         return Error("option --" + name + " is " + values_.at(name) + ", expected " + range);
     }
     std::map<std::string, std::string> values_;
+    std::set<std::string> given_;
     std::vector<std::string> positional_;
 };
 

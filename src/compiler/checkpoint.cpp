@@ -34,7 +34,7 @@ void Session::save(const std::string& path) const {
 
 void Session::load(const std::string& path) { load(std::vector<std::string>{path}); }
 
-void Session::load(const std::vector<std::string>& files, const std::function<bool(const std::string&)>& may_be_absent) {
+void Session::load(const std::vector<std::string>& files, const std::function<bool(const std::string&)>& keep) {
     if (files.empty()) throw Error("load: no checkpoint files given");
     // Every tensor of every file by name, with the file it came from (for messages).
     std::vector<io::TensorMap> contents;
@@ -50,12 +50,12 @@ void Session::load(const std::vector<std::string>& files, const std::function<bo
     std::vector<int32_t> values;
     std::vector<const io::TensorData*> sources;
     for (const auto& [name, v] : impl_->names) {
-        if (v < 0 || !persistent(impl_->value(v))) continue;
+        if (v < 0 || !persistent(impl_->value(v)) || (keep && keep(name))) continue;
         const sched::Value& val = impl_->value(v);
         auto it = file.find(name);
         if (it == file.end()) {
             // Optimizer state may be absent (weights exported elsewhere): it keeps its current values.
-            if (val.storage == sched::Storage::State || (may_be_absent && may_be_absent(name))) continue;
+            if (val.storage == sched::Storage::State) continue;
             throw Error(all + ": missing tensor '" + name + "' (shape " + shape_str(val.shape) + ")");
         }
         const std::string& path = *it->second.second;

@@ -40,13 +40,37 @@ struct Builder {
 
 }  // namespace
 
+ResNetConfig resnet_config_of(const io::TensorMap& weights, const std::string& file) {
+    auto shape = [&](const std::string& name) -> const Shape& {
+        const auto it = weights.find(name);
+        if (it == weights.end()) throw Error(file + ": no tensor '" + name + "'; expected torchvision ResNet weights");
+        return it->second.shape;
+    };
+    const Shape& stem = shape("conv1.weight");
+    const Shape& fc = shape("fc.weight");
+    if (stem.size() != 4 || stem[1] != 3 || fc.size() != 2)
+        throw Error(file + ": conv1.weight is " + shape_str(stem) + " and fc.weight " + shape_str(fc) +
+                    "; expected torchvision ResNet weights ([width, 3, 7, 7] and [classes, features])");
+    ResNetConfig c{.blocks = {}, .width = stem[0], .num_classes = fc[0]};
+    for (int stage = 1; weights.count("layer" + std::to_string(stage) + ".0.conv1.weight"); ++stage) {
+        const std::string layer = "layer" + std::to_string(stage) + ".";
+        int64_t n = 0;
+        while (weights.count(layer + std::to_string(n) + ".conv1.weight")) ++n;
+        if (!weights.count(layer + "0.conv3.weight"))
+            throw Error(file + ": " + layer + "0 has no conv3: basic blocks (ResNet-18, -34) are not built, only bottlenecks");
+        c.blocks.push_back(n);
+    }
+    if (c.blocks.empty()) throw Error(file + ": no tensor 'layer1.0.conv1.weight'; expected torchvision ResNet weights");
+    return c;
+}
+
 Tensor resnet_logits(Graph& g, Tensor images, const ResNetConfig& config) {
     Builder b{g, config};
-    Tensor h = g.relu(b.conv_bn(images, "conv1", "bn1", 3, 64, 7, 2));
+    Tensor h = g.relu(b.conv_bn(images, "conv1", "bn1", 3, config.width, 7, 2));
     h = g.max_pool2d(h, 3, 2, 1);
-    int64_t in = 64;
+    int64_t in = config.width;
     for (size_t stage = 0; stage < config.blocks.size(); ++stage) {
-        const int64_t planes = int64_t{64} << stage;
+        const int64_t planes = config.width << stage;
         for (int64_t i = 0; i < config.blocks[stage]; ++i) {
             const std::string p = "layer" + std::to_string(stage + 1) + "." + std::to_string(i);
             const int64_t stride = i == 0 && stage > 0 ? 2 : 1;
@@ -60,14 +84,9 @@ Tensor resnet_logits(Graph& g, Tensor images, const ResNetConfig& config) {
                     g.parameter("fc.bias", {config.num_classes}, Init::uniform(-bound, bound)));
 }
 
-BuiltModel build_resnet50(const ModelRequest& r) {
-    const Shape images = input_shape(r, "images", {4, 3, 224, 224});
-    if (images.size() != 4 || images[1] != 3 || images[2] < 32 || images[3] < 32) {
-        throw Error("resnet50: images must be [N, 3, H, W] with H, W >= 32, got " + shape_str(images));
-    }
+BuiltModel build_resnet(const ResNetConfig& config, const Shape& images) {
     BuiltModel m;
     Graph& g = *m.graph;
-    const ResNetConfig config;
     Tensor x = g.input("images", images);
     Tensor labels = g.input("labels", {images[0]}, DType::I32);
     m.output = resnet_logits(g, x, config);
@@ -77,6 +96,14 @@ BuiltModel build_resnet50(const ModelRequest& r) {
     g.output("loss", m.loss);
     m.inputs = {"images", "labels"};
     return m;
+}
+
+BuiltModel build_resnet50(const ModelRequest& r) {
+    const Shape images = input_shape(r, "images", {4, 3, 224, 224});
+    if (images.size() != 4 || images[1] != 3 || images[2] < 32 || images[3] < 32) {
+        throw Error("resnet50: images must be [N, 3, H, W] with H, W >= 32, got " + shape_str(images));
+    }
+    return build_resnet(ResNetConfig{}, images);
 }
 
 io::TensorMap resnet50_inputs(const ModelRequest& r, bool latency, uint64_t seed) {

@@ -1,7 +1,6 @@
 #include "train/finetune.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -10,22 +9,12 @@
 #include "io/tokenizer.hpp"
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
-#include "train/curve.hpp"
 #include "train/lm_data.hpp"
 #include "train/peft.hpp"
-#include "train/progress.hpp"
 
 namespace mn::train {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-std::string mib(double bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f MiB", bytes / double(1 << 20));
-    return text;
-}
 
 // The held-out loss: every evaluation block once, in batches; the last batch is filled with rows
 // labelled -100, which count for nothing, and each batch weighs by the labels it counts.
@@ -53,22 +42,12 @@ double evaluate(Session& eval, const std::vector<std::vector<int32_t>>& blocks, 
     return total / counted;
 }
 
-io::TensorMap tensors_of(const Session& s, const std::vector<std::string>& names) {
-    io::TensorMap out;
-    for (const std::string& n : names) out[n] = io::TensorData::from_f32(s.shape(n), s.get(n));
-    return out;
-}
-
 }  // namespace
 
 FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     const models::ModelFolder& folder = run.folder;
     if (folder.tokenizer.empty()) throw Error("model folder " + folder.dir + ": no tokenizer.json to read --data with");
-    const fs::path out(run.out), checkpoint = out / "checkpoint.safetensors";
-    if (run.resume && !fs::exists(checkpoint)) throw Error("--resume " + run.out + ": there is no " + checkpoint.string());
-    if (!run.resume && fs::exists(checkpoint))
-        throw Error("--out " + run.out + " has a checkpoint; pass --resume " + run.out + " to continue it");
-    fs::create_directories(out);
+    const std::string checkpoint = prepare_output(run.out, run.resume);
 
     const io::Tokenizer tokenizer = io::Tokenizer::from_file(folder.tokenizer);
     const std::optional<int32_t> eos = folder.generation.eos_token_ids.empty()
@@ -84,55 +63,34 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     const Shape shape{run.batch, run.seq};
     models::BuiltModel model = models::build_causal_lm(c, shape);
     if (run.lora.on()) models::freeze_all_but_lora(*model.graph);
-    std::vector<std::string> trainable;
-    int64_t params = 0, trainable_count = 0;
-    for (const Node& n : model.graph->nodes()) {
-        if (n.op != Op::Parameter) continue;
-        params += numel(n.shape);
-        if (n.requires_grad) trainable.push_back(n.name), trainable_count += numel(n.shape);
-    }
+    const Trainable trainable = trainable_parameters(*model.graph);
     models::check_fits_device(*model.graph, device, "smollm2");
     const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(data.train.size()) / run.batch);
     const int64_t total = run.steps > 0 ? run.steps : run.epochs * per_epoch;
-    const CompileOptions options{.loss = model.loss, .optimizer = AdamW{.lr = run.lr, .weight_decay = run.weight_decay},
-                                 .schedule = {.decay = LrSchedule::Decay::Cosine, .total_steps = total},
-                                 .read_back = std::vector<std::string>{"loss"}, .seed = run.seed};
-    Session train = compile(*model.graph, device, options);
+    Session train = compile(*model.graph, device,
+                            training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
+                                                          .total_steps = total, .seed = run.seed}));
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
     train.load(folder.weights, is_adapter);
-    if (run.resume) train.load(checkpoint.string());
+    if (run.resume) train.load(checkpoint);
 
     models::BuiltModel eval_model = models::build_causal_lm(c, shape);
     Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}});
     eval.load(folder.weights, is_adapter);
 
-    const SessionStats& st = train.stats();
-    std::fprintf(stderr, "finetune %s: %lld parameters, %lld trainable (%s); memory: %s pinned (parameters, optimizer state, "
-                 "inputs), %s arena (activations)\n", folder.dir.c_str(), static_cast<long long>(params),
-                 static_cast<long long>(trainable_count),
-                 run.lora.on() ? ("LoRA rank " + std::to_string(run.lora.rank) + " on " + std::to_string(trainable.size() / 2) + " modules").c_str()
-                               : "full fine-tune",
-                 mib(static_cast<double>(st.pinned_bytes)).c_str(), mib(static_cast<double>(st.physical_bytes)).c_str());
+    print_plan(folder.dir, trainable,
+               run.lora.on() ? "LoRA rank " + std::to_string(run.lora.rank) + " on " + std::to_string(trainable.names.size() / 2) + " modules"
+                             : "full fine-tune",
+               train.stats());
     std::fprintf(stderr, "data %s: %lld tokens, %zu training and %zu held-out blocks of %lld; %lld steps of %lld blocks\n",
                  run.data.c_str(), static_cast<long long>(data.tokens), data.train.size(), data.eval.size(),
                  static_cast<long long>(run.seq), static_cast<long long>(total), static_cast<long long>(run.batch));
-
-    LossCurve curve;
-    if (run.resume && fs::exists(out / "loss.csv")) curve = LossCurve::read_csv((out / "loss.csv").string());
-    auto eval_now = [&] {
-        train.copy_to(eval, trainable);
-        return evaluate(eval, data.eval, run.batch, run.seq);
-    };
-    FinetuneResult result{.first_eval = eval_now()};
-    std::fprintf(stderr, "held-out loss %.4f at step %lld\n", result.first_eval, static_cast<long long>(train.step_count()));
 
     // Blocks in a seeded order per epoch; a step takes the next `batch` of them.
     std::vector<size_t> order(data.train.size());
     std::mt19937_64 rng(run.seed);
     size_t next = order.size();
-    Progress progress("finetune", total);
-    progress.show_tokens_per_step(run.batch * run.seq);
-    for (int64_t step = train.step_count() + 1; step <= total; ++step) {
+    auto feed = [&](int64_t) {
         std::vector<int32_t> ids;
         for (int64_t r = 0; r < run.batch; ++r) {
             if (next == order.size()) {
@@ -145,26 +103,12 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
         }
         train.set("input_ids", ids);
         train.set("labels", ids);
-        const float loss = train.step();
-        if (!std::isfinite(loss))
-            throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " +
-                        checkpoint.string() + " keeps the last evaluated state");
-        if (result.steps++ == 0) result.first_loss = loss;
-        result.last_loss = loss;
-        curve.add(step, loss);
-        progress.update(step, loss);
-        if ((run.eval_every > 0 && step % run.eval_every == 0) || step == total) {
-            const double held_out = eval_now();
-            std::fprintf(stderr, "%sheld-out loss %.4f at step %lld\n", step == total ? "" : "\n", held_out,
-                         static_cast<long long>(step));
-            result.last_eval = held_out;
-            train.save(checkpoint.string());
-            curve.write_csv((out / "loss.csv").string());
-            curve.write_svg((out / "loss.svg").string(), "Fine-tuning loss");
-        }
-    }
-    progress.finish();
-    if (result.steps == 0) result.last_eval = result.first_eval;
+    };
+    const FinetuneResult result =
+        run_steps(train, eval, trainable,
+                  {.out = run.out, .total = total, .eval_every = run.eval_every, .per_step = run.batch * run.seq,
+                   .unit = "tokens", .curve_title = "Fine-tuning loss"},
+                  feed, [&] { return HeldOut{.loss = evaluate(eval, data.eval, run.batch, run.seq)}; });
 
     std::vector<std::string> all;
     for (const Node& n : model.graph->nodes())
@@ -174,12 +118,13 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
         std::fprintf(stderr, "model folder %s written\n", run.out.c_str());
         return result;
     }
-    Adapter adapter{.lora = run.lora, .tensors = tensors_of(train, trainable)};
+    Adapter adapter{.lora = run.lora, .tensors = tensors_of(train, trainable.names)};
     write_adapter(run.out, adapter.tensors, run.lora, folder.dir);
     std::fprintf(stderr, "LoRA adapter %s/adapter_model.safetensors written (PEFT's format)\n", run.out.c_str());
     if (run.merge) {
-        write_model_folder((out / "merged").string(), merge_adapter(tensors_of(train, all), adapter), folder);
-        std::fprintf(stderr, "merged model folder %s written\n", (out / "merged").string().c_str());
+        const std::string merged = (std::filesystem::path(run.out) / "merged").string();
+        write_model_folder(merged, merge_adapter(tensors_of(train, all), adapter), folder);
+        std::fprintf(stderr, "merged model folder %s written\n", merged.c_str());
     }
     return result;
 }

@@ -12,6 +12,7 @@
 #include "meganeura/session.hpp"
 #include "models/lora.hpp"
 #include "models/model_folder.hpp"
+#include "train/finetune_loop.hpp"
 
 namespace mn::train {
 
@@ -27,12 +28,6 @@ struct FinetuneRun {
     uint64_t seed = 0;
     bool resume = false;      // continue from out/checkpoint.safetensors
     bool merge = false;       // LoRA: also write the merged model folder
-};
-
-struct FinetuneResult {
-    int64_t steps = 0;
-    float first_loss = 0, last_loss = 0;       // of the first and the last step of this run
-    double first_eval = 0, last_eval = 0;      // held-out loss before the first step and after the last
 };
 
 FinetuneResult finetune(const Device& device, const FinetuneRun& run);

@@ -92,7 +92,7 @@ std::string Progress::status_text() const {
     const double seconds = seconds_since_start();
     const double rate = seconds > 0 ? double(step_ - first_step_) / seconds : 0;
     if (rate > 0) text += format("  %.1f step/s", rate);
-    if (rate > 0 && tokens_per_step_ > 0) text += format("  %.0f tokens/s", rate * double(tokens_per_step_));
+    if (rate > 0 && per_step_ > 0) text += format("  %.0f ", rate * double(per_step_)) + unit_ + "/s";
     text += format("  loss %.4g", ema_);
     if (rate > 0) text += "  ETA " + duration(double(total_ - shown) / rate);
     return text;

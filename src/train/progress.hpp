@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace mn::train {
 
@@ -30,8 +31,11 @@ public:
     void finish();
 
     double smoothed_loss() const { return ema_; }
-    // Also show the rate in tokens/s, for steps of `tokens` tokens each (a language model's batch).
-    void show_tokens_per_step(int64_t tokens) { tokens_per_step_ = tokens; }
+    // Also show the rate in `unit`/s ("tokens", "images"), for steps of `per_step` of them each.
+    void show_rate(int64_t per_step, std::string unit) {
+        per_step_ = per_step;
+        unit_ = std::move(unit);
+    }
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -48,7 +52,8 @@ private:
     Clock::time_point start_, last_draw_;
     int64_t first_step_ = -1, step_ = 0, next_line_step_ = 0;
     double ema_ = 0;
-    int64_t tokens_per_step_ = 0;
+    int64_t per_step_ = 0;
+    std::string unit_;
     bool finished_ = false;
 };
 

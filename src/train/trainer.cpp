@@ -23,21 +23,7 @@ Evaluation evaluate(Session& s, const Dataset& data, int64_t batch) {
         const int64_t rows = fill_batch(data, start, batch, x, y);
         s.set("images", x);
         s.run();
-        const std::vector<float> logits = s.get("logits");
-        const int64_t classes = static_cast<int64_t>(logits.size()) / batch;
-        for (int64_t r = 0; r < rows; ++r) {
-            const float* row = logits.data() + r * classes;
-            int64_t best = 0;
-            double max = row[0], sum = 0;
-            for (int64_t c = 1; c < classes; ++c) {
-                if (row[c] > row[best]) best = c;
-                max = std::max<double>(max, row[c]);
-            }
-            for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - max);
-            e.loss += max + std::log(sum) - row[y[static_cast<size_t>(r)]];
-            e.accuracy += best == y[static_cast<size_t>(r)];
-        }
-        e.count += rows;
+        add_scores(s.get("logits"), batch, y, rows, e);
     }
     e.accuracy /= static_cast<double>(std::max<int64_t>(e.count, 1));
     e.loss /= static_cast<double>(std::max<int64_t>(e.count, 1));
@@ -94,6 +80,24 @@ std::string plot_title(const ClassifierRun& run, const Dataset& train_set, const
 }
 
 }  // namespace
+
+void add_scores(const std::vector<float>& logits, int64_t batch, const std::vector<int32_t>& labels, int64_t rows,
+                Evaluation& e) {
+    const int64_t classes = static_cast<int64_t>(logits.size()) / batch;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = logits.data() + r * classes;
+        int64_t best = 0;
+        double max = row[0], sum = 0;
+        for (int64_t c = 1; c < classes; ++c) {
+            if (row[c] > row[best]) best = c;
+            max = std::max<double>(max, row[c]);
+        }
+        for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - max);
+        e.loss += max + std::log(sum) - row[labels[static_cast<size_t>(r)]];
+        e.accuracy += best == labels[static_cast<size_t>(r)];
+    }
+    e.count += rows;
+}
 
 std::string curve_prefix(const ClassifierRun& run) {
     if (!run.curve_prefix.empty()) return run.curve_prefix;

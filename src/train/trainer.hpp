@@ -28,6 +28,11 @@ struct Evaluation {
     int64_t count = 0;
 };
 
+// Adds the cross-entropy and the correct argmax predictions of the first `rows` rows of `logits`
+// ([batch, classes], a batch whose rows past `rows` are padding) to the sums in `e`, and counts them.
+void add_scores(const std::vector<float>& logits, int64_t batch, const std::vector<int32_t>& labels, int64_t rows,
+                Evaluation& e);
+
 // Where the loss curve goes: run.curve_prefix, else the checkpoint's path without its extension.
 std::string curve_prefix(const ClassifierRun& run);
 

@@ -1,0 +1,148 @@
+// Decoding with stb_image, and torchvision's evaluation transform (image.hpp says which and why).
+//
+// The resize follows Pillow's ImagingResample (libImaging/Resample.c, precompute_coeffs) step for
+// step: for output pixel i the source centre is (i + 0.5) * scale, the triangle filter's support is
+// scale wide when shrinking (1 when enlarging), the taps are the source pixels within it, and their
+// weights are normalized to sum to 1 (which also handles the borders). Horizontal pass first, then
+// vertical, as Pillow; only the rows and columns the crop keeps are computed.
+#include "io/image.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "meganeura/error.hpp"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wall"
+#pragma GCC diagnostic ignored "-Wextra"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_ONLY_PNM
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
+namespace mn::io {
+namespace {
+
+// PIL's Image.MAX_IMAGE_PIXELS doubled: where PIL refuses an image as a decompression bomb.
+constexpr int64_t kMaxPixels = 2 * 89478485;
+
+using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+
+File open(const std::string& path) {
+    File f(std::fopen(path.c_str(), "rb"), std::fclose);
+    if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+    return f;
+}
+
+// The header's size, checked; the file is left where it started.
+void check_header(std::FILE* f, const std::string& path) {
+    int width = 0, height = 0, channels = 0;
+    if (!stbi_info_from_file(f, &width, &height, &channels))
+        throw Error(path + ": not an image this build reads (PNG, JPEG, BMP, PPM/PGM): " + stbi_failure_reason());
+    if (int64_t(width) * height > kMaxPixels)
+        throw Error(path + ": " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than " +
+                    std::to_string(kMaxPixels) + " (PIL's limit against decompression bombs)");
+}
+
+struct Taps {
+    int64_t first = 0;            // the first source pixel
+    std::vector<double> weights;  // of first, first + 1, ...; they sum to 1
+};
+
+// Pillow's precompute_coeffs for the bilinear filter, for outputs [from, from + count) of a resize
+// from `in` to `out` pixels.
+std::vector<Taps> bilinear_taps(int64_t in, int64_t out, int64_t from, int64_t count) {
+    const double scale = double(in) / double(out), filterscale = std::max(scale, 1.0), support = filterscale;
+    std::vector<Taps> taps(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+        const double center = (double(from + i) + 0.5) * scale;
+        // Pillow rounds with a cast, which truncates toward zero, then clamps.
+        const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(center - support + 0.5));
+        const int64_t hi = std::min<int64_t>(in, static_cast<int64_t>(center + support + 0.5));
+        Taps& t = taps[static_cast<size_t>(i)];
+        t.first = lo;
+        double sum = 0;
+        for (int64_t x = lo; x < hi; ++x) {
+            const double w = std::max(0.0, 1.0 - std::fabs((double(x) - center + 0.5) / filterscale));
+            t.weights.push_back(w);
+            sum += w;
+        }
+        if (sum != 0)
+            for (double& w : t.weights) w /= sum;
+    }
+    return taps;
+}
+
+// torchvision's CenterCrop offset: Python's round((size - crop) / 2), which rounds halves to even.
+int64_t crop_offset(int64_t size, int64_t crop) {
+    const int64_t d = size - crop, half = d / 2;
+    return d % 2 == 1 && half % 2 == 1 ? half + 1 : half;
+}
+
+}  // namespace
+
+void check_image(const std::string& path) {
+    File f = open(path);
+    check_header(f.get(), path);
+}
+
+Image read_image(const std::string& path) {
+    File f = open(path);
+    check_header(f.get(), path);
+    int width = 0, height = 0, channels = 0;
+    std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_file(f.get(), &width, &height, &channels, 3),
+                                                      stbi_image_free);
+    if (!pixels) throw Error(path + ": cannot decode: " + stbi_failure_reason());
+    Image image{.height = height, .width = width};
+    image.rgb.assign(pixels.get(), pixels.get() + size_t(width) * size_t(height) * 3);
+    return image;
+}
+
+void preprocess(const Image& image, const ImageTransform& t, float* out) {
+    if (t.crop < 1 || t.crop > t.resize)
+        throw Error("image transform: the crop " + std::to_string(t.crop) + " must be from 1 to the resize " +
+                    std::to_string(t.resize));
+    // torchvision's Resize(int): the shorter side to `resize`, the longer one scaled and truncated.
+    const int64_t h = image.height, w = image.width;
+    const int64_t out_h = h <= w ? t.resize : t.resize * h / w, out_w = h <= w ? t.resize * w / h : t.resize;
+    const std::vector<Taps> cols = bilinear_taps(w, out_w, crop_offset(out_w, t.crop), t.crop);
+    const std::vector<Taps> rows = bilinear_taps(h, out_h, crop_offset(out_h, t.crop), t.crop);
+
+    // Horizontal pass over the source rows the vertical taps read.
+    const int64_t row0 = rows.front().first;
+    const int64_t row1 = rows.back().first + static_cast<int64_t>(rows.back().weights.size());
+    const size_t c = static_cast<size_t>(t.crop);
+    std::vector<double> across(static_cast<size_t>(row1 - row0) * c * 3);
+    for (int64_t y = row0; y < row1; ++y) {
+        const uint8_t* src = image.rgb.data() + size_t(y * w) * 3;
+        double* dst = across.data() + size_t(y - row0) * c * 3;
+        for (size_t x = 0; x < c; ++x)
+            for (size_t k = 0; k < cols[x].weights.size(); ++k)
+                for (size_t ch = 0; ch < 3; ++ch)
+                    dst[x * 3 + ch] += cols[x].weights[k] * src[(size_t(cols[x].first) + k) * 3 + ch];
+    }
+    // Vertical pass, then ToTensor's / 255 and Normalize.
+    for (size_t y = 0; y < c; ++y) {
+        for (size_t x = 0; x < c; ++x) {
+            double v[3] = {0, 0, 0};
+            for (size_t k = 0; k < rows[y].weights.size(); ++k) {
+                const double* src = across.data() + (size_t(rows[y].first - row0) + k) * c * 3 + x * 3;
+                for (size_t ch = 0; ch < 3; ++ch) v[ch] += rows[y].weights[k] * src[ch];
+            }
+            for (size_t ch = 0; ch < 3; ++ch)
+                out[(ch * c + y) * c + x] = static_cast<float>((v[ch] / 255 - t.mean[ch]) / t.std[ch]);
+        }
+    }
+}
+
+}  // namespace mn::io

@@ -1,0 +1,44 @@
+#pragma once
+// Images for vision models, prepared as torchvision's ImageNet evaluation transform prepares a PIL
+// image: Resize(shorter side), CenterCrop, ToTensor, Normalize(mean, std).
+//
+// Decoding is stb_image (Debian's libstb-dev; its code is compiled into image.cpp alone, PNG, JPEG,
+// BMP and PPM/PGM only), converted to 8-bit RGB as PIL's convert("RGB") does: grey replicated,
+// alpha dropped. The resize is PIL's bilinear, not a textbook one: when it shrinks, the triangle
+// filter widens by the scale factor (an antialiased resize), so a 1000-pixel photo resized to 256
+// averages every source pixel rather than sampling a quarter of them; models trained with
+// torchvision saw that. It is computed in float here, without PIL's rounding to 8 bits after each
+// of its two passes, so the two differ by at most one level of 255 (tests/image_test.cpp).
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mn::io {
+
+struct Image {
+    int64_t height = 0, width = 0;
+    std::vector<uint8_t> rgb;  // height * width * 3, row-major, the channels interleaved
+};
+
+// An mn::Error naming the file and the reason: it cannot be opened, is no image stb_image reads, is
+// truncated or corrupt, or has more pixels than PIL opens (its decompression-bomb limit).
+Image read_image(const std::string& path);
+// What read_image checks before decoding (the file opens, the header is an image's, the size), for
+// a quick look over a whole dataset; a corrupt body is found by read_image.
+void check_image(const std::string& path);
+
+struct ImageTransform {
+    int64_t resize = 256;  // the shorter side after resizing
+    int64_t crop = 224;    // the side of the centered square cut out of it; at most `resize`
+    std::array<double, 3> mean = {0.485, 0.456, 0.406}, std = {0.229, 0.224, 0.225};  // ImageNet's, per channel
+
+    // torchvision's evaluation sizes for a crop: the shorter side resized to crop / 0.875 (256 for 224).
+    static ImageTransform for_crop(int64_t crop) { return {.resize = crop * 256 / 224, .crop = crop}; }
+};
+
+// Writes the transformed image to `out`: 3 * crop * crop floats, channel-major ([3, crop, crop]),
+// each (value / 255 - mean) / std.
+void preprocess(const Image& image, const ImageTransform& transform, float* out);
+
+}  // namespace mn::io

@@ -1,0 +1,110 @@
+#include "train/finetune_loop.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "train/curve.hpp"
+#include "train/progress.hpp"
+
+namespace mn::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string mib(double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / double(1 << 20));
+    return text;
+}
+
+void print_eval(const HeldOut& e, int64_t step, int64_t epoch_steps) {
+    std::fprintf(stderr, "held-out loss %.4f", e.loss);
+    if (e.accuracy) std::fprintf(stderr, ", accuracy %.2f%%", 100 * *e.accuracy);
+    std::fprintf(stderr, " at step %lld", static_cast<long long>(step));
+    if (epoch_steps > 0 && step % epoch_steps == 0) std::fprintf(stderr, " (epoch %lld)", static_cast<long long>(step / epoch_steps));
+    std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+std::string prepare_output(const std::string& out, bool resume) {
+    const fs::path checkpoint = fs::path(out) / "checkpoint.safetensors";
+    if (resume && !fs::exists(checkpoint)) throw Error("--resume " + out + ": there is no " + checkpoint.string());
+    if (!resume && fs::exists(checkpoint))
+        throw Error("--out " + out + " has a checkpoint; pass --resume " + out + " to continue it");
+    fs::create_directories(out);
+    return checkpoint.string();
+}
+
+Trainable trainable_parameters(const Graph& g) {
+    Trainable t;
+    for (const Node& n : g.nodes()) {
+        if (n.op != Op::Parameter) continue;
+        t.parameters += numel(n.shape);
+        if (n.requires_grad) t.names.push_back(n.name), t.count += numel(n.shape);
+    }
+    return t;
+}
+
+void print_plan(const std::string& model, const Trainable& t, const std::string& what, const SessionStats& st) {
+    std::fprintf(stderr, "finetune %s: %lld parameters, %lld trainable (%s); memory: %s pinned (parameters, optimizer state, "
+                 "inputs), %s arena (activations)\n", model.c_str(), static_cast<long long>(t.parameters),
+                 static_cast<long long>(t.count), what.c_str(), mib(static_cast<double>(st.pinned_bytes)).c_str(),
+                 mib(static_cast<double>(st.physical_bytes)).c_str());
+}
+
+io::TensorMap tensors_of(const Session& s, const std::vector<std::string>& names) {
+    io::TensorMap out;
+    for (const std::string& n : names) out[n] = io::TensorData::from_f32(s.shape(n), s.get(n));
+    return out;
+}
+
+CompileOptions training_options(Tensor loss, const AdamWRun& run) {
+    return {.loss = loss, .optimizer = AdamW{.lr = run.lr, .weight_decay = run.weight_decay},
+            .schedule = {.decay = LrSchedule::Decay::Cosine, .total_steps = run.total_steps},
+            .read_back = std::vector<std::string>{"loss"}, .seed = run.seed};
+}
+
+FinetuneResult run_steps(Session& train, Session& eval, const Trainable& trainable, const StepLoop& loop,
+                         const std::function<void(int64_t step)>& feed, const std::function<HeldOut()>& evaluate) {
+    const fs::path out(loop.out);
+    const std::string checkpoint = (out / "checkpoint.safetensors").string();
+    LossCurve curve;
+    if (train.step_count() > 0 && fs::exists(out / "loss.csv")) curve = LossCurve::read_csv((out / "loss.csv").string());
+    auto eval_now = [&] {
+        train.copy_to(eval, trainable.names);
+        return evaluate();
+    };
+    FinetuneResult result{.first_eval = eval_now()};
+    print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
+
+    Progress progress("finetune", loop.total);
+    if (!loop.unit.empty()) progress.show_rate(loop.per_step, loop.unit);
+    for (int64_t step = train.step_count() + 1; step <= loop.total; ++step) {
+        feed(step);
+        const float loss = train.step();
+        if (!std::isfinite(loss))
+            throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " + checkpoint +
+                        " keeps the last evaluated state");
+        if (result.steps++ == 0) result.first_loss = loss;
+        result.last_loss = loss;
+        curve.add(step, loss);
+        progress.update(step, loss);
+        if ((loop.eval_every > 0 && step % loop.eval_every == 0) || step == loop.total) {
+            result.last_eval = eval_now();
+            if (step != loop.total) std::fputc('\n', stderr);
+            print_eval(result.last_eval, step, loop.epoch_steps);
+            if (result.last_eval.accuracy) curve.add_eval(step, static_cast<float>(*result.last_eval.accuracy));
+            train.save(checkpoint);
+            curve.write_csv((out / "loss.csv").string());
+            curve.write_svg((out / "loss.svg").string(), loop.curve_title);
+        }
+    }
+    progress.finish();
+    if (result.steps == 0) result.last_eval = result.first_eval;
+    return result;
+}
+
+}  // namespace mn::train

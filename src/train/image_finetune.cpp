@@ -1,0 +1,143 @@
+#include "train/image_finetune.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/atomic_file.hpp"
+#include "models/resnet.hpp"
+#include "models/runner.hpp"
+#include "train/dataset.hpp"
+#include "train/image_folder.hpp"
+#include "train/trainer.hpp"
+
+namespace mn::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_head(const std::string& name) { return name == "fc.weight" || name == "fc.bias"; }
+
+std::string joined(const std::vector<std::string>& items, const std::string& between) {
+    std::string text;
+    for (const std::string& s : items) text += (text.empty() ? "" : between) + s;
+    return text;
+}
+
+// OUT/classes.txt: written by a new run, and on --resume the image folder's classes must be the same.
+void record_classes(const fs::path& out, const ImageFolder& folder, bool resume) {
+    const fs::path file = out / "classes.txt";
+    const std::string text = joined(folder.classes, "\n") + "\n";
+    if (!resume) {
+        io::write_file_atomically(file.string(), {text});
+        return;
+    }
+    std::ifstream in(file);
+    if (!in) throw Error("--resume " + out.string() + ": there is no " + file.string() + " (the classes of the run)");
+    std::stringstream was;
+    was << in.rdbuf();
+    if (was.str() != text)
+        throw Error("--data " + folder.root + ": its classes (" + joined(folder.classes, ", ") + ") are not those of the run in " +
+                    out.string() + " (" + file.string() + ")");
+}
+
+// The held-out images once each, in batches of the evaluation session's size (the last one padded).
+HeldOut evaluate(Session& eval, const std::vector<LabelledImage>& images, int64_t batch, const io::ImageTransform& t) {
+    Evaluation sums;
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    for (int64_t at = 0; at < static_cast<int64_t>(images.size()); at += batch) {
+        std::vector<int64_t> rows;
+        for (int64_t i = at; i < std::min<int64_t>(at + batch, static_cast<int64_t>(images.size())); ++i) rows.push_back(i);
+        fill_image_batch(images, rows, batch, t, x, y);
+        eval.set("images", x);
+        eval.set("labels", y);
+        eval.run();
+        add_scores(eval.get("logits"), batch, y, static_cast<int64_t>(rows.size()), sums);
+    }
+    const double n = static_cast<double>(sums.count);
+    return {.loss = sums.loss / n, .accuracy = sums.accuracy / n};
+}
+
+}  // namespace
+
+FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run) {
+    const std::string checkpoint = prepare_output(run.out, run.resume);
+    const ImageFolder folder = open_image_folder(run.data);
+    record_classes(run.out, folder, run.resume);
+
+    const io::TensorMap base = io::read_safetensors(run.weights);
+    models::ResNetConfig config = models::resnet_config_of(base, run.weights);
+    const int64_t base_classes = config.num_classes, features = (config.width << (config.blocks.size() - 1)) * 4;
+    config.num_classes = static_cast<int64_t>(folder.classes.size());
+    const Shape images{run.batch, 3, run.image_size, run.image_size};
+    models::BuiltModel model = models::build_resnet(config, images);
+    const Trainable trainable = trainable_parameters(*model.graph);
+    models::check_fits_device(*model.graph, device, "resnet");
+
+    const int64_t per_epoch = static_cast<int64_t>(folder.train.size()) / run.batch;
+    if (per_epoch == 0)
+        throw Error("--data " + run.data + ": " + std::to_string(folder.train.size()) + " training images, fewer than --batch " +
+                    std::to_string(run.batch));
+    const int64_t total = run.epochs * per_epoch;
+    Session train = compile(*model.graph, device,
+                            training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
+                                                          .total_steps = total, .seed = run.seed}));
+    train.load({run.weights}, is_head);
+    if (run.resume) train.load(checkpoint);
+    models::BuiltModel eval_model = models::build_resnet(config, images);
+    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"logits"}});
+    eval.load({run.weights}, is_head);
+
+    print_plan(run.weights, trainable, "full fine-tune", train.stats());
+    const std::string head = "[" + std::to_string(config.num_classes) + ", " + std::to_string(features) + "]";
+    std::fprintf(stderr, "new head fc.weight %s for %zu classes (%s), in place of the weights' [%lld, %lld]\n", head.c_str(),
+                 folder.classes.size(), joined(folder.classes, ", ").c_str(), static_cast<long long>(base_classes),
+                 static_cast<long long>(features));
+    std::fprintf(stderr, "data %s: %zu training and %zu held-out images at %lld x %lld; %lld epochs of %lld steps of %lld images\n",
+                 run.data.c_str(), folder.train.size(), folder.eval.size(), static_cast<long long>(run.image_size),
+                 static_cast<long long>(run.image_size), static_cast<long long>(run.epochs),
+                 static_cast<long long>(per_epoch), static_cast<long long>(run.batch));
+
+    // Step s takes batch (s - 1) % per_epoch of its epoch's seeded order: a resumed run sees the
+    // batches the uninterrupted one would have.
+    const io::ImageTransform transform = io::ImageTransform::for_crop(run.image_size);
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    int64_t order_epoch = -1;
+    std::vector<int64_t> order;
+    auto feed = [&](int64_t step) {
+        const int64_t epoch = (step - 1) / per_epoch, index = (step - 1) % per_epoch;
+        if (epoch != order_epoch)
+            order = BatchIterator::permutation(static_cast<int64_t>(folder.train.size()), run.seed, epoch), order_epoch = epoch;
+        const std::vector<int64_t> rows(order.begin() + index * run.batch, order.begin() + (index + 1) * run.batch);
+        fill_image_batch(folder.train, rows, run.batch, transform, x, y);
+        train.set("images", x);
+        train.set("labels", y);
+    };
+    const std::string title = "Fine-tuning ResNet on " + std::to_string(folder.classes.size()) + " classes: " +
+                              std::to_string(folder.train.size()) + " training / " + std::to_string(folder.eval.size()) +
+                              " held-out images, batch " + std::to_string(run.batch);
+    const FinetuneResult result = run_steps(
+        train, eval, trainable,
+        {.out = run.out, .total = total, .eval_every = per_epoch, .epoch_steps = per_epoch, .per_step = run.batch,
+         .unit = "images", .curve_title = title},
+        feed, [&] { return evaluate(eval, folder.eval, run.batch, transform); });
+
+    // The fine-tuned parameters and the base's running statistics, under torchvision's names.
+    std::vector<std::string> names;
+    for (const Node& n : model.graph->nodes())
+        if (n.op == Op::Parameter || n.op == Op::State) names.push_back(n.name);
+    io::TensorMap weights = tensors_of(train, names);
+    for (const auto& [name, t] : base)
+        if (name.ends_with(".num_batches_tracked")) weights[name] = t;
+    const std::string model_file = (fs::path(run.out) / "model.safetensors").string();
+    io::write_safetensors(model_file, weights, {{"format", "pt"}});
+    std::fprintf(stderr, "fine-tuned weights %s written (torchvision's names, fc for %zu classes; classes.txt)\n",
+                 model_file.c_str(), folder.classes.size());
+    return result;
+}
+
+}  // namespace mn::train

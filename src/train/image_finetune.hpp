@@ -1,0 +1,36 @@
+#pragma once
+// Fine-tuning torchvision ResNet weights on a folder of images, one sub-folder per class
+// (image_folder.hpp): the architecture read from the weights, a new classifier head (fc) sized to the
+// classes, every image prepared as torchvision's evaluation transform prepares it (io/image.hpp), AdamW
+// on a cosine over every parameter, the held-out loss and accuracy after every epoch, and the
+// checkpoint, resume and loss curve every fine-tune has (finetune_loop.hpp).
+//
+// Batch norms stay in eval mode with the weights' running statistics, folded into the convolutions;
+// their scale and shift train. That is the usual choice with the small batches a fine-tune on one
+// device affords, where batch statistics would be noise.
+//
+// OUT gets checkpoint.safetensors, loss.csv and loss.svg, classes.txt (one class name per line, in
+// label order), and model.safetensors: the fine-tuned weights under torchvision's names, the running
+// statistics and num_batches_tracked of the base, so torchvision's ResNet with fc of that many classes
+// loads them with load_state_dict.
+#include <string>
+
+#include "meganeura/session.hpp"
+#include "train/finetune_loop.hpp"
+
+namespace mn::train {
+
+struct ImageFinetuneRun {
+    std::string weights;  // torchvision ResNet weights (.safetensors)
+    std::string data;     // the image folder
+    std::string out;
+    int64_t epochs = 1, batch = 4;
+    int64_t image_size = 224;  // the crop; the shorter side is resized to image_size / 0.875 first
+    double lr = 2e-4, weight_decay = 0;
+    uint64_t seed = 0;    // the new head's initialization and the order of the images
+    bool resume = false;  // continue from out/checkpoint.safetensors
+};
+
+FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run);
+
+}  // namespace mn::train

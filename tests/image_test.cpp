@@ -1,0 +1,156 @@
+// Image decoding and torchvision's evaluation transform (io/image.hpp) against PyTorch
+// (tests/torch/image_transform.py), and the image folder's classes, split and bad input
+// (train/image_folder.hpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "error_of.hpp"
+#include "host_tools.hpp"
+#include "image_folder.hpp"
+#include "io/image.hpp"
+#include "io/safetensors.hpp"
+#include "temp_dir.hpp"
+#include "train/image_folder.hpp"
+
+namespace mn::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<double> f64(const io::TensorData& t) {
+    EXPECT_EQ(t.dtype, "F64");
+    std::vector<double> v(t.bytes.size() / 8);
+    std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+    return v;
+}
+
+// Ours against the float64 computation of the same transform: float32's rounding apart, equal.
+// Against torchvision, which rounds PIL's resize to 8 bits after the horizontal pass and again after
+// the vertical one (each within half a level, and the vertical pass averages the first rounding with
+// weights summing to 1): within one level of 255, in each channel's normalized units.
+TEST(ImageTransform, MatchesTorchvision) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("image-transform");
+    int status = 0;
+    const std::string out = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && /usr/bin/python3 "
+                                        "image_transform.py " + dir.path(""), &status);
+    ASSERT_EQ(status, 0) << out;
+    const io::TensorMap expected = io::read_safetensors(dir.path("expected.safetensors"));
+    const io::ImageTransform imagenet;
+    size_t checked = 0;
+    for (const char* name : {"wide", "tall", "small", "grey", "alpha"}) {
+        const io::Image image = io::read_image(dir.path(std::string(name) + ".png"));
+        for (const auto [resize, crop] : {std::pair{36, 32}, {16, 14}, {19, 17}, {100, 100}, {256, 224}}) {
+            const std::string key = std::string(name) + "." + std::to_string(resize) + "." + std::to_string(crop);
+            SCOPED_TRACE(key);
+            std::vector<float> got(size_t(3 * crop * crop));
+            io::preprocess(image, {.resize = resize, .crop = crop}, got.data());
+            const std::vector<double> hand = f64(expected.at(key + ".hand")), tv = f64(expected.at(key + ".torchvision"));
+            ASSERT_EQ(hand.size(), got.size());
+            double worst_hand = 0, worst_levels = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                worst_hand = std::max(worst_hand, std::fabs(got[i] - hand[i]));
+                worst_levels = std::max(worst_levels, std::fabs(got[i] - tv[i]) * imagenet.std[i / size_t(crop * crop)] * 255);
+            }
+            EXPECT_LE(worst_hand, 1e-6);
+            EXPECT_LE(worst_levels, 1.001);
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 25u);
+
+    // JPEG: stb_image's decoder against libjpeg's (through PIL). Their inverse DCTs and chroma
+    // upsampling round differently, so pixels differ by a few levels, but on average by a small
+    // fraction of one; a swapped channel, a flipped image or a wrong colour conversion is off by tens.
+    const io::Image ours = io::read_image(dir.path("photo.jpg")), pil = io::read_image(dir.path("photo_pil.png"));
+    ASSERT_EQ(ours.height, pil.height);
+    ASSERT_EQ(ours.width, pil.width);
+    double sum = 0;
+    int worst = 0;
+    for (size_t i = 0; i < ours.rgb.size(); ++i) {
+        const int d = std::abs(int(ours.rgb[i]) - int(pil.rgb[i]));
+        sum += d;
+        worst = std::max(worst, d);
+    }
+    EXPECT_LE(sum / double(ours.rgb.size()), 0.25);
+    EXPECT_LE(worst, 4);
+}
+
+// torchvision's evaluation sizes: 224 from 256, and the same crop fraction elsewhere.
+TEST(ImageTransform, ResizeIsTheCropOver0875) {
+    EXPECT_EQ(io::ImageTransform::for_crop(224).resize, 256);
+    EXPECT_EQ(io::ImageTransform::for_crop(32).resize, 36);
+    const io::Image image{.height = 40, .width = 40, .rgb = std::vector<uint8_t>(40 * 40 * 3, 7)};
+    std::vector<float> out(3 * 30 * 30);
+    EXPECT_EQ(error_of([&] { io::preprocess(image, {.resize = 20, .crop = 30}, out.data()); }),
+              "image transform: the crop 30 must be from 1 to the resize 20");
+}
+
+TEST(ImageFolder, ClassesAreSortedAndATenthOfEachIsHeldOut) {
+    TempDir dir("image-folder");
+    write_image_folder(dir.path("data"), {.classes = {"zebra", "ant", "moth"}, .per_class = 25});
+    std::ofstream(dir.path("data/ant/notes.txt")) << "not an image, skipped as ImageFolder skips it\n";
+    fs::create_directories(dir.path("data/ant/nested"));
+    fs::copy_file(dir.path("data/ant/0.png"), dir.path("data/ant/nested/a.PNG"));
+    const train::ImageFolder f = train::open_image_folder(dir.path("data"));
+    EXPECT_EQ(f.classes, (std::vector<std::string>{"ant", "moth", "zebra"}));
+    EXPECT_EQ(f.eval.size(), 6u);  // 2 of 26 ants, 2 of 25 moths, 2 of 25 zebras
+    EXPECT_EQ(f.train.size(), 70u);
+    std::set<std::string> seen;
+    for (const auto* part : {&f.train, &f.eval})
+        for (const train::LabelledImage& image : *part) {
+            EXPECT_TRUE(seen.insert(image.path).second) << image.path;
+            EXPECT_EQ(fs::path(image.path).parent_path().filename() == "nested" ? "ant"
+                                                                              : fs::path(image.path).parent_path().filename().string(),
+                      f.classes[size_t(image.label)]);
+        }
+    // The same split on every opening.
+    const train::ImageFolder again = train::open_image_folder(dir.path("data"));
+    ASSERT_EQ(again.eval.size(), f.eval.size());
+    for (size_t i = 0; i < f.eval.size(); ++i) EXPECT_EQ(again.eval[i].path, f.eval[i].path);
+}
+
+TEST(ImageFolder, BadInputIsAClearError) {
+    TempDir dir("image-folder");
+    const std::string root = dir.path("data");
+    fs::create_directories(root);
+    EXPECT_EQ(error_of([&] { train::open_image_folder(root); }),
+              "--data " + root + ": 0 class folders; a classifier needs at least two (one sub-folder of images per class)");
+    EXPECT_EQ(error_of([&] { train::open_image_folder(dir.path("none")); }),
+              "--data " + dir.path("none") + ": no such folder (one sub-folder of images per class)");
+    write_image_folder(root, {.classes = {"cat"}, .per_class = 3});
+    EXPECT_EQ(error_of([&] { train::open_image_folder(root); }),
+              "--data " + root + ": 1 class folder; a classifier needs at least two (one sub-folder of images per class)");
+    fs::create_directories(root + "/dog");
+    fs::copy_file(root + "/cat/0.png", root + "/dog/0.png");
+    EXPECT_EQ(error_of([&] { train::open_image_folder(root); }),
+              "--data " + root + ": class 'dog' has 1 image (.png .jpg .jpeg .bmp .ppm .pgm); each class needs at least two, "
+              "one to hold out");
+    fs::copy_file(root + "/cat/1.png", root + "/dog/1.png");
+    EXPECT_EQ(train::open_image_folder(root).classes.size(), 2u);
+
+    std::ofstream(root + "/dog/2.png") << "GIF89a, whatever the name says";
+    EXPECT_EQ(error_of([&] { train::open_image_folder(root); }),
+              root + "/dog/2.png: not an image this build reads (PNG, JPEG, BMP, PPM/PGM): unknown image type");
+    fs::remove(root + "/dog/2.png");
+    fs::create_symlink(dir.path("gone.png"), root + "/dog/2.png");
+    EXPECT_EQ(error_of([&] { train::open_image_folder(root); }),
+              root + "/dog/2.png: cannot open: No such file or directory");
+    fs::remove(root + "/dog/2.png");
+
+    // A header intact, the body cut short: found when it is decoded.
+    std::ifstream in(root + "/cat/1.png", std::ios::binary);
+    const std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(root + "/dog/2.png", std::ios::binary) << png.substr(0, png.size() / 2);
+    EXPECT_EQ(train::open_image_folder(root).classes.size(), 2u);
+    EXPECT_EQ(error_of([&] { io::read_image(root + "/dog/2.png"); }).rfind(root + "/dog/2.png: cannot decode: ", 0), 0u)
+        << error_of([&] { io::read_image(root + "/dog/2.png"); });
+}
+
+}  // namespace
+}  // namespace mn::test
