@@ -3,7 +3,7 @@
 markdown table generated from them, and the correctness gates.
 
   compare.py ROOT_OR_CELL_DIR... [--json FILE] [--meta KEY=VALUE]... [--check]
-  compare.py --render FILE
+  compare.py --render FILE... [--json MERGED]
 
 Every folder holding a meganeura.json is a cell (one model at one precision), as `meganeura bench`
 and bench/torch_bench.py leave it. Each cell gives one record per workload (inference, latency,
@@ -29,7 +29,9 @@ slower than the fastest PyTorch the kernels that take its GPU time.
 
 --json FILE writes the records, the cells' gates and details and --meta's pairs (run_gpu.sh: commit,
 command, ...); the markdown printed is rendered from exactly that, and --render prints it again from
-a stored FILE. --check exits 1 when a gate fails or cannot be evaluated (a missing file or tensor).
+a stored FILE (of several, each cell from the last that has it, merged into --json). A workload
+counts in the headline only when meganeura and all three PyTorch configurations ran. --check exits 1
+when a gate fails or cannot be evaluated (a missing file or tensor).
 """
 import argparse
 import concurrent.futures
@@ -232,6 +234,19 @@ def summarize(cells, meta):
             "all_gates_pass": bool(cells) and all(c["gates"]["pass"] for c in cells)}
 
 
+def merged(summaries):
+    """Several runs' summaries as one: each model x precision from the last run that has it."""
+    key = lambda x: (x["model"], x["precision"])
+    cells, records = {}, {}
+    for s in summaries:
+        for c in s["cells"]:
+            cells[key(c)] = c
+            records[key(c)] = [r for r in s["records"] if key(r) == key(c)]
+    return {"schema": SCHEMA, "meta": {"runs": [s["meta"] for s in summaries]}, "peaks": summaries[-1]["peaks"],
+            "records": [r for k in cells for r in records[k]], "cells": list(cells.values()),
+            "all_gates_pass": all(c["gates"]["pass"] for c in cells.values())}
+
+
 # --- the markdown, from the summary alone ---
 
 def ms(v):
@@ -252,7 +267,10 @@ def gate_text(g):
 
 
 def compared(records):
-    return [r for r in records if r["meganeura_ms"] is not None and r["best_torch_ms"] is not None]
+    """The workloads that count: meganeura and every PyTorch configuration timed. Against a partial set the
+    "fastest PyTorch" may be eager only (SmolLM2's compiled processes once ran out of time), which flatters."""
+    return [r for r in records if r["meganeura_ms"] is not None
+            and all(r[f"{m}_ms"] is not None for m in TORCH_MODES)]
 
 
 def headline(records):
@@ -261,8 +279,13 @@ def headline(records):
     per = "; ".join(f"{p} {sum(r['precision'] == p for r in ahead)} of {sum(r['precision'] == p for r in both)}"
                     for p in ("strict", "fast") if any(r["precision"] == p for r in both))
     best = ", ".join(f"{m} in {n}" for m in TORCH_MODES if (n := sum(r["best_torch"] == m for r in both)))
-    return (f"**meganeura is ahead of the fastest PyTorch configuration in {len(ahead)} of {len(both)} workloads** "
+    text = (f"**meganeura is ahead of the fastest PyTorch configuration in {len(ahead)} of {len(both)} workloads** "
             f"({per}). The fastest PyTorch is {best or 'none'}.")
+    partial = sorted({f"{r['model']} {r['precision']}" for r in records if r not in both})
+    if partial:
+        text += (f" Not counted: {len(records) - len(both)} workloads where a side did not run "
+                 f"({', '.join(partial)}; their fastest PyTorch is of those that ran).")
+    return text
 
 
 def main_table(summary):
@@ -355,14 +378,21 @@ def main(argv):
     ap.add_argument("paths", nargs="*", help="a results folder of cells, or cell folders")
     ap.add_argument("--json", help="write the records, gates and details here")
     ap.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="recorded in the JSON's meta")
-    ap.add_argument("--render", metavar="FILE", help="print the markdown of a stored --json FILE")
+    ap.add_argument("--render", metavar="FILE", nargs="+",
+                    help="print the markdown of stored --json FILEs; of several (runs of the same commit split over "
+                         "calls), each cell is taken from the last that has it, and --json writes them merged")
     ap.add_argument("--check", action="store_true", help="exit 1 when a gate fails or cannot be evaluated")
     args = ap.parse_args(argv)
     if args.render:
-        summary = load_json(args.render)
-        if not summary or summary.get("schema") != SCHEMA:
-            print(f"compare.py: {args.render} is not a {SCHEMA} file", file=sys.stderr)
-            return 2
+        summaries = [load_json(f) for f in args.render]
+        for f, summary in zip(args.render, summaries):
+            if not summary or summary.get("schema") != SCHEMA:
+                print(f"compare.py: {f} is not a {SCHEMA} file", file=sys.stderr)
+                return 2
+        summary = merged(summaries) if len(summaries) > 1 else summaries[0]
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(json.dumps(summary, indent=2) + "\n")
     else:
         dirs = find_cells(args.paths)
         # The gates read every cell's outputs (gigabytes for SmolLM2): the cells are evaluated in parallel.

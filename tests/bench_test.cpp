@@ -163,6 +163,23 @@ TEST(Bench, MlpEndToEndWithGates) {
     const json stale_record = read_json(dir.path("stale.json"))["records"][0];
     EXPECT_TRUE(stale_record["cudagraphs_ms"].is_null());
     EXPECT_NE(stale_record["notes"].dump().find("earlier run"), std::string::npos) << stale_record["notes"];
+    // Without every configuration the cell's fastest PyTorch is not known: its workloads are not counted.
+    ASSERT_EQ(exit_status(python("compare.py") + " --render '" + dir.path("stale.json") + "' > '" +
+                          dir.path("stale.md") + "' 2>&1"),
+              0);
+    std::stringstream stale_table;
+    stale_table << std::ifstream(dir.path("stale.md")).rdbuf();
+    EXPECT_NE(stale_table.str().find("in 0 of 0 workloads"), std::string::npos) << stale_table.str();
+    EXPECT_NE(stale_table.str().find("Not counted: 4 workloads where a side did not run (mlp strict"),
+              std::string::npos)
+        << stale_table.str();
+    // Two runs merged (a model's cells rerun in a second call): each cell from the last run that has it.
+    ASSERT_EQ(exit_status(python("compare.py") + " --render '" + dir.path("stale.json") + "' '" +
+                          dir.path("gates.json") + "' --json '" + dir.path("merged.json") + "' > /dev/null 2>&1"),
+              0);
+    const json merged = read_json(dir.path("merged.json"));
+    EXPECT_EQ(merged["records"], gates["records"]);
+    EXPECT_EQ(merged["meta"]["runs"].size(), 2u);
 
     // A gradient 20% off must fail the gate and be named as the worst parameter.
     ASSERT_EQ(exit_status("cd '" + kSource + "/tests/torch' && /usr/bin/python3 -c \"from safetensors_io import *; "
