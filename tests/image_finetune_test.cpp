@@ -96,6 +96,26 @@ TEST_F(ImageFinetuneTest, LearnsTheClassesWritesTheModelAndResumes) {
     EXPECT_NE(text.find("its classes (blue, green) are not those of the run in " + out), std::string::npos) << text;
 }
 
+// The round trip through torchvision (tests/torch/torchvision_resnet.py): a torchvision state_dict
+// (1000 classes, int64 num_batches_tracked) fine-tuned, and the result loaded back into torchvision's
+// ResNet with three classes, strictly.
+TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("image-finetune");
+    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/torchvision_resnet.py";
+    const std::string base = dir.path("base.safetensors"), out = dir.path("out");
+    int status = 0;
+    std::string text = run_command("/usr/bin/python3 " + script + " write " + base, &status);
+    ASSERT_EQ(status, 0) << text;
+    write_image_folder(dir.path("data"), {.per_class = 4});
+    text = meganeura("finetune -m " + base + " --data " + dir.path("data") + " --image-size 32 --batch 3 --out " + out, &status);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("new head fc.weight [3, 2048] for 3 classes (blue, green, red), in place of the weights' [1000, 2048]"),
+              std::string::npos) << text;
+    text = run_command("/usr/bin/python3 " + script + " check " + base + " " + out, &status);
+    EXPECT_EQ(status, 0) << text;
+}
+
 // Bad input is one line and exit code 1, before anything is compiled where it can be.
 TEST_F(ImageFinetuneTest, BadInputIsAClearError) {
     TempDir dir("image-finetune");
@@ -121,6 +141,18 @@ TEST_F(ImageFinetuneTest, BadInputIsAClearError) {
     fails("-m " + dir.path("other.safetensors") + " --data " + data + out, "no tensor 'conv1.weight'");
     std::ofstream(data + "/red/9.jpg") << "not a JPEG";
     fails("-m " + weights + " --data " + data + out, data + "/red/9.jpg: not an image this build reads");
+    fs::remove(data + "/red/9.jpg");
+
+    // A header intact and the body cut short passes the first look; decoding it stops the run.
+    std::ifstream in(data + "/red/0.png", std::ios::binary);
+    const std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* c : {"blue", "green", "red"})
+        for (int i = 0; i < 4; ++i) std::ofstream(data + "/" + c + "/" + std::to_string(i) + ".png", std::ios::binary) << png.substr(0, 200);
+    int status = 0;
+    const std::string text = meganeura("finetune -m " + weights + " --data " + data + " --batch 3" + out, &status);
+    EXPECT_EQ(status, 1) << text;
+    EXPECT_TRUE(std::regex_search(text, std::regex("\nmeganeura finetune: error: " + data + "/[a-z]+/[0-3].png: cannot decode: [^\n]+\n$")))
+        << text;
 }
 
 }  // namespace

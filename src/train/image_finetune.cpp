@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "io/atomic_file.hpp"
@@ -17,6 +18,11 @@ namespace mn::train {
 namespace fs = std::filesystem;
 
 namespace {
+
+struct Batch {
+    std::vector<float> x;
+    std::vector<int32_t> y;
+};
 
 bool is_head(const std::string& name) { return name == "fc.weight" || name == "fc.bias"; }
 
@@ -102,20 +108,29 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
                  static_cast<long long>(per_epoch), static_cast<long long>(run.batch));
 
     // Step s takes batch (s - 1) % per_epoch of its epoch's seeded order: a resumed run sees the
-    // batches the uninterrupted one would have.
+    // batches the uninterrupted one would have. The next step's batch is decoded while this one
+    // trains on the device.
     const io::ImageTransform transform = io::ImageTransform::for_crop(run.image_size);
-    std::vector<float> x;
-    std::vector<int32_t> y;
     int64_t order_epoch = -1;
     std::vector<int64_t> order;
-    auto feed = [&](int64_t step) {
+    auto prepare = [&](int64_t step) {
         const int64_t epoch = (step - 1) / per_epoch, index = (step - 1) % per_epoch;
         if (epoch != order_epoch)
             order = BatchIterator::permutation(static_cast<int64_t>(folder.train.size()), run.seed, epoch), order_epoch = epoch;
-        const std::vector<int64_t> rows(order.begin() + index * run.batch, order.begin() + (index + 1) * run.batch);
-        fill_image_batch(folder.train, rows, run.batch, transform, x, y);
-        train.set("images", x);
-        train.set("labels", y);
+        std::vector<int64_t> rows(order.begin() + index * run.batch, order.begin() + (index + 1) * run.batch);
+        return std::async(std::launch::async, [&, rows = std::move(rows)] {
+            Batch b;
+            fill_image_batch(folder.train, rows, run.batch, transform, b.x, b.y);
+            return b;
+        });
+    };
+    std::future<Batch> next;
+    auto feed = [&](int64_t step) {
+        if (!next.valid()) next = prepare(step);  // the first step of this run
+        const Batch b = next.get();
+        train.set("images", b.x);
+        train.set("labels", b.y);
+        if (step < total) next = prepare(step + 1);
     };
     const std::string title = "Fine-tuning ResNet on " + std::to_string(folder.classes.size()) + " classes: " +
                               std::to_string(folder.train.size()) + " training / " + std::to_string(folder.eval.size()) +

@@ -1,8 +1,12 @@
 #include "train/image_folder.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <exception>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "meganeura/error.hpp"
 #include "train/dataset.hpp"
@@ -72,11 +76,28 @@ void fill_image_batch(const std::vector<LabelledImage>& images, const std::vecto
     const size_t per_image = static_cast<size_t>(3 * transform.crop * transform.crop);
     x.assign(static_cast<size_t>(batch) * per_image, 0.0f);
     y.assign(static_cast<size_t>(batch), 0);
-    for (size_t r = 0; r < rows.size(); ++r) {
-        const LabelledImage& image = images[static_cast<size_t>(rows[r])];
-        io::preprocess(io::read_image(image.path), transform, x.data() + r * per_image);
-        y[r] = image.label;
-    }
+    // Decoding dominates a step's host time (a JPEG photo takes milliseconds), so the rows are shared
+    // out over the cores; each writes its own rows, and the first error is the batch's.
+    std::atomic<size_t> next{0};
+    std::mutex failed;
+    std::exception_ptr error;
+    auto worker = [&] {
+        for (size_t r; (r = next++) < rows.size();) {
+            try {
+                const LabelledImage& image = images[static_cast<size_t>(rows[r])];
+                io::preprocess(io::read_image(image.path), transform, x.data() + r * per_image);
+                y[r] = image.label;
+            } catch (...) {
+                const std::lock_guard<std::mutex> lock(failed);
+                if (!error) error = std::current_exception();
+            }
+        }
+    };
+    std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(rows.size(), 1)) - 1);
+    for (auto& t : threads) t = std::thread(worker);
+    worker();
+    for (auto& t : threads) t.join();
+    if (error) std::rethrow_exception(error);
 }
 
 }  // namespace mn::train

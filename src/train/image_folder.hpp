@@ -33,7 +33,7 @@ struct ImageFolder {
 ImageFolder open_image_folder(const std::string& root);
 
 // Decodes and transforms `images[rows[i]]` into row i of x ([batch, 3, crop, crop]) and its label
-// into y ([batch]); rows past rows.size() are zeros with label 0.
+// into y ([batch]), on every core; rows past rows.size() are zeros with label 0.
 void fill_image_batch(const std::vector<LabelledImage>& images, const std::vector<int64_t>& rows, int64_t batch,
                       const io::ImageTransform& transform, std::vector<float>& x, std::vector<int32_t>& y);
 
