@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "error_of.hpp"
@@ -64,6 +65,33 @@ TEST(ImageTransform, MatchesTorchvision) {
     }
     EXPECT_EQ(checked, 25u);
 
+    // The training transform's regions, resized to 32 square, some flipped: torchvision's resized_crop
+    // crops first, so no tap reads outside the region (which torch's interpolate of the cut also does).
+    const io::ImageTransform t32{.resize = 32, .crop = 32};
+    checked = 0;
+    for (const char* name : {"wide", "tall"}) {
+        const io::Image image = io::read_image(dir.path(std::string(name) + ".png"));
+        for (const io::Augmentation a : {io::Augmentation{3, 5, 40, 30, false}, {0, 0, 61, 83, true}, {10, 20, 17, 60, true},
+                                         {100, 7, 200, 150, false}}) {
+            const std::string key = std::string(name) + "." + std::to_string(a.top) + "." + std::to_string(a.left) + "." +
+                                    std::to_string(a.height) + "." + std::to_string(a.width) + "." + std::to_string(a.flip);
+            if (a.top + a.height > image.height) continue;  // the script skips it too
+            SCOPED_TRACE(key);
+            std::vector<float> got(3 * 32 * 32);
+            io::augment(image, a, t32, got.data());
+            const std::vector<double> hand = f64(expected.at(key + ".hand")), tv = f64(expected.at(key + ".torchvision"));
+            double worst_hand = 0, worst_levels = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                worst_hand = std::max(worst_hand, std::fabs(got[i] - hand[i]));
+                worst_levels = std::max(worst_levels, std::fabs(got[i] - tv[i]) * imagenet.std[i / (32 * 32)] * 255);
+            }
+            EXPECT_LE(worst_hand, 1e-6);
+            EXPECT_LE(worst_levels, 1.001);
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 7u);
+
     // JPEG: stb_image's decoder against libjpeg's (through PIL). Their inverse DCTs and chroma
     // upsampling round differently, so pixels differ by a few levels, but on average by a small
     // fraction of one; a swapped channel, a flipped image or a wrong colour conversion is off by tens.
@@ -89,6 +117,31 @@ TEST(ImageTransform, ResizeIsTheCropOver0875) {
     std::vector<float> out(3 * 30 * 30);
     EXPECT_EQ(error_of([&] { io::preprocess(image, {.resize = 20, .crop = 30}, out.data()); }),
               "image transform: the crop 30 must be from 1 to the resize 20");
+}
+
+// RandomResizedCrop.get_params' bounds: inside the image, 8% to 100% of its area and a ratio from 3/4
+// to 4/3 before the sides are rounded to whole pixels; half the draws flipped; an image too narrow for
+// any draw falls back to torchvision's centre.
+TEST(ImageTransform, RandomRegionsAreTorchvisionsDraws) {
+    std::mt19937_64 rng(11);
+    int flipped = 0;
+    for (int i = 0; i < 2000; ++i) {
+        const io::Augmentation a = io::random_augmentation(300, 201, rng);
+        ASSERT_TRUE(a.top >= 0 && a.left >= 0 && a.top + a.height <= 300 && a.left + a.width <= 201) << i;
+        const double w = double(a.width), h = double(a.height);  // each within half a pixel of the draw
+        EXPECT_GE((w + 0.5) * (h + 0.5), 0.08 * 300 * 201) << i;
+        EXPECT_LE((w - 0.5) * (h - 0.5), 300.0 * 201) << i;
+        EXPECT_GE((w + 0.5) / (h - 0.5), 3.0 / 4) << i;
+        EXPECT_LE((w - 0.5) / (h + 0.5), 4.0 / 3) << i;
+        flipped += a.flip;
+    }
+    EXPECT_NEAR(flipped, 1000, 100);
+    // 1000 x 10: every draw of at least 8% of the area is far taller than 10 pixels or too wide.
+    const io::Augmentation a = io::random_augmentation(10, 1000, rng);
+    EXPECT_EQ(a.height, 10);
+    EXPECT_EQ(a.width, 13);  // round(10 * 4 / 3)
+    EXPECT_EQ(a.top, 0);
+    EXPECT_EQ(a.left, (1000 - 13) / 2);
 }
 
 TEST(ImageFolder, ClassesAreSortedAndATenthOfEachIsHeldOut) {

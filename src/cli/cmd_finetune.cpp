@@ -45,7 +45,7 @@ int run_image_finetune(const Flags& f) {
         .weights = weights, .data = f.required("data"), .out = output_folder(f), .epochs = f.integer("epochs", 1, INT32_MAX),
         .batch = f.integer("batch", 1, 1 << 16), .image_size = f.integer("image-size", 32, 1 << 14), .lr = f.real("lr", 0, 10),
         .weight_decay = f.real("weight-decay", 0, 10), .seed = static_cast<uint64_t>(f.integer("seed", 0)),
-        .resume = !f.str("resume").empty()};
+        .augment = f.on("augment"), .resume = !f.str("resume").empty()};
     const Device device = Device::open();
     const train::FinetuneResult r = train::finetune_images(device, run);
     std::printf("finetuned %lld steps: loss %.4f -> %.4f, held-out loss %.4f -> %.4f, accuracy %.2f%% -> %.2f%%; output in %s\n",
@@ -56,7 +56,7 @@ int run_image_finetune(const Flags& f) {
 
 int run_finetune(const Flags& f) {
     if (models::is_directory(f.required("data"))) return run_image_finetune(f);
-    refuse(f, {"image-size"}, "is for an image folder as --data");
+    refuse(f, {"image-size", "augment"}, "is for an image folder as --data");
     const std::string& dir = f.required("model");
     if (!models::is_directory(dir)) throw Error("--model " + dir + " is not a Hugging Face model folder");
     train::FinetuneRun run{.data = f.required("data"), .out = output_folder(f),
@@ -92,7 +92,8 @@ const Command finetune_command = {
                    "Images: with --data FOLDER (one sub-folder of PNG/JPEG images per class) and -m torchvision ResNet\n"
                    "weights (.safetensors), a new classifier head for the classes, each image resized, center-cropped to\n"
                    "--image-size and normalized as torchvision's ImageNet evaluation transform, a tenth of each class\n"
-                   "held out, AdamW with a cosine schedule, the held-out loss and accuracy after every epoch. Writes the\n"
+                   "held out (--augment: training images through torchvision's RandomResizedCrop and RandomHorizontalFlip),\n"
+                   "AdamW with a cosine schedule, the held-out loss and accuracy after every epoch. Writes the\n"
                    "checkpoint and the curve as for text, OUT/classes.txt and OUT/model.safetensors (torchvision's names).",
     .options = {{"model", "", "DIR|FILE", "the Hugging Face model folder, or ResNet weights for images (-m; required)"},
                 {"data", "", "FILE|DIR", "training text (.txt, or .jsonl with a \"text\" per line), or an image folder (required)"},
@@ -106,6 +107,7 @@ const Command finetune_command = {
                 {"batch", "4", "B", "blocks or images per step"},
                 {"seq", "128", "T", "tokens per block"},
                 {"image-size", "224", "S", "the images' side after the crop (resized to S / 0.875 first)"},
+                {"augment", "false", "", "training images through torchvision's RandomResizedCrop and RandomHorizontalFlip"},
                 {"lr", "2e-4", "LR", "AdamW's learning rate, decayed to 0 on a cosine"},
                 {"weight-decay", "0", "W", "AdamW's decoupled weight decay"},
                 {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end (text)"},

@@ -108,15 +108,17 @@ Image read_image(const std::string& path) {
     return image;
 }
 
-void preprocess(const Image& image, const ImageTransform& t, float* out) {
-    if (t.crop < 1 || t.crop > t.resize)
-        throw Error("image transform: the crop " + std::to_string(t.crop) + " must be from 1 to the resize " +
-                    std::to_string(t.resize));
-    // torchvision's Resize(int): the shorter side to `resize`, the longer one scaled and truncated.
-    const int64_t h = image.height, w = image.width;
-    const int64_t out_h = h <= w ? t.resize : t.resize * h / w, out_w = h <= w ? t.resize * w / h : t.resize;
-    const std::vector<Taps> cols = bilinear_taps(w, out_w, crop_offset(out_w, t.crop), t.crop);
-    const std::vector<Taps> rows = bilinear_taps(h, out_h, crop_offset(out_h, t.crop), t.crop);
+namespace {
+
+// The `region` of the image (PIL's crop) resized to out_h x out_w, of which the crop x crop window at
+// (top, left) is written, mirrored left to right with `flip`, after ToTensor's / 255 and Normalize.
+void resample(const Image& image, const Augmentation& region, int64_t out_h, int64_t out_w, int64_t top, int64_t left,
+              const ImageTransform& t, float* out) {
+    std::vector<Taps> cols = bilinear_taps(region.width, out_w, left, t.crop);
+    std::vector<Taps> rows = bilinear_taps(region.height, out_h, top, t.crop);
+    for (Taps& c : cols) c.first += region.left;
+    for (Taps& r : rows) r.first += region.top;
+    if (region.flip) std::reverse(cols.begin(), cols.end());
 
     // Horizontal pass over the source rows the vertical taps read.
     const int64_t row0 = rows.front().first;
@@ -124,7 +126,7 @@ void preprocess(const Image& image, const ImageTransform& t, float* out) {
     const size_t c = static_cast<size_t>(t.crop);
     std::vector<double> across(static_cast<size_t>(row1 - row0) * c * 3);
     for (int64_t y = row0; y < row1; ++y) {
-        const uint8_t* src = image.rgb.data() + size_t(y * w) * 3;
+        const uint8_t* src = image.rgb.data() + size_t(y * image.width) * 3;
         double* dst = across.data() + size_t(y - row0) * c * 3;
         for (size_t x = 0; x < c; ++x)
             for (size_t k = 0; k < cols[x].weights.size(); ++k)
@@ -143,6 +145,61 @@ void preprocess(const Image& image, const ImageTransform& t, float* out) {
                 out[(ch * c + y) * c + x] = static_cast<float>((v[ch] / 255 - t.mean[ch]) / t.std[ch]);
         }
     }
+}
+
+// Python's round(): halves to even, as nearbyint in the default rounding mode.
+int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
+
+// A double in [lo, hi) and an integer in [0, n) from the generator's bits by fixed formulas, not the
+// standard library's distributions (whose algorithms it leaves open), so a seed draws the same
+// regions everywhere.
+double uniform(std::mt19937_64& rng, double lo, double hi) { return lo + (hi - lo) * double(rng() >> 11) * 0x1p-53; }
+int64_t below(std::mt19937_64& rng, int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); }
+
+}  // namespace
+
+void preprocess(const Image& image, const ImageTransform& t, float* out) {
+    if (t.crop < 1 || t.crop > t.resize)
+        throw Error("image transform: the crop " + std::to_string(t.crop) + " must be from 1 to the resize " +
+                    std::to_string(t.resize));
+    // torchvision's Resize(int): the shorter side to `resize`, the longer one scaled and truncated.
+    const int64_t h = image.height, w = image.width;
+    const int64_t out_h = h <= w ? t.resize : t.resize * h / w, out_w = h <= w ? t.resize * w / h : t.resize;
+    resample(image, {.height = h, .width = w}, out_h, out_w, crop_offset(out_h, t.crop), crop_offset(out_w, t.crop), t, out);
+}
+
+Augmentation random_augmentation(int64_t height, int64_t width, std::mt19937_64& rng) {
+    // torchvision's RandomResizedCrop.get_params with scale (0.08, 1) and ratio (3/4, 4/3).
+    const double area = double(height * width), min_ratio = 3.0 / 4, max_ratio = 4.0 / 3;
+    Augmentation a;
+    bool found = false;
+    for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+        const double target = area * uniform(rng, 0.08, 1.0);
+        const double ratio = std::exp(uniform(rng, std::log(min_ratio), std::log(max_ratio)));
+        const int64_t w = python_round(std::sqrt(target * ratio)), h = python_round(std::sqrt(target / ratio));
+        if (0 < w && w <= width && 0 < h && h <= height) {
+            a = {.top = below(rng, height - h + 1), .left = below(rng, width - w + 1), .height = h, .width = w};
+            found = true;
+        }
+    }
+    if (!found) {  // its fallback: the centre, all of the image its aspect ratio allows
+        const double in_ratio = double(width) / double(height);
+        a = {.height = height, .width = width};
+        if (in_ratio < min_ratio) a.height = python_round(double(width) / min_ratio);
+        if (in_ratio > max_ratio) a.width = python_round(double(height) * max_ratio);
+        a.top = (height - a.height) / 2;
+        a.left = (width - a.width) / 2;
+    }
+    a.flip = rng() >> 63;  // RandomHorizontalFlip(0.5)
+    return a;
+}
+
+void augment(const Image& image, const Augmentation& a, const ImageTransform& t, float* out) {
+    if (a.top < 0 || a.left < 0 || a.height < 1 || a.width < 1 || a.top + a.height > image.height || a.left + a.width > image.width)
+        throw Error("image augmentation: the region (" + std::to_string(a.top) + ", " + std::to_string(a.left) + ") + " +
+                    std::to_string(a.height) + " x " + std::to_string(a.width) + " is not inside the image of " +
+                    std::to_string(image.height) + " x " + std::to_string(image.width));
+    resample(image, a, t.crop, t.crop, 0, 0, t, out);
 }
 
 }  // namespace mn::io

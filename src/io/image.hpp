@@ -1,6 +1,7 @@
 #pragma once
-// Images for vision models, prepared as torchvision's ImageNet evaluation transform prepares a PIL
-// image: Resize(shorter side), CenterCrop, ToTensor, Normalize(mean, std).
+// Images for vision models, prepared as torchvision's ImageNet transforms prepare a PIL image: for
+// evaluation Resize(shorter side), CenterCrop, ToTensor, Normalize(mean, std); for training
+// RandomResizedCrop and RandomHorizontalFlip in place of the first two.
 //
 // Decoding is stb_image (Debian's libstb-dev; its code is compiled into image.cpp alone, PNG, JPEG,
 // BMP and PPM/PGM only), converted to 8-bit RGB as PIL's convert("RGB") does: grey replicated,
@@ -11,6 +12,7 @@
 // of its two passes, so the two differ by at most one level of 255 (tests/image_test.cpp).
 #include <array>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,5 +42,17 @@ struct ImageTransform {
 // Writes the transformed image to `out`: 3 * crop * crop floats, channel-major ([3, crop, crop]),
 // each (value / 255 - mean) / std.
 void preprocess(const Image& image, const ImageTransform& transform, float* out);
+
+// torchvision's training transform instead of Resize and CenterCrop: RandomResizedCrop(crop), a region
+// of 8% to 100% of the image's area with an aspect ratio from 3/4 to 4/3 resized to crop x crop, then
+// RandomHorizontalFlip.
+struct Augmentation {
+    int64_t top = 0, left = 0, height = 0, width = 0;  // the region of the image
+    bool flip = false;                                 // mirrored left to right
+};
+// RandomResizedCrop.get_params (ten draws, then its central fallback) and the flip's coin, from `rng`.
+Augmentation random_augmentation(int64_t height, int64_t width, std::mt19937_64& rng);
+// Writes the region, resized to transform.crop square and maybe flipped, as preprocess does.
+void augment(const Image& image, const Augmentation& augmentation, const ImageTransform& transform, float* out);
 
 }  // namespace mn::io

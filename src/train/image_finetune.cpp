@@ -102,10 +102,10 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
     std::fprintf(stderr, "new head fc.weight %s for %zu classes (%s), in place of the weights' [%lld, %lld]\n", head.c_str(),
                  folder.classes.size(), joined(folder.classes, ", ").c_str(), static_cast<long long>(base_classes),
                  static_cast<long long>(features));
-    std::fprintf(stderr, "data %s: %zu training and %zu held-out images at %lld x %lld; %lld epochs of %lld steps of %lld images\n",
+    std::fprintf(stderr, "data %s: %zu training and %zu held-out images at %lld x %lld%s; %lld epochs of %lld steps of %lld images\n",
                  run.data.c_str(), folder.train.size(), folder.eval.size(), static_cast<long long>(run.image_size),
-                 static_cast<long long>(run.image_size), static_cast<long long>(run.epochs),
-                 static_cast<long long>(per_epoch), static_cast<long long>(run.batch));
+                 static_cast<long long>(run.image_size), run.augment ? " (training ones augmented)" : "",
+                 static_cast<long long>(run.epochs), static_cast<long long>(per_epoch), static_cast<long long>(run.batch));
 
     // Step s takes batch (s - 1) % per_epoch of its epoch's seeded order: a resumed run sees the
     // batches the uninterrupted one would have. The next step's batch is decoded while this one
@@ -118,9 +118,10 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
         if (epoch != order_epoch)
             order = BatchIterator::permutation(static_cast<int64_t>(folder.train.size()), run.seed, epoch), order_epoch = epoch;
         std::vector<int64_t> rows(order.begin() + index * run.batch, order.begin() + (index + 1) * run.batch);
-        return std::async(std::launch::async, [&, rows = std::move(rows)] {
+        const std::optional<Augment> augment = run.augment ? std::optional(Augment{run.seed, epoch}) : std::nullopt;
+        return std::async(std::launch::async, [&, rows = std::move(rows), augment] {
             Batch b;
-            fill_image_batch(folder.train, rows, run.batch, transform, b.x, b.y);
+            fill_image_batch(folder.train, rows, run.batch, transform, b.x, b.y, augment);
             return b;
         });
     };

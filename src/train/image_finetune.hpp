@@ -2,7 +2,8 @@
 // Fine-tuning torchvision ResNet weights on a folder of images, one sub-folder per class
 // (image_folder.hpp): the architecture read from the weights, a new classifier head (fc) sized to the
 // classes, every image prepared as torchvision's evaluation transform prepares it (io/image.hpp), AdamW
-// on a cosine over every parameter, the held-out loss and accuracy after every epoch, and the
+// on a cosine over every parameter (with `augment`, the training images through torchvision's random
+// training transform), the held-out loss and accuracy after every epoch, and the
 // checkpoint, resume and loss curve every fine-tune has (finetune_loop.hpp).
 //
 // Batch norms stay in eval mode with the weights' running statistics, folded into the convolutions;
@@ -27,7 +28,8 @@ struct ImageFinetuneRun {
     int64_t epochs = 1, batch = 4;
     int64_t image_size = 224;  // the crop; the shorter side is resized to image_size / 0.875 first
     double lr = 2e-4, weight_decay = 0;
-    uint64_t seed = 0;    // the new head's initialization and the order of the images
+    uint64_t seed = 0;    // the new head's initialization, the order of the images and their augmentation
+    bool augment = false; // training images through RandomResizedCrop and RandomHorizontalFlip (io/image.hpp)
     bool resume = false;  // continue from out/checkpoint.safetensors
 };
 

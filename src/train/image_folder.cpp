@@ -6,6 +6,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "meganeura/error.hpp"
@@ -72,7 +73,8 @@ ImageFolder open_image_folder(const std::string& root) {
 }
 
 void fill_image_batch(const std::vector<LabelledImage>& images, const std::vector<int64_t>& rows, int64_t batch,
-                      const io::ImageTransform& transform, std::vector<float>& x, std::vector<int32_t>& y) {
+                      const io::ImageTransform& transform, std::vector<float>& x, std::vector<int32_t>& y,
+                      const std::optional<Augment>& augment) {
     const size_t per_image = static_cast<size_t>(3 * transform.crop * transform.crop);
     x.assign(static_cast<size_t>(batch) * per_image, 0.0f);
     y.assign(static_cast<size_t>(batch), 0);
@@ -85,7 +87,17 @@ void fill_image_batch(const std::vector<LabelledImage>& images, const std::vecto
         for (size_t r; (r = next++) < rows.size();) {
             try {
                 const LabelledImage& image = images[static_cast<size_t>(rows[r])];
-                io::preprocess(io::read_image(image.path), transform, x.data() + r * per_image);
+                const io::Image pixels = io::read_image(image.path);
+                float* dst = x.data() + r * per_image;
+                if (augment) {
+                    const auto u32 = [](uint64_t v, int half) { return static_cast<uint32_t>(v >> (32 * half)); };
+                    const uint64_t e = static_cast<uint64_t>(augment->epoch), i = static_cast<uint64_t>(rows[r]);
+                    std::seed_seq seq{u32(augment->seed, 0), u32(augment->seed, 1), u32(e, 0), u32(e, 1), u32(i, 0), u32(i, 1)};
+                    std::mt19937_64 rng(seq);
+                    io::augment(pixels, io::random_augmentation(pixels.height, pixels.width, rng), transform, dst);
+                } else {
+                    io::preprocess(pixels, transform, dst);
+                }
                 y[r] = image.label;
             } catch (...) {
                 const std::lock_guard<std::mutex> lock(failed);

@@ -10,6 +10,7 @@
 // taken in). Every image's header is checked when the folder is opened, so a file that is no image
 // stops the run before anything is compiled; a corrupt body is found when it is decoded.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,18 @@ struct ImageFolder {
 // fewer than two images (one is held out), a file that does not open or is not an image.
 ImageFolder open_image_folder(const std::string& root);
 
+// torchvision's random training transform (io::augment) for a batch of `epoch`: image i's draw is
+// seeded by (seed, epoch, i), so a resumed run draws what the uninterrupted one would have.
+struct Augment {
+    uint64_t seed = 0;
+    int64_t epoch = 0;
+};
+
 // Decodes and transforms `images[rows[i]]` into row i of x ([batch, 3, crop, crop]) and its label
-// into y ([batch]), on every core; rows past rows.size() are zeros with label 0.
+// into y ([batch]), on every core; rows past rows.size() are zeros with label 0. Without `augment`,
+// the evaluation transform (io::preprocess).
 void fill_image_batch(const std::vector<LabelledImage>& images, const std::vector<int64_t>& rows, int64_t batch,
-                      const io::ImageTransform& transform, std::vector<float>& x, std::vector<int32_t>& y);
+                      const io::ImageTransform& transform, std::vector<float>& x, std::vector<int32_t>& y,
+                      const std::optional<Augment>& augment = std::nullopt);
 
 }  // namespace mn::train

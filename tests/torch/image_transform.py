@@ -3,7 +3,9 @@
     image_transform.py DIR
 
 writes DIR/*.png (RGB, grey, RGBA; odd sizes, wide and tall), DIR/photo.jpg with DIR/photo_pil.png
-(PIL's decoding of it), and DIR/expected.safetensors: for each PNG and each (resize, crop) of SIZES,
+(PIL's decoding of it), and DIR/expected.safetensors: for each PNG and each (resize, crop) of SIZES
+(and, with <name>.<top>.<left>.<height>.<width>.<flip>, for the REGIONS of RandomResizedCrop and
+RandomHorizontalFlip that fit "wide" and "tall", resized to CROP),
   <name>.<resize>.<crop>.hand         torchvision's transform by hand in float64: the image as PIL's
                                       convert("RGB") gives it, torch's antialiased bilinear resize (a port
                                       of PIL's filter) in float64, CenterCrop's offsets, / 255, Normalize;
@@ -24,6 +26,9 @@ from safetensors_io import write_safetensors
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])
 SIZES = [(36, 32), (16, 14), (19, 17), (100, 100), (256, 224)]
+# RandomResizedCrop's regions (top, left, height, width), each resized to CROP square and maybe flipped.
+REGIONS = [(3, 5, 40, 30, False), (0, 0, 61, 83, True), (10, 20, 17, 60, True), (100, 7, 200, 150, False)]
+CROP = 32
 
 
 def by_hand(image, resize, crop):
@@ -34,6 +39,23 @@ def by_hand(image, resize, crop):
     top, left = int(round((size[0] - crop) / 2.0)), int(round((size[1] - crop) / 2.0))
     cut = resized[:, top:top + crop, left:left + crop].numpy()
     return (cut / 255 - MEAN[:, None, None]) / STD[:, None, None]
+
+
+def augmented_by_hand(image, top, left, height, width, flip):
+    pixels = torch.from_numpy(np.asarray(image.convert("RGB")).astype(np.float64)).permute(2, 0, 1)[None]
+    region = pixels[:, :, top:top + height, left:left + width]
+    resized = F.interpolate(region, size=(CROP, CROP), mode="bilinear", antialias=True, align_corners=False)[0]
+    if flip:
+        resized = resized.flip(2)
+    return (resized.numpy() / 255 - MEAN[:, None, None]) / STD[:, None, None]
+
+
+def augmented_by_torchvision(image, top, left, height, width, flip):
+    import torchvision.transforms.functional as TF
+    cut = TF.resized_crop(image.convert("RGB"), top, left, height, width, [CROP, CROP])
+    if flip:
+        cut = TF.hflip(cut)
+    return TF.normalize(TF.to_tensor(cut), MEAN.tolist(), STD.tolist()).double().numpy()
 
 
 def by_torchvision(image, resize, crop):
@@ -60,6 +82,12 @@ def main():
         for resize, crop in SIZES:
             expected[f"{name}.{resize}.{crop}.hand"] = by_hand(image, resize, crop)
             expected[f"{name}.{resize}.{crop}.torchvision"] = by_torchvision(image, resize, crop)
+    for name in ("wide", "tall"):
+        for top, left, height, width, flip in REGIONS:
+            if top + height <= images[name].height and left + width <= images[name].width:
+                key = f"{name}.{top}.{left}.{height}.{width}.{int(flip)}"
+                expected[key + ".hand"] = augmented_by_hand(images[name], top, left, height, width, flip)
+                expected[key + ".torchvision"] = augmented_by_torchvision(images[name], top, left, height, width, flip)
     images["wide"].save(os.path.join(out, "photo.jpg"), quality=90)
     Image.open(os.path.join(out, "photo.jpg")).save(os.path.join(out, "photo_pil.png"))
     write_safetensors(os.path.join(out, "expected.safetensors"), expected)
