@@ -97,8 +97,8 @@ TEST_F(ImageFinetuneTest, LearnsTheClassesWritesTheModelAndResumes) {
 }
 
 // The round trip through torchvision (tests/torch/torchvision_resnet.py): a torchvision state_dict
-// (1000 classes, int64 num_batches_tracked) fine-tuned, with augmentation, and the result loaded back
-// into torchvision's ResNet with three classes, strictly.
+// (1000 classes, int64 num_batches_tracked) fine-tuned with augmentation and batch statistics, and
+// the result loaded back into torchvision's ResNet with three classes, strictly.
 TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
     MN_REQUIRE_TORCH();
     TempDir dir("image-finetune");
@@ -108,13 +108,14 @@ TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
     std::string text = run_command("/usr/bin/python3 " + script + " write " + base, &status);
     ASSERT_EQ(status, 0) << text;
     write_image_folder(dir.path("data"), {.per_class = 4});
-    text = meganeura("finetune -m " + base + " --data " + dir.path("data") + " --image-size 32 --batch 3 --augment --out " + out,
-                     &status);
+    text = meganeura("finetune -m " + base + " --data " + dir.path("data") + " --image-size 32 --batch 3 --augment --train-bn --out " +
+                     out, &status);
     ASSERT_EQ(status, 0) << text;
     EXPECT_NE(text.find("9 training and 3 held-out images at 32 x 32 (training ones augmented)"), std::string::npos) << text;
     EXPECT_NE(text.find("new head fc.weight [3, 2048] for 3 classes (blue, green, red), in place of the weights' [1000, 2048]"),
               std::string::npos) << text;
-    text = run_command("/usr/bin/python3 " + script + " check " + base + " " + out, &status);
+    EXPECT_NE(text.find("trainable (full fine-tune, batch norms on batch statistics)"), std::string::npos) << text;
+    text = run_command("/usr/bin/python3 " + script + " check " + base + " " + out + " 3", &status);
     EXPECT_EQ(status, 0) << text;
 }
 
@@ -137,6 +138,7 @@ TEST_F(ImageFinetuneTest, BadInputIsAClearError) {
     fails("-m " + weights + " --data " + dir.path("text.txt") + " --augment" + out, "--augment is for an image folder as --data");
     fails("-m " + dir.path("") + " --data " + data + out, "give torchvision ResNet weights (a .safetensors file)");
     fails("-m " + weights + " --data " + data + " --image-size 16" + out, "option --image-size is 16, expected from 32");
+    fails("-m " + weights + " --data " + data + " --train-bn --batch 1" + out, "--train-bn normalizes with batch statistics");
     fails("-m " + weights + " --data " + data + " --batch 64" + out, "9 training images, fewer than --batch 64");
     fs::create_directories(dir.path("empty"));
     fails("-m " + weights + " --data " + dir.path("empty") + out, "0 class folders");

@@ -45,7 +45,8 @@ int run_image_finetune(const Flags& f) {
         .weights = weights, .data = f.required("data"), .out = output_folder(f), .epochs = f.integer("epochs", 1, INT32_MAX),
         .batch = f.integer("batch", 1, 1 << 16), .image_size = f.integer("image-size", 32, 1 << 14), .lr = f.real("lr", 0, 10),
         .weight_decay = f.real("weight-decay", 0, 10), .seed = static_cast<uint64_t>(f.integer("seed", 0)),
-        .augment = f.on("augment"), .resume = !f.str("resume").empty()};
+        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty()};
+    if (run.train_bn && run.batch < 2) throw Error("--train-bn normalizes with batch statistics: give --batch 2 or more");
     const Device device = Device::open();
     const train::FinetuneResult r = train::finetune_images(device, run);
     std::printf("finetuned %lld steps: loss %.4f -> %.4f, held-out loss %.4f -> %.4f, accuracy %.2f%% -> %.2f%%; output in %s\n",
@@ -56,7 +57,7 @@ int run_image_finetune(const Flags& f) {
 
 int run_finetune(const Flags& f) {
     if (models::is_directory(f.required("data"))) return run_image_finetune(f);
-    refuse(f, {"image-size", "augment"}, "is for an image folder as --data");
+    refuse(f, {"image-size", "augment", "train-bn"}, "is for an image folder as --data");
     const std::string& dir = f.required("model");
     if (!models::is_directory(dir)) throw Error("--model " + dir + " is not a Hugging Face model folder");
     train::FinetuneRun run{.data = f.required("data"), .out = output_folder(f),
@@ -108,6 +109,7 @@ const Command finetune_command = {
                 {"seq", "128", "T", "tokens per block"},
                 {"image-size", "224", "S", "the images' side after the crop (resized to S / 0.875 first)"},
                 {"augment", "false", "", "training images through torchvision's RandomResizedCrop and RandomHorizontalFlip"},
+                {"train-bn", "false", "", "batch norms on batch statistics while training (default: the weights' running ones)"},
                 {"lr", "2e-4", "LR", "AdamW's learning rate, decayed to 0 on a cosine"},
                 {"weight-decay", "0", "W", "AdamW's decoupled weight decay"},
                 {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end (text)"},

@@ -105,7 +105,7 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
         train.set("labels", ids);
     };
     const FinetuneResult result =
-        run_steps(train, eval, trainable,
+        run_steps(train, eval, trainable.names,
                   {.out = run.out, .total = total, .eval_every = run.eval_every, .per_step = run.batch * run.seq,
                    .unit = "tokens", .curve_title = "Fine-tuning loss"},
                   feed, [&] { return HeldOut{.loss = evaluate(eval, data.eval, run.batch, run.seq)}; });

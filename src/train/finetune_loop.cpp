@@ -67,14 +67,14 @@ CompileOptions training_options(Tensor loss, const AdamWRun& run) {
             .read_back = std::vector<std::string>{"loss"}, .seed = run.seed};
 }
 
-FinetuneResult run_steps(Session& train, Session& eval, const Trainable& trainable, const StepLoop& loop,
+FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::string>& to_eval, const StepLoop& loop,
                          const std::function<void(int64_t step)>& feed, const std::function<HeldOut()>& evaluate) {
     const fs::path out(loop.out);
     const std::string checkpoint = (out / "checkpoint.safetensors").string();
     LossCurve curve;
     if (train.step_count() > 0 && fs::exists(out / "loss.csv")) curve = LossCurve::read_csv((out / "loss.csv").string());
     auto eval_now = [&] {
-        train.copy_to(eval, trainable.names);
+        train.copy_to(eval, to_eval);
         return evaluate();
     };
     FinetuneResult result{.first_eval = eval_now()};

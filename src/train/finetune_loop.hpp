@@ -2,8 +2,8 @@
 // What every `meganeura finetune` shares, whatever the model and the data (text into a causal LM,
 // finetune.hpp; images into a classifier, image_finetune.hpp): the output folder with its checkpoint
 // to resume from, the trainable parameters and the memory plan on stderr, AdamW on a cosine over the
-// run, and the step loop: progress, a non-finite loss stopping the run, and at every evaluation the
-// trainable parameters copied into the evaluation session on the device, the held-out result printed,
+// run, and the step loop: progress, a non-finite loss stopping the run, and at every evaluation what
+// training changed copied into the evaluation session on the device, the held-out result printed,
 // the checkpoint and the loss curve (loss.csv, loss.svg) written.
 #include <functional>
 #include <optional>
@@ -61,9 +61,10 @@ struct StepLoop {
 };
 
 // Steps train.step_count() + 1 .. loop.total: `feed(step)` sets the step's inputs; `evaluate()` runs
-// the evaluation session, into which the trainable parameters have been copied; it also runs once
-// before the first step. A resumed run continues OUT/loss.csv.
-FinetuneResult run_steps(Session& train, Session& eval, const Trainable& trainable, const StepLoop& loop,
+// the evaluation session, into which the values `to_eval` names (what training changes: the
+// trainable parameters, and running statistics) have been copied; it also runs once before the first
+// step. A resumed run continues OUT/loss.csv.
+FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::string>& to_eval, const StepLoop& loop,
                          const std::function<void(int64_t step)>& feed, const std::function<HeldOut()>& evaluate);
 
 }  // namespace mn::train

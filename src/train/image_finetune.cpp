@@ -1,6 +1,7 @@
 #include "train/image_finetune.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -79,8 +80,14 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
     const int64_t base_classes = config.num_classes, features = (config.width << (config.blocks.size() - 1)) * 4;
     config.num_classes = static_cast<int64_t>(folder.classes.size());
     const Shape images{run.batch, 3, run.image_size, run.image_size};
-    models::BuiltModel model = models::build_resnet(config, images);
+    models::ResNetConfig train_config = config;
+    train_config.train_bn = run.train_bn;
+    models::BuiltModel model = models::build_resnet(train_config, images);
     const Trainable trainable = trainable_parameters(*model.graph);
+    // Evaluation reads what training changes: the parameters, and with batch statistics the running ones.
+    std::vector<std::string> to_eval = trainable.names;
+    for (const Node& n : model.graph->nodes())
+        if (n.op == Op::State && run.train_bn) to_eval.push_back(n.name);
     models::check_fits_device(*model.graph, device, "resnet");
 
     const int64_t per_epoch = static_cast<int64_t>(folder.train.size()) / run.batch;
@@ -97,7 +104,8 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
     Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"logits"}});
     eval.load({run.weights}, is_head);
 
-    print_plan(run.weights, trainable, "full fine-tune", train.stats());
+    print_plan(run.weights, trainable, run.train_bn ? "full fine-tune, batch norms on batch statistics" : "full fine-tune",
+               train.stats());
     const std::string head = "[" + std::to_string(config.num_classes) + ", " + std::to_string(features) + "]";
     std::fprintf(stderr, "new head fc.weight %s for %zu classes (%s), in place of the weights' [%lld, %lld]\n", head.c_str(),
                  folder.classes.size(), joined(folder.classes, ", ").c_str(), static_cast<long long>(base_classes),
@@ -137,18 +145,27 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
                               std::to_string(folder.train.size()) + " training / " + std::to_string(folder.eval.size()) +
                               " held-out images, batch " + std::to_string(run.batch);
     const FinetuneResult result = run_steps(
-        train, eval, trainable,
+        train, eval, to_eval,
         {.out = run.out, .total = total, .eval_every = per_epoch, .epoch_steps = per_epoch, .per_step = run.batch,
          .unit = "images", .curve_title = title},
         feed, [&] { return evaluate(eval, folder.eval, run.batch, transform); });
 
-    // The fine-tuned parameters and the base's running statistics, under torchvision's names.
+    // The fine-tuned parameters and running statistics under torchvision's names; num_batches_tracked
+    // counts the batches the statistics saw, as a torchvision model in training mode counts them.
     std::vector<std::string> names;
     for (const Node& n : model.graph->nodes())
         if (n.op == Op::Parameter || n.op == Op::State) names.push_back(n.name);
     io::TensorMap weights = tensors_of(train, names);
-    for (const auto& [name, t] : base)
-        if (name.ends_with(".num_batches_tracked")) weights[name] = t;
+    for (const auto& [name, t] : base) {
+        if (!name.ends_with(".num_batches_tracked")) continue;
+        if (t.dtype != "I64" || t.numel() != 1) throw Error(run.weights + ": " + name + " is not one int64");
+        int64_t count = 0;
+        std::memcpy(&count, t.bytes.data(), 8);
+        if (run.train_bn) count += train.step_count();
+        io::TensorData tracked = t;
+        std::memcpy(tracked.bytes.data(), &count, 8);
+        weights[name] = std::move(tracked);
+    }
     const std::string model_file = (fs::path(run.out) / "model.safetensors").string();
     io::write_safetensors(model_file, weights, {{"format", "pt"}});
     std::fprintf(stderr, "fine-tuned weights %s written (torchvision's names, fc for %zu classes; classes.txt)\n",

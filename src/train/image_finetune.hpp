@@ -6,14 +6,16 @@
 // training transform), the held-out loss and accuracy after every epoch, and the
 // checkpoint, resume and loss curve every fine-tune has (finetune_loop.hpp).
 //
-// Batch norms stay in eval mode with the weights' running statistics, folded into the convolutions;
-// their scale and shift train. That is the usual choice with the small batches a fine-tune on one
-// device affords, where batch statistics would be noise.
+// Batch norms stay in eval mode by default, with the weights' running statistics folded into the
+// convolutions; their scale and shift train. That suits the small batches a fine-tune on one device
+// affords, where batch statistics are noise. With `train_bn` they normalize with batch statistics and
+// update the running ones, as a torchvision model in train() mode does; evaluation always uses the
+// running statistics.
 //
 // OUT gets checkpoint.safetensors, loss.csv and loss.svg, classes.txt (one class name per line, in
 // label order), and model.safetensors: the fine-tuned weights under torchvision's names, the running
-// statistics and num_batches_tracked of the base, so torchvision's ResNet with fc of that many classes
-// loads them with load_state_dict.
+// statistics and num_batches_tracked, so torchvision's ResNet with fc of that many classes loads them
+// with load_state_dict(strict=True).
 #include <string>
 
 #include "meganeura/session.hpp"
@@ -30,6 +32,7 @@ struct ImageFinetuneRun {
     double lr = 2e-4, weight_decay = 0;
     uint64_t seed = 0;    // the new head's initialization, the order of the images and their augmentation
     bool augment = false; // training images through RandomResizedCrop and RandomHorizontalFlip (io/image.hpp)
+    bool train_bn = false; // batch norms on batch statistics while training, updating the running ones
     bool resume = false;  // continue from out/checkpoint.safetensors
 };
 

@@ -4,10 +4,11 @@
         a torchvision ResNet (bottlenecks, one per stage, so it is quick on lavapipe) with 1000 classes
         and running statistics as a trained network has them, its whole state_dict (num_batches_tracked,
         int64, included) as BASE.safetensors
-    torchvision_resnet.py check BASE.safetensors OUT
-        OUT/model.safetensors, meganeura's fine-tuned weights, loads into the same torchvision ResNet with
-        len(OUT/classes.txt) classes under load_state_dict(strict=True); every convolution and batch-norm
-        weight trained, the running statistics and num_batches_tracked are the base's, and the model runs
+    torchvision_resnet.py check BASE.safetensors OUT STEPS
+        OUT/model.safetensors, meganeura's fine-tuned weights of a run with --train-bn, loads into the same
+        torchvision ResNet with len(OUT/classes.txt) classes under load_state_dict(strict=True); every
+        weight trained, every running statistic moved, num_batches_tracked is the base's plus STEPS, and
+        the model runs
 """
 import os
 import sys
@@ -35,7 +36,7 @@ def write(path):
     write_safetensors(path, {name: t.numpy() for name, t in state.items()})
 
 
-def check(base_path, out):
+def check(base_path, out, steps):
     base = read_safetensors(base_path)
     tuned = read_safetensors(os.path.join(out, "model.safetensors"))
     classes = open(os.path.join(out, "classes.txt")).read().split()
@@ -44,10 +45,10 @@ def check(base_path, out):
     for name, a in tuned.items():
         if name.startswith("fc."):
             continue
-        if name.endswith(("running_mean", "running_var", "num_batches_tracked")):
-            assert np.array_equal(a, base[name]), f"{name} is not the base's"
+        if name.endswith("num_batches_tracked"):
+            assert a == base[name] + steps, f"{name} is {a}, the base's is {base[name]}, {steps} steps"
         else:
-            assert not np.array_equal(a, base[name]), f"{name} did not train"
+            assert not np.array_equal(a, base[name]), f"{name} did not change"
     with torch.no_grad():
         logits = model.eval()(torch.randn(2, 3, 32, 32))
     assert logits.shape == (2, len(classes)) and torch.isfinite(logits).all(), logits
@@ -58,4 +59,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(sys.argv[2])
     else:
-        check(sys.argv[2], sys.argv[3])
+        check(sys.argv[2], sys.argv[3], int(sys.argv[4]))
