@@ -80,6 +80,7 @@ TEST_F(ImageFinetuneTest, LearnsTheClassesWritesTheModelAndResumes) {
     EXPECT_EQ(model.at("fc.weight").shape, (Shape{3, 64}));
     EXPECT_EQ(model.at("bn1.running_var").to_f32(), std::vector<float>(8, 1.5f));  // eval-mode BN keeps the base's
     EXPECT_FALSE(model.count("optimizer.exp_avg.fc.weight"));
+    EXPECT_EQ(model.at("layer2.0.downsample.1.num_batches_tracked").to_i32(), std::vector<int32_t>{0});  // none in the base
 
     text = meganeura(run + "--epochs 3 --out " + out, &status);
     EXPECT_EQ(status, 1) << text;

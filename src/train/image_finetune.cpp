@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <sstream>
 
 #include "io/atomic_file.hpp"
@@ -68,6 +69,41 @@ HeldOut evaluate(Session& eval, const std::vector<LabelledImage>& images, int64_
     return {.loss = sums.loss / n, .accuracy = sums.accuracy / n};
 }
 
+// torchvision's num_batches_tracked counts by name, read before training so that a bad one is an
+// error then, not after the run.
+std::map<std::string, int64_t> batch_counts(const io::TensorMap& base, const std::string& file) {
+    std::map<std::string, int64_t> counts;
+    for (const auto& [name, t] : base) {
+        if (!name.ends_with(".num_batches_tracked")) continue;
+        if (t.dtype != "I64" || t.numel() != 1)
+            throw Error(file + ": " + name + " is " + t.dtype + " " + shape_str(t.shape) + ", expected one I64");
+        std::memcpy(&counts[name], t.bytes.data(), 8);
+    }
+    return counts;
+}
+
+// The fine-tuned parameters and running statistics under torchvision's names, and each batch norm's
+// num_batches_tracked (0-d, as torchvision's buffer) counting the batches its statistics saw: the
+// base's count (0 where the base has none), `steps` more with batch statistics, as train() mode counts.
+io::TensorMap fine_tuned_weights(const Session& train, const Graph& g, const std::map<std::string, int64_t>& counts,
+                                 int64_t steps) {
+    std::vector<std::string> names;
+    for (const Node& n : g.nodes())
+        if (n.op == Op::Parameter || n.op == Op::State) names.push_back(n.name);
+    io::TensorMap weights = tensors_of(train, names);
+    const std::string mean = ".running_mean";
+    for (const std::string& name : names) {
+        if (!name.ends_with(mean)) continue;
+        const std::string tracked = name.substr(0, name.size() - mean.size()) + ".num_batches_tracked";
+        const auto it = counts.find(tracked);
+        const int64_t seen = (it == counts.end() ? 0 : it->second) + steps;
+        io::TensorData t{.dtype = "I64", .shape = {}, .bytes = std::vector<uint8_t>(8)};
+        std::memcpy(t.bytes.data(), &seen, 8);
+        weights[tracked] = std::move(t);
+    }
+    return weights;
+}
+
 }  // namespace
 
 FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run) {
@@ -77,6 +113,7 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
 
     const io::TensorMap base = io::read_safetensors(run.weights);
     models::ResNetConfig config = models::resnet_config_of(base, run.weights);
+    const std::map<std::string, int64_t> counts = batch_counts(base, run.weights);
     const int64_t base_classes = config.num_classes, features = (config.width << (config.blocks.size() - 1)) * 4;
     config.num_classes = static_cast<int64_t>(folder.classes.size());
     const Shape images{run.batch, 3, run.image_size, run.image_size};
@@ -150,26 +187,11 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
          .unit = "images", .curve_title = title},
         feed, [&] { return evaluate(eval, folder.eval, run.batch, transform); });
 
-    // The fine-tuned parameters and running statistics under torchvision's names; num_batches_tracked
-    // counts the batches the statistics saw, as a torchvision model in training mode counts them.
-    std::vector<std::string> names;
-    for (const Node& n : model.graph->nodes())
-        if (n.op == Op::Parameter || n.op == Op::State) names.push_back(n.name);
-    io::TensorMap weights = tensors_of(train, names);
-    for (const auto& [name, t] : base) {
-        if (!name.ends_with(".num_batches_tracked")) continue;
-        if (t.dtype != "I64" || t.numel() != 1) throw Error(run.weights + ": " + name + " is not one int64");
-        int64_t count = 0;
-        std::memcpy(&count, t.bytes.data(), 8);
-        if (run.train_bn) count += train.step_count();
-        io::TensorData tracked = t;
-        std::memcpy(tracked.bytes.data(), &count, 8);
-        weights[name] = std::move(tracked);
-    }
-    const std::string model_file = (fs::path(run.out) / "model.safetensors").string();
-    io::write_safetensors(model_file, weights, {{"format", "pt"}});
-    std::fprintf(stderr, "fine-tuned weights %s written (torchvision's names, fc for %zu classes; classes.txt)\n",
-                 model_file.c_str(), folder.classes.size());
+    io::write_safetensors((fs::path(run.out) / "model.safetensors").string(),
+                          fine_tuned_weights(train, *model.graph, counts, run.train_bn ? train.step_count() : 0),
+                          {{"format", "pt"}});
+    std::fprintf(stderr, "fine-tuned weights %s/model.safetensors written (torchvision's names, fc for %zu classes; classes.txt)\n",
+                 run.out.c_str(), folder.classes.size());
     return result;
 }
 
