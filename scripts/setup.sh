@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
-  glslang-dev glslang-tools spirv-tools
+  glslang-dev glslang-tools spirv-tools libspirv-cross-c-shared-dev
   nlohmann-json3-dev libgtest-dev zlib1g-dev libpcre2-dev libonnx-dev libprotobuf-dev protobuf-compiler libstb-dev
   clang libclang-rt-dev
   python3-torch python3-torchvision python3-pil python3-numpy python3-dev pybind11-dev python3-pytest

@@ -5,6 +5,7 @@
 // specialization constants and scale as a push constant, so the tests see each input channel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -122,6 +123,20 @@ TEST(RuntimeDevices, UnknownSelectorListsDevices) {
 TEST_F(Runtime, OpensTheFirstDevice) {
     EXPECT_EQ(ctx->caps().name, Context::enumerate()[0].name);
     EXPECT_EQ(ctx->validation_enabled(), std::getenv("MEGANEURA_VALIDATE") != nullptr);
+}
+
+// The loader lists MoltenVK only to an instance that asks for VK_KHR_portability_enumeration (issue
+// 19): where the loader offers it (Debian's does), the instance takes it, and the validation layer,
+// which checks the flag against the extension, says nothing.
+TEST_F(Runtime, InstanceAsksForPortabilityEnumeration) {
+    uint32_t count = 0;
+    ASSERT_EQ(vkEnumerateInstanceExtensionProperties(nullptr, &count, nullptr), VK_SUCCESS);
+    std::vector<VkExtensionProperties> extensions(count);
+    ASSERT_EQ(vkEnumerateInstanceExtensionProperties(nullptr, &count, extensions.data()), VK_SUCCESS);
+    const bool offered = std::any_of(extensions.begin(), extensions.end(), [](const VkExtensionProperties& e) {
+        return std::strcmp(e.extensionName, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME) == 0;
+    });
+    EXPECT_EQ(ctx->portability_enumeration(), offered);
 }
 
 TEST_F(Runtime, UploadDispatchReadback) {

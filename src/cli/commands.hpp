@@ -18,6 +18,7 @@ extern const Command generate_command;
 extern const Command bench_command;
 extern const Command tokenize_command;
 extern const Command finetune_command;
+extern const Command shaders_command;
 
 // The --precision option, and its value: "strict" or "fast"; anything else is an mn::Error.
 Option precision_option();

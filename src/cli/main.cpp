@@ -15,7 +15,7 @@ using mn::cli::Command;
 const Command* const kCommands[] = {
     &mn::cli::devices_command, &mn::cli::models_command,   &mn::cli::train_command, &mn::cli::eval_command,
     &mn::cli::forward_command, &mn::cli::generate_command, &mn::cli::bench_command, &mn::cli::tokenize_command,
-    &mn::cli::finetune_command,
+    &mn::cli::finetune_command, &mn::cli::shaders_command,
 };
 
 int usage(FILE* out) {

@@ -79,6 +79,7 @@ struct MatmulTuning {
     // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
     // subgroup size the coop kernel is built for (required at pipeline creation).
     uint32_t coop_subgroup = 0;
+    uint32_t max_subgroups = 0;  // per workgroup at that size (DeviceCaps::max_workgroup_subgroups); 0: unknown
     // The cooperative kernels scale each operand into f16's range first (gradient products: see
     // matmul_coop.cpp's find_scales).
     bool coop_scaled = false;

@@ -227,7 +227,8 @@ std::string tile_name(const CoopGeometry& g) {
            std::to_string(g.stages);
 }
 
-// The candidates in order, each either declined (and why) or costed; `why` gets one entry per tile.
+// The candidates in order, each either declined (`fits` returns why, null when it fits) or costed;
+// `why` gets one entry per tile.
 template <typename G, typename Fits>
 G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits, std::string* why) {
     const G* chosen = nullptr;
@@ -235,8 +236,8 @@ G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTun
     std::string notes;
     for (const G& g : candidates) {
         notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
-        if (!fits(g)) {
-            notes += "exceeds the device's shared memory or workgroup size";
+        if (const char* no = fits(g)) {
+            notes += no;
             continue;
         }
         if (t.forced_bm) {
@@ -304,8 +305,9 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
                               : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
                                                            {32, 32, 16, 4, 4, 0.7}};
-    TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) {
-        return c.threads() <= t.max_invocations && c.shared_bytes() <= t.max_shared_memory;
+    TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) -> const char* {
+        if (c.threads() > t.max_invocations) return "exceeds the device's workgroup size";
+        return c.shared_bytes() > t.max_shared_memory ? "exceeds the device's shared memory" : nullptr;
     }, why);
     if (t.forced_bk) g.bk = t.forced_bk;
     return g;
@@ -323,8 +325,11 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // slower than one 64-deep slice (94 against 122 TFLOP/s at 128 x 128).
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, 1.0}, {128, 256, 64, 64, 32, 1, 1.0},
                                             {64, 64, 32, 32, 32, 2, 0.48}, {32, 32, 16, 16, 32, 2, 0.36}};
-    return pick(coop, spec, t, [&](const CoopGeometry& c) {
-        return c.subgroups() * t.coop_subgroup <= t.max_invocations && coop_shared_bytes(c) <= t.max_shared_memory;
+    return pick(coop, spec, t, [&](const CoopGeometry& c) -> const char* {
+        if (!coop_geometry_divides(c, t.coop_subgroup)) return "does not divide among subgroups of this size";
+        if (c.subgroups() * t.coop_subgroup > t.max_invocations || (t.max_subgroups && c.subgroups() > t.max_subgroups))
+            return "exceeds the device's workgroup size";
+        return coop_shared_bytes(c) > t.max_shared_memory ? "exceeds the device's shared memory" : nullptr;
     }, why);
 }
 

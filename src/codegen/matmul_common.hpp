@@ -92,6 +92,9 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 extern const char* const kCoopExtensions;
 extern const char* const kCoopProductGlsl;
 std::string coop_defines(const CoopGeometry& g, const MatmulTuning& tuning);
+// Whether the tile splits into WM x WN pieces of 16 and its slices into whole groups of 8 per thread
+// of a workgroup of subgroup_size-wide subgroups (wave64 halves the groups a tile has per thread).
+bool coop_geometry_divides(const CoopGeometry& g, uint32_t subgroup_size);
 void check_coop_geometry(const CoopGeometry& g, uint32_t subgroup_size);
 
 // M == 1 or N == 1: one output element per group of threads that split K.

@@ -284,12 +284,14 @@ std::string coop_defines(const CoopGeometry& t, const MatmulTuning& tuning) {
            (tuning.coop_scaled ? "1" : "0") + "\n";
 }
 
-void check_coop_geometry(const CoopGeometry& t, uint32_t subgroup_size) {
+bool coop_geometry_divides(const CoopGeometry& t, uint32_t subgroup_size) {
     const uint32_t wg = t.subgroups() * subgroup_size;
-    if (t.bm % t.wm || t.bn % t.wn || t.wm % 16 || t.wn % 16 || t.bk % 16 || (t.stages != 1 && t.stages != 2) ||
-        (t.bm * t.bk / 8) % wg || (t.bn * t.bk / 8) % wg) {
-        throw Error("cooperative matmul tiles must divide evenly");
-    }
+    return !(t.bm % t.wm || t.bn % t.wn || t.wm % 16 || t.wn % 16 || t.bk % 16 || (t.stages != 1 && t.stages != 2) ||
+             (t.bm * t.bk / 8) % wg || (t.bn * t.bk / 8) % wg);
+}
+
+void check_coop_geometry(const CoopGeometry& t, uint32_t subgroup_size) {
+    if (!coop_geometry_divides(t, subgroup_size)) throw Error("cooperative matmul tiles must divide evenly");
 }
 
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const MatmulTuning& tuning, uint32_t split_k) {

@@ -29,9 +29,14 @@ struct DeviceCaps {
     bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
     bool subgroup_size_control = false;
     uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+    // With a required subgroup size s, a workgroup holds at most s * this many invocations; 0: unknown
+    // (then only max_workgroup_invocations bounds it).
+    uint32_t max_workgroup_subgroups = 0;
     uint32_t max_shared_memory = 0;          // bytes per workgroup
     uint32_t max_workgroup_invocations = 0;
-    uint32_t compute_units = 0;              // multiprocessors (VK_NV_shader_sm_builtins); 0: unknown
+    // Multiprocessors or compute units where the driver says (VK_NV_shader_sm_builtins,
+    // VK_AMD_shader_core_properties2, VK_ARM_shader_core_builtins); 0: unknown.
+    uint32_t compute_units = 0;
     std::array<uint32_t, 3> max_workgroup_size{};
     std::array<uint32_t, 3> max_workgroup_count{};
     uint64_t max_storage_buffer_range = 0;
@@ -47,6 +52,7 @@ struct DeviceCaps {
     bool vulkan_memory_model = false;
     std::vector<CoopMatrixShape> coop_nv;   // VK_NV_cooperative_matrix
     std::vector<CoopMatrixShape> coop_khr;  // VK_KHR_cooperative_matrix
+    bool portability_subset = false;        // VK_KHR_portability_subset (MoltenVK): enabled at device creation
     bool timestamps = false;
     float timestamp_period_ns = 0;
     // > 0: the driver silently ends a shader invocation after this many loop iterations, all its

@@ -17,6 +17,7 @@
 #include "compiler/dump.hpp"
 #include "compiler/hazards.hpp"
 #include "compiler/initial_values.hpp"
+#include "compiler/program_kernels.hpp"
 #include "compiler/session_impl.hpp"
 #include "compiler/training.hpp"
 #include "memory/placement.hpp"
@@ -33,17 +34,6 @@ int debug_level() {
 }
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// ---- pass: lower ----
-sched::Schedule lower(const Graph& graph, const sched::Tuning& tuning) {
-    std::vector<int32_t> roots;
-    for (const auto& [name, id] : graph.outputs()) roots.push_back(id);
-    for (size_t i = 0; i < graph.nodes().size(); ++i) {
-        if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
-    }
-    if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
-    return sched::lower(graph, roots, tuning);
-}
 
 // Inputs, parameters and state by name, and the outputs; leaves no output depends on stay known
 // (value -1) so that setting them is harmless.
@@ -62,15 +52,15 @@ struct Shaders {
     std::unordered_map<std::string, size_t> index;  // GLSL source -> its SPIR-V
 };
 
+// Every dispatch is checked against the device's limits here, before the driver sees it.
 Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps) {
     Shaders out;
     std::vector<std::string> sources;
     for (const auto& step : s.steps) {
         if (out.index.emplace(step.kernel.glsl, sources.size()).second) sources.push_back(step.kernel.glsl);
     }
-    codegen::ShaderOptions shader_options;
-    shader_options.vulkan_minor = caps.api_version >= VK_API_VERSION_1_3 ? 3 : 2;
-    out.spirv = codegen::compile_glsl_parallel(sources, shader_options);
+    out.spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
+    for (const auto& step : s.steps) compiler::require_fit(step.kernel, *out.spirv[out.index.at(step.kernel.glsl)], caps);
     return out;
 }
 
@@ -263,7 +253,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         tuning.matmul.coop_subgroup = 0;
         tuning.matmul.coop_declined = "the device's cooperative matrices failed the start-up check";
     }
-    impl->schedule = lower(graph, tuning);
+    impl->schedule = compiler::lower_program(graph, tuning);
     sched::Schedule& s = impl->schedule;
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });
 

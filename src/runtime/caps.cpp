@@ -118,8 +118,13 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     d.api = std::min(instance_api, props.properties.apiVersion);
     if (d.api >= VK_API_VERSION_1_2) { driver.pNext = props.pNext; props.pNext = &driver; }
     if (d.api >= VK_API_VERSION_1_3) { p13.pNext = props.pNext; props.pNext = &p13; }
+    // The compute-unit count, where a vendor extension reports it (split-K and the tile choice fill the device).
     VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceShaderCoreProperties2AMD amd{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_2_AMD};
+    VkPhysicalDeviceShaderCoreBuiltinsPropertiesARM arm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_BUILTINS_PROPERTIES_ARM};
     if (d.has(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) { sm.pNext = props.pNext; props.pNext = &sm; }
+    if (d.has(VK_AMD_SHADER_CORE_PROPERTIES_2_EXTENSION_NAME)) { amd.pNext = props.pNext; props.pNext = &amd; }
+    if (d.has(VK_ARM_SHADER_CORE_BUILTINS_EXTENSION_NAME)) { arm.pNext = props.pNext; props.pNext = &arm; }
     vkGetPhysicalDeviceProperties2(handle, &props);
 
     FeatureChain f;
@@ -146,10 +151,11 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
                                   (p13.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
         c.min_subgroup_size = p13.minSubgroupSize;
         c.max_subgroup_size = p13.maxSubgroupSize;
+        c.max_workgroup_subgroups = p13.maxComputeWorkgroupSubgroups;
     }
     c.max_shared_memory = l.maxComputeSharedMemorySize;
     c.max_workgroup_invocations = l.maxComputeWorkGroupInvocations;
-    c.compute_units = sm.shaderSMCount;
+    c.compute_units = std::max({sm.shaderSMCount, amd.activeComputeUnitCount, arm.shaderCoreCount});
     std::copy_n(l.maxComputeWorkGroupSize, 3, c.max_workgroup_size.begin());
     std::copy_n(l.maxComputeWorkGroupCount, 3, c.max_workgroup_count.begin());
     c.max_storage_buffer_range = l.maxStorageBufferRange;
@@ -162,6 +168,7 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     c.shader_bfloat16 = d.has(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME) && f.bf16.shaderBFloat16Type;
     c.buffer_device_address = f.v12.bufferDeviceAddress;
     c.vulkan_memory_model = f.v12.vulkanMemoryModel;
+    c.portability_subset = d.has(VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME);
     if (d.has(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && f.coop_nv.cooperativeMatrix) {
         auto query = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
             vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
@@ -259,6 +266,7 @@ std::string describe(const DeviceCaps& c) {
     s += std::string("  types: f16 ") + yes(c.shader_float16) + ", i8 " + yes(c.shader_int8) + ", 16-bit storage " +
          yes(c.storage_16bit) + ", bf16 " + yes(c.shader_bfloat16) + ", buffer device address " +
          yes(c.buffer_device_address) + ", memory model " + yes(c.vulkan_memory_model) + "\n";
+    if (c.portability_subset) s += "  portability subset: yes (a layered implementation such as MoltenVK)\n";
     s += "  cooperative matrix NV: " + shapes_text(c.coop_nv) + "\n";
     s += "  cooperative matrix KHR: " + shapes_text(c.coop_khr) + "\n";
     char period[32];

@@ -119,10 +119,11 @@ void create_device(Context::Impl& impl) {
 #undef MN_ENABLE
     impl.full_subgroups = wanted.v13.computeFullSubgroups;
 
-    // Exactly the extensions whose feature structs link() chained.
+    // Exactly the extensions whose feature structs link() chained, and the portability subset, which a
+    // device that lists it (MoltenVK) must have enabled.
     std::vector<const char*> extensions;
     for (const char* e : {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME,
-                          VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME})
+                          VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME, VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME})
         if (d.has(e)) extensions.push_back(e);
 
     float priority = 1.0f;
@@ -218,6 +219,10 @@ void Context::Impl::create_instance(bool with_validation) {
     }
     const bool debug_utils = with_validation || instance_extension_available(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     if (debug_utils) extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    // The loader lists layered implementations that are not fully conformant (MoltenVK on a Mac) only
+    // to an instance that asks for them: without this a Mac has no Vulkan device.
+    const bool portability = instance_extension_available(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
+    if (portability) extensions.push_back(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
 
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "meganeura";
@@ -225,6 +230,7 @@ void Context::Impl::create_instance(bool with_validation) {
     app.apiVersion = instance_api;
     VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     info.pNext = with_validation ? &messenger_info : nullptr;  // also reports instance creation itself
+    if (portability) info.flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
     info.pApplicationInfo = &app;
     info.enabledLayerCount = uint32_t(layers.size());
     info.ppEnabledLayerNames = layers.data();
@@ -236,6 +242,7 @@ void Context::Impl::create_instance(bool with_validation) {
         throw Error(std::string(kNoDevice) + " (vkCreateInstance: " + vk_result_name(r) + ")");
     }
     validation = with_validation;
+    portability_enumeration = portability;
     if (debug_utils) {
         begin_label = reinterpret_cast<PFN_vkCmdBeginDebugUtilsLabelEXT>(
             vkGetInstanceProcAddr(instance, "vkCmdBeginDebugUtilsLabelEXT"));
@@ -325,6 +332,8 @@ const DeviceCaps& Context::caps() const { return impl_->physical.caps; }
 bool Context::validation_enabled() const { return impl_->validation; }
 
 bool Context::debug_labels() const { return impl_->begin_label != nullptr; }
+
+bool Context::portability_enumeration() const { return impl_->portability_enumeration; }
 
 std::vector<std::string> Context::take_validation_messages() {
     std::lock_guard lock(impl_->messages_mutex);

@@ -50,6 +50,7 @@ struct Context::Impl {
     VkInstance instance = VK_NULL_HANDLE;
     uint32_t instance_api = 0;
     bool validation = false;
+    bool portability_enumeration = false;
     VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
     // VK_EXT_debug_utils command-buffer labels (each dispatch named, for RenderDoc and Nsight); null
     // when the instance lacks the extension or is a host's.

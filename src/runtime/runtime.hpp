@@ -42,6 +42,9 @@ public:
     // Each dispatch is recorded inside a VK_EXT_debug_utils label (its Dispatch::name), so RenderDoc,
     // Nsight and the validation layer see the graph nodes it computes; false without the extension.
     bool debug_labels() const;
+    // The instance asked for VK_KHR_portability_enumeration (the loader offers it), so that layered
+    // implementations such as MoltenVK are listed; false for an adopted instance.
+    bool portability_enumeration() const;
     // Validation-layer messages (warnings and errors) seen since the last call.
     std::vector<std::string> take_validation_messages();
 

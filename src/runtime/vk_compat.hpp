@@ -42,3 +42,9 @@ struct VkPhysicalDeviceShaderBfloat16FeaturesKHR {
     VkBool32 shaderBFloat16CooperativeMatrix;
 };
 #endif
+
+// A provisional extension (vulkan_beta.h): only its name is needed, to enable it where a layered
+// implementation such as MoltenVK lists it, as the specification requires.
+#ifndef VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME
+#define VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME "VK_KHR_portability_subset"
+#endif

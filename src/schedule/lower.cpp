@@ -552,7 +552,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
-                .max_loop_iterations = caps.max_loop_iterations};
+                .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
     // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
     if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
         caps.vulkan_memory_model && caps.subgroup_size_control) {

@@ -1,0 +1,113 @@
+// `meganeura shaders`: every kernel of a model's programs (inference, and one training step) as the
+// SPIR-V a device would run and, with --msl, as the Metal Shading Language MoltenVK would make of it.
+// The kernels are specialized for the device opened here, or for a device profile (--caps), so the
+// kernels an Apple GPU would get can be read and compiled on a machine without one.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "cli/commands.hpp"
+#include "codegen/msl.hpp"
+#include "common/caps_profiles.hpp"
+#include "compiler/program_kernels.hpp"
+#include "models/registry.hpp"
+#include "runtime/runtime.hpp"
+
+namespace mn::cli {
+
+namespace {
+
+rt::DeviceCaps caps_of(const std::string& name) {
+    if (name == "device") return Device::open().context()->caps();
+    if (const rt::CapsProfile* p = rt::find_caps_profile(name)) return p->caps;
+    std::string names;
+    for (const rt::CapsProfile& p : rt::caps_profiles()) names += ", " + p.name;
+    throw Error("no device profile '" + name + "'; profiles: device" + names);
+}
+
+void write(const std::filesystem::path& path, const char* data, size_t bytes) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(data, static_cast<std::streamsize>(bytes));
+    if (!out) throw Error("cannot write " + path.string());
+}
+
+// Writes each distinct kernel of the program (dispatches of one family variant share their SPIR-V)
+// as NN-label.spv and .metal, in the order of first dispatch; returns how many.
+size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt::DeviceCaps& caps, bool msl,
+                     const std::filesystem::path& dir) {
+    std::map<std::string, size_t> index;  // GLSL -> its position in sources
+    std::vector<std::string> sources, labels;
+    for (const auto& k : kernels) {
+        if (index.emplace(k.glsl, sources.size()).second) sources.push_back(k.glsl), labels.push_back(k.label);
+    }
+    const std::vector<codegen::Spirv> spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
+    for (const auto& k : kernels) compiler::require_fit(k, *spirv[index.at(k.glsl)], caps);
+    if (std::error_code e; !std::filesystem::create_directories(dir, e) && e)
+        throw Error("--out " + dir.string() + ": cannot create it: " + e.message());
+    for (size_t i = 0; i < sources.size(); ++i) {
+        char stem[16];
+        std::snprintf(stem, sizeof stem, "%03zu-", i);
+        const std::filesystem::path base = dir / (stem + labels[i]);
+        write(base.string() + ".spv", reinterpret_cast<const char*>(spirv[i]->data()), spirv[i]->size() * 4);
+        if (!msl) continue;
+        std::string metal;
+        try {
+            metal = codegen::spirv_to_msl(*spirv[i]);
+        } catch (const Error& e) {
+            throw Error("kernel " + base.filename().string() + ": " + e.what());
+        }
+        write(base.string() + ".metal", metal.data(), metal.size());
+    }
+    return sources.size();
+}
+
+int run_shaders(const Flags& f) {
+    if (!f.positional().empty()) throw Error("shaders takes no arguments");
+    const models::ModelEntry& entry = models::find_model(f.required("model"));
+    const std::string& out = f.required("out");
+    const models::ModelRequest request{.size = f.choice("size", {"tiny", "full"}), .config_path = f.str("config")};
+    const Precision precision = parse_precision(f);
+    const rt::DeviceCaps caps = caps_of(f.str("caps"));
+    const models::BuiltModel model = entry.build(request);
+    const Graph& g = *model.graph;
+    std::vector<std::pair<std::string, CompileOptions>> programs = {{"inference", {.precision = precision}}};
+    if (model.loss.valid()) programs.push_back({"training", {.loss = model.loss, .precision = precision}});
+    for (const auto& [name, options] : programs) {
+        const std::vector<codegen::KernelSource> kernels = compiler::program_kernels(g, caps, options);
+        const std::filesystem::path dir = std::filesystem::path(out) / name;
+        const size_t written = write_program(kernels, caps, f.on("msl"), dir);
+        std::printf("%s %s for %s: %zu kernels (%zu dispatches) in %s\n", entry.name.c_str(), name.c_str(),
+                    caps.name.c_str(), written, kernels.size(), dir.string().c_str());
+    }
+    return 0;
+}
+
+std::string profile_list() {
+    std::string s;
+    for (const rt::CapsProfile& p : rt::caps_profiles()) s += "\n  " + p.name + ": " + p.summary;
+    return s;
+}
+
+}  // namespace
+
+const Command shaders_command = {
+    .name = "shaders",
+    .summary = "write every kernel of a model's programs as SPIR-V and, with --msl, as Metal",
+    .description =
+        "Writes every kernel of a model's inference program and training step to --out (inference/ and\n"
+        "training/, one NNN-label.spv per kernel), specialized for the device here or for a device\n"
+        "profile; with --msl also each as Metal Shading Language (NNN-label.metal, through SPIRV-Cross,\n"
+        "as MoltenVK would translate it). Shapes stay specialization constants (Metal function\n"
+        "constants). Device profiles (--caps):" + profile_list(),
+    .options = {{"model", "", "NAME", "a model of the registry (meganeura models; required)"},
+                {"size", "full", "SIZE", "tiny (the test configuration) or full (the published one)"},
+                {"config", "", "FILE", "a Hugging Face config.json, overriding --size's configuration"},
+                {"caps", "device", "NAME", "device: the Vulkan device here; or a device profile (listed above)"},
+                precision_option(),
+                {"out", "", "DIR", "where the kernels go (required)"},
+                {"msl", "false", "", "also write each kernel as Metal Shading Language"}},
+    .run = run_shaders,
+};
+
+}  // namespace mn::cli

@@ -1,0 +1,56 @@
+#include "compiler/program_kernels.hpp"
+
+#include <vulkan/vulkan.h>
+
+#include "codegen/device_fit.hpp"
+#include "compiler/training.hpp"
+#include "optimize/optimize.hpp"
+
+namespace mn::compiler {
+
+sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning) {
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : graph.outputs()) roots.push_back(id);
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+        if (graph.nodes()[i].op == Op::Assign) roots.push_back(static_cast<int32_t>(i));
+    }
+    if (roots.empty()) throw Error("compile: the graph has no outputs (mark them with graph.output(name, tensor))");
+    return sched::lower(graph, roots, tuning);
+}
+
+std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
+                                                   const CompileOptions& options) {
+    Graph program = graph;
+    if (options.loss) {
+        if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
+        append_training(program, program.handle(options.loss->id), options);
+    }
+    if (options.optimize) program = optimize::optimize(program);
+    sched::Schedule s = lower_program(program, sched::tune_for(caps, options.precision));
+    sched::order_by_level(s);
+    std::vector<codegen::KernelSource> kernels;
+    for (sched::Step& step : s.steps) kernels.push_back(std::move(step.kernel));
+    return kernels;
+}
+
+codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps) {
+    codegen::ShaderOptions o;
+    o.vulkan_minor = caps.api_version >= VK_API_VERSION_1_3 ? 3 : 2;
+    return o;
+}
+
+void require_fit(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv, const rt::DeviceCaps& caps) {
+    codegen::SpirvNeeds needs;
+    try {
+        needs = codegen::spirv_needs(spirv, kernel.spec_values);
+    } catch (const Error& e) {
+        throw Error("kernel " + kernel.label + ": " + e.what());
+    }
+    const std::vector<std::string> misfits = codegen::device_misfits(kernel, needs, caps);
+    if (misfits.empty()) return;
+    std::string text;
+    for (const std::string& m : misfits) text += "; " + m;
+    throw Error("kernel " + kernel.label + " does not fit " + caps.name + text.replace(0, 1, ":"));
+}
+
+}  // namespace mn::compiler

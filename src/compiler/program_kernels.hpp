@@ -1,0 +1,29 @@
+#pragma once
+// The kernels of a program for a device known only by its DeviceCaps: compile's passes up to the
+// ordered schedule (training appended, optimize, lower, order by level), with no Vulkan device
+// opened and nothing allocated. `meganeura shaders` writes them out (as SPIR-V and Metal), and the
+// caps tests check each one against device classes this machine does not have.
+#include <vector>
+
+#include "codegen/kernel.hpp"
+#include "codegen/shader_compiler.hpp"
+#include "common/device_caps.hpp"
+#include "meganeura/session.hpp"
+#include "schedule/schedule.hpp"
+
+namespace mn::compiler {
+
+// The schedule of the graph's outputs and assignments (compile's lower pass).
+sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning);
+
+// Every dispatch's kernel, in order; with options.loss, those of one training step.
+std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
+                                                   const CompileOptions& options);
+
+// The SPIR-V target of a device: Vulkan 1.3's where it has 1.3, else 1.2's.
+codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps);
+
+// An mn::Error naming the kernel and every device limit it passes (codegen/device_fit.hpp).
+void require_fit(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv, const rt::DeviceCaps& caps);
+
+}  // namespace mn::compiler

@@ -1,0 +1,80 @@
+// `meganeura shaders` (issue 19): a model's kernels written as SPIR-V and Metal, for the device here or
+// a device profile; bad input is one error line with exit status 1.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "host_tools.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shaders(const std::string& args, int* status) {
+    return run_command(std::string(MEGANEURA_BINARY) + " shaders " + args, status);
+}
+
+size_t count(const fs::path& dir, const std::string& extension) {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == extension;
+    return n;
+}
+
+TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
+    TempDir tmp("shaders");
+    int status = -1;
+    const std::string out = shaders("--model mlp --size=tiny --caps apple-m2 --msl --out " + tmp.dir().string(), &status);
+    ASSERT_EQ(status, 0) << out;
+    for (const char* program : {"inference", "training"}) {
+        SCOPED_TRACE(program);
+        const fs::path dir = tmp.dir() / program;
+        const size_t kernels = count(dir, ".spv");
+        EXPECT_GT(kernels, 2u);
+        EXPECT_EQ(count(dir, ".metal"), kernels);
+        EXPECT_NE(out.find("mlp " + std::string(program) + " for Apple M2 (profile): " + std::to_string(kernels) + " kernels"),
+                  std::string::npos) << out;
+        for (const auto& e : fs::directory_iterator(dir)) {
+            std::ifstream in(e.path(), std::ios::binary);
+            if (e.path().extension() == ".spv") {
+                uint32_t magic = 0;
+                in.read(reinterpret_cast<char*>(&magic), 4);
+                EXPECT_EQ(magic, 0x07230203u) << e.path();
+            } else {
+                const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                EXPECT_NE(text.find("#include <metal_stdlib>"), std::string::npos) << e.path();
+            }
+        }
+    }
+    // The default is the device here; without --msl only SPIR-V is written.
+    TempDir here("shaders-device");
+    ASSERT_EQ(exit_status(std::string(MEGANEURA_BINARY) + " shaders --model mlp --size tiny --out " + here.dir().string() +
+                          " > /dev/null 2>&1"), 0);
+    EXPECT_GT(count(here.dir() / "training", ".spv"), 2u);
+    EXPECT_EQ(count(here.dir() / "training", ".metal"), 0u);
+}
+
+TEST(ShadersCommand, BadInputIsAUserError) {
+    TempDir tmp("shaders-errors");
+    const std::string dir = tmp.dir().string();
+    const std::pair<std::string, std::string> cases[] = {
+        {"--model mlp --size tiny --caps nope --out " + dir, "no device profile 'nope'; profiles: device, nvidia-h200, amd-wave64"},
+        {"--model mlp --size tiny", "option --out is required"},
+        {"--model nope --out " + dir, "nope"},
+        {"--model mlp --size huge --out " + dir, "option --size is 'huge'"},
+        {"extra --model mlp --out " + dir, "shaders takes no arguments"},
+    };
+    for (const auto& [args, part] : cases) {
+        SCOPED_TRACE(args);
+        int status = -1;
+        const std::string out = shaders(args, &status);
+        EXPECT_EQ(status, 1) << out;
+        EXPECT_NE(out.find("meganeura shaders: error: "), std::string::npos) << out;
+        EXPECT_NE(out.find(part), std::string::npos) << out;
+    }
+}
+
+}  // namespace
+}  // namespace mn::test
