@@ -31,13 +31,29 @@ TEST_F(FusionTest, SharedValuesAndOutputsAreMaterialized) {
     expect_matches_reference(g, random_feeds(g, 2));
 }
 
-TEST_F(FusionTest, BroadcastOperandIsNotRecomputedPerElement) {
+// A broadcast operand is computed in its reader's kernel, once per element that reads it: a dispatch
+// and a barrier cost more than a few ALU ops per element of a bandwidth-bound kernel.
+TEST_F(FusionTest, BroadcastOperandIsComputedInItsReader) {
     Graph g;
     Tensor x = g.input("x", {4, 1});
+    Tensor s = g.input("s", {50});
     Tensor y = g.input("y", {4, 50});
-    g.output("out", g.sigmoid(x) * y);  // sigmoid(x) is [4,1]: its own kernel, then the product
-    EXPECT_EQ(dispatches_of(g), 2u);
-    expect_matches_reference(g, random_feeds(g, 3));
+    g.output("out", g.sigmoid(x) * y + g.rsqrt(s + 1.0));  // [4, 1] and [50] operands of a [4, 50] kernel
+    EXPECT_EQ(dispatches_of(g), 1u);
+    expect_matches_reference(g, random_feeds(g, 3, {.lo = 0.1, .hi = 2}));
+}
+
+// Eval batch norm is one kernel: its per-channel scale is computed in it (graph/conv.cpp).
+TEST_F(FusionTest, EvalBatchNormIsOneKernel) {
+    Graph g;
+    Tensor x = g.input("x", {2, 3, 5, 5});
+    Tensor mean = g.input("mean", {3});
+    Tensor var = g.input("var", {3});
+    g.output("y", g.relu(g.batch_norm(x, g.input("w", {3}), g.input("b", {3}), mean, var, false)));
+    EXPECT_EQ(dispatches_of(g), 1u);
+    ref::Feeds feeds = random_feeds(g, 4);
+    for (double& v : feeds.at("var").data) v = std::abs(v) + 0.1;
+    expect_matches_reference(g, feeds);
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {

@@ -141,25 +141,27 @@ Tensor Graph::batch_norm(Tensor x, Tensor weight, Tensor bias, std::optional<Ten
     if (!training && !running_mean) fail(op, "eval mode needs the running stats");
     const Shape xs = x.shape();
     const size_t rank = xs.size();
+    if (!training) {
+        // Each value used once, so that the fusion inlines the per-channel scale into the norm's one pointwise
+        // kernel (see schedule/fusion.hpp); scale and shift as [C] values of their own would be two kernels more.
+        // PyTorch's arithmetic: (x - mean) / sqrt(var + eps) * w + b.
+        return (x - per_channel(*this, *running_mean, rank)) *
+                   (per_channel(*this, weight, rank) * rsqrt(per_channel(*this, *running_var, rank) + eps)) +
+               per_channel(*this, bias, rank);
+    }
     std::vector<int64_t> axes{0};
     for (size_t d = 2; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
-    Tensor mean_c, var_c;  // [C]
-    if (training) {
-        mean_c = mean(x, axes);
-        Tensor centered = x - per_channel(*this, mean_c, rank);
-        var_c = mean(centered * centered, axes);
-        if (running_mean) {
-            const double count = static_cast<double>(numel(xs) / xs[1]);
-            const double unbias = count > 1 ? count / (count - 1) : 1.0;
-            assign(*running_mean, *running_mean * (1 - momentum) + mean_c * momentum);
-            assign(*running_var, *running_var * (1 - momentum) + var_c * (momentum * unbias));
-        }
-    } else {
-        mean_c = *running_mean;
-        var_c = *running_var;
+    const Tensor mean_c = mean(x, axes);  // [C]
+    const Tensor centered = x - per_channel(*this, mean_c, rank);
+    const Tensor var_c = mean(centered * centered, axes);
+    if (running_mean) {
+        const double count = static_cast<double>(numel(xs) / xs[1]);
+        const double unbias = count > 1 ? count / (count - 1) : 1.0;
+        assign(*running_mean, *running_mean * (1 - momentum) + mean_c * momentum);
+        assign(*running_var, *running_var * (1 - momentum) + var_c * (momentum * unbias));
     }
-    Tensor scale = weight * rsqrt(var_c + eps);  // [C]
-    Tensor shift = bias - mean_c * scale;
+    const Tensor scale = weight * rsqrt(var_c + eps);  // [C]
+    const Tensor shift = bias - mean_c * scale;
     return x * per_channel(*this, scale, rank) + per_channel(*this, shift, rank);
 }
 

@@ -2,9 +2,8 @@
 // Pointwise fusion: which nodes become one kernel, decided before lowering.
 //
 // A pointwise node is inlined into its consumer when it is that consumer's only use, the consumer
-// is pointwise too and has the same shape (so the inlined node is computed once per output
-// element, never recomputed under broadcasting), and the node is not a root (an output or an
-// assignment). What remains is a set of fused roots, each one kernel that reads its leaves through
+// is pointwise too, and the node is not a root (an output or an assignment). A node the consumer
+// broadcasts (a smaller shape) is then computed once per element of the consumer: see inlinable(). What remains is a set of fused roots, each one kernel that reads its leaves through
 // broadcast strides and evaluates the tree in registers.
 //
 // A fused root whose every reader is inside one later kernel of the same shape (reading it element for
