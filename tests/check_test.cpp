@@ -13,8 +13,8 @@ namespace {
 
 using CheckTest = GpuTest;
 
-// logits = relu(x @ w1 + b1) @ w2; loss = cross entropy: a matmul, a fused pointwise kernel, a
-// reduction.
+// logits = relu(x @ w1 + b1) @ w2; loss = cross entropy: a matmul storing through its bias and relu (an
+// epilogue), a matmul, a reduction.
 struct Mlp {
     Graph g;
     Tensor loss;
@@ -54,7 +54,7 @@ TEST_F(CheckTest, NamesTheFirstNodeThatDiverges) {
     feed(s);
     const std::string what = error_of([&] { s.run(); });
     EXPECT_EQ(what.rfind("MEGANEURA_CHECK: node ", 0), 0u) << what;
-    EXPECT_NE(what.find("(matmul, (6,7)), written by dispatch 0 'matmul', is the first to diverge from the "
+    EXPECT_NE(what.find("(relu, (6,7)), written by dispatch 0 'matmul+add+relu', is the first to diverge from the "
                         "reference: relative L2 "), std::string::npos) << what;
     EXPECT_NE(what.find("; limit 1e-15"), std::string::npos) << what;
 }

@@ -1,6 +1,7 @@
 // Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
 #include "gpu_check.hpp"
 #include "schedule/schedule.hpp"
+#include "temp_dir.hpp"
 
 namespace mn::test {
 namespace {
@@ -56,6 +57,81 @@ TEST_F(FusionTest, EvalBatchNormIsOneKernel) {
     expect_matches_reference(g, feeds);
 }
 
+// Convolutions and matmuls store their pointwise readers' values through an epilogue (fusion.hpp): a
+// ResNet block's conv, eval batch norm, residual add and relu are one kernel; with K split, the split sum
+// applies it. Each is checked against the float64 reference.
+ref::Feeds positive_variances(ref::Feeds feeds) {
+    for (auto& [name, v] : feeds) {
+        if (name.find("var") != std::string::npos) for (double& x : v.data) x = std::abs(x) + 0.1;
+    }
+    return feeds;
+}
+
+Graph conv_block() {
+    Graph g;
+    Tensor x = g.input("x", {2, 8, 9, 9});  // K = 72: three pieces of 32 when split
+    Tensor y = g.conv2d(x, g.parameter("w", {4, 8, 3, 3}), std::nullopt, {.stride = 2, .padding = 1});
+    y = g.batch_norm(y, g.parameter("bn.w", {4}), g.parameter("bn.b", {4}), g.input("bn.mean", {4}),
+                     g.input("bn.var", {4}), false);
+    g.output("y", g.relu(y + g.input("residual", {2, 4, 5, 5})));
+    return g;
+}
+
+TEST_F(FusionTest, ConvolutionStoresThroughItsEpilogue) {
+    const Graph g = conv_block();
+    EXPECT_EQ(dispatches_of(g), 1u);
+    expect_matches_reference(g, positive_variances(random_feeds(g, 5)));
+}
+
+TEST_F(FusionTest, SplitSumAppliesTheEpilogue) {
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
+    const Graph g = conv_block();
+    EXPECT_EQ(dispatches_of(g), 2u);  // the pieces, then their sum through the epilogue
+    expect_matches_reference(g, positive_variances(random_feeds(g, 6)));
+
+    Graph m;  // a matmul's split sum, 4 elements per thread
+    m.output("y", m.gelu(m.linear(m.input("x", {6, 40}), m.parameter("w", {8, 40}), m.parameter("b", {8}))));
+    EXPECT_EQ(dispatches_of(m), 2u);
+    expect_matches_reference(m, random_feeds(m, 7));
+}
+
+TEST_F(FusionTest, MatmulStoresThroughItsEpilogue) {
+    for (const Shape& x_shape : {Shape{5, 7}, Shape{1, 7}}) {  // the tiled kernel; gemv
+        Graph g;
+        Tensor x = g.input("x", x_shape);
+        g.output("y", g.silu(g.linear(x, g.parameter("w", {6, 7}), g.parameter("b", {6}))) * 2.0);
+        EXPECT_EQ(dispatches_of(g), 1u) << shape_str(x_shape);
+        expect_matches_reference(g, random_feeds(g, 8));
+    }
+}
+
+// In precision Fast the products run on cooperative matrices where the device has them (the H200), and
+// store through the epilogue there too (f16 operands: ~1e-3, see ConvOpsTest's fast test), K whole or split.
+TEST_F(FusionTest, EpiloguesInFastPrecision) {
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    for (const char* splits : {"", "1", "3"}) {
+        SCOPED_TRACE(std::string("splits '") + splits + "'");
+        const ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        const Graph conv = conv_block();
+        expect_matches_reference(conv, positive_variances(random_feeds(conv, 10)), coop ? 2e-3 : 1e-5, fast);
+        Graph m;  // N % 4 == 0: the cooperative kernel would store whole tiles, but not through an epilogue
+        m.output("y", m.gelu(m.linear(m.input("x", {70, 96}), m.parameter("w", {48, 96}), m.parameter("b", {48}))));
+        expect_matches_reference(m, random_feeds(m, 11), coop ? 2e-3 : 1e-5, fast);
+    }
+}
+
+// A product read twice (here: also an output) is stored, and its readers are their own kernel.
+TEST_F(FusionTest, ProductReadTwiceKeepsItsValue) {
+    Graph g;
+    Tensor y = g.matmul(g.input("a", {4, 4}), g.input("b", {4, 4}));
+    g.output("y", y);
+    g.output("z", g.exp(y));
+    EXPECT_EQ(dispatches_of(g), 2u);
+    expect_matches_reference(g, random_feeds(g, 9));
+}
+
 size_t occurrences(const std::string& text, const std::string& what) {
     size_t count = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
@@ -78,9 +154,10 @@ TEST_F(FusionTest, InlinedValuesReadTwiceAreComputedOnce) {
 }
 
 // Adam's moments are read only by the parameter's update: one kernel computes all three and stores
-// each in place (m, v and p), where it took three. A step then costs SGD's dispatches and the two
-// bias-correction scalars every parameter shares. (The optimizer tests check the values against
-// torch.optim.)
+// each in place (m, v and p), where it took three. A step then costs SGD's dispatches, the two
+// bias-correction scalars every parameter shares, and that kernel per parameter: SGD's update rides
+// its gradient's matmul as an epilogue, Adam's stores the moments too and stays a kernel of its own.
+// (The optimizer tests check the values against torch.optim.)
 TEST_F(FusionTest, AdamUpdatesOneParameterInOneKernel) {
     Graph g;
     const Tensor x = g.input("x", {4, 6});
@@ -88,7 +165,7 @@ TEST_F(FusionTest, AdamUpdatesOneParameterInOneKernel) {
     const Tensor loss = g.mean(g.tanh(g.matmul(h, g.parameter("w2", {5, 3}))));
     const Session adam = compile(g, device(), {.loss = loss, .optimizer = Adam{}});
     const Session sgd = compile(g, device(), {.loss = loss, .optimizer = SGD{}});
-    EXPECT_EQ(adam.stats().dispatches, sgd.stats().dispatches + 2);
+    EXPECT_EQ(adam.stats().dispatches, sgd.stats().dispatches + 2 + 2);
 }
 
 TEST_F(FusionTest, ManyInputsSplitIntoKernelsThatFit) {

@@ -59,7 +59,10 @@ float load_b(Col col, uint k) {
     uint c = k / KK, t = k % KK;
     return x_at(col.base, c, col.ih + int((t / KW) * DH), col.iw + int((t % KW) * DW));
 }
-void store_c(uint off, uint g, uint m, uint n, float v) { Y.d[off + ((n / OHW) * O + g * OG + m) * OHW + n % OHW] = STORE(v); }
+void store_c(uint off, uint g, uint m, uint n, float v) {
+    uint i = ((n / OHW) * O + g * OG + m) * OHW + n % OHW;
+    Y.d[off + i] = STORE(EPI(i, v));  // an epilogue only where K is whole (off 0)
+}
 )";
 
 const char* const kGradInput = R"(
@@ -265,7 +268,7 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
                            a[3] == 0 && a[6] == 1;
     const int64_t batch = spec.x[0], c = spec.x[1], o = spec.weight[0], p = spec.x[2] * spec.x[3];
     if (!pointwise || (spec.mode == ConvMode::GradWeight && batch > 1 && spec.dtype != DType::F32)) return std::nullopt;
-    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}};
+    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = spec.epilogue};
     switch (spec.mode) {
         case ConvMode::Forward:
             m.m = o, m.n = p, m.k = c, m.a_batch_strides = {0}, m.b_batch_strides = {c * p};
@@ -339,11 +342,13 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k.spec_values.push_back(k_split);  // KSPLIT, before the epilogue's constants
         k.label += tuning.coop_scaled ? "_coop_scaled" : "_coop";
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
         k.required_subgroup_size = tuning.coop_subgroup;
+        const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
-                 matmul_detail::coop_defines(t, tuning) + head + kCoopStaging +
+                 matmul_detail::coop_defines(t, tuning) + epilogue + head + kCoopStaging +
                  matmul_detail::kCoopProductGlsl + kCoopMain;
     } else {
         std::string why;
@@ -352,6 +357,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                    matmul_detail::no_coop_reason(gemm, tuning) + ") " + why;
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k.spec_values.push_back(k_split);
         k.iface.local_size = t.threads();
         const uint32_t wg = k.iface.local_size;
         if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk) % wg || (t.bn * t.bk) % wg ||
@@ -361,10 +367,10 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         using matmul_detail::define;
         const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                                  define("TN", t.tn);
-        k.glsl = matmul_detail::preamble(k.iface, "") + defs + head + kTileLoop +
+        const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
+        k.glsl = matmul_detail::preamble(k.iface, "") + defs + epilogue + head + kTileLoop +
                  matmul_detail::kRegisterTileProductGlsl + kTileMain;
     }
-    k.spec_values.push_back(k_split);
     const int64_t splits = (depth + k_split - 1) / k_split;
     if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split);
     const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
@@ -379,7 +385,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         out.kernels.partial_elements = splits * out_elems;
         checked_u32(out.kernels.partial_elements, "conv2d split-K partial outputs");
         out.kernels.sum = matmul_detail::split_sum_kernel(spec.dtype, out_elems, static_cast<uint32_t>(splits),
-                                                          tuning.max_groups);
+                                                          tuning.max_groups, spec.epilogue);
     }
     return out;
 }

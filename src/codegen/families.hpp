@@ -34,6 +34,18 @@ struct PointwiseSpec {
 };
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 
+// A pointwise tree a matmul or convolution applies to each element of its result before storing it
+// (eval batch norm, bias, activation, residual add): `tree` over the product's output shape, whose input
+// `product` is the product's value and whose other inputs are bound after the product kernel's own
+// bindings (or, where K is split, the split sum's), in order.
+struct Epilogue {
+    PointwiseSpec tree;
+    int32_t product = 0;
+};
+// GLSL defining EPI(i, v), the value stored at output element i for product value v: v itself
+// without an epilogue. Adds the epilogue's bindings and constants to k: call it before k's preamble.
+std::string epilogue_glsl(const Epilogue* e, KernelSource& k);
+
 // out[out_offset + sum c_d*out_strides[d]] = in[in_offset + sum c_d*in_strides[d]] for every
 // coordinate c of `dims`: permute, slice, expand and concat pieces are all this one kernel.
 struct CopySpec {
@@ -68,6 +80,7 @@ struct MatmulSpec {
     Shape batch;                          // output batch dims
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
+    const Epilogue* epilogue = nullptr;  // applied by the product, or by the split sum where K is split
 };
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
 struct MatmulTuning {
@@ -113,6 +126,7 @@ struct ConvSpec {
     DType dtype;
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
+    const Epilogue* epilogue = nullptr;  // Forward only
 };
 // `kernels` as the matmul family's: the product, and where K is split (or a 1x1 weight gradient
 // sums over images) an f32 scratch of partial_elements it writes and `sum` reduces into the output.

@@ -172,15 +172,17 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
             static_cast<uint32_t>(batch)};
 }
 
-KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups) {
+KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
+                              const Epilogue* epilogue) {
     KernelSource k;
     k.label = "matmul_split_sum";
     k.iface.local_size = 256;
     k.iface.spec_constants = {"T", "S"};
     k.spec_values = {checked_u32(elements, "matmul output size"), splits};
     k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
+    const std::string epi = epilogue_glsl(epilogue, k);
     const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
-    std::string g = glsl_preamble(k.iface) + kFlatGroupId + "#define STORE " + storage_type(out_dtype) +
+    std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + "#define STORE " + storage_type(out_dtype) +
                     "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
     g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
          "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
@@ -190,7 +192,7 @@ void main() {
     if (i >= T / 4u) return;
     vec4 s = vec4(0.0);
     for (uint q = 0u; q < S; ++q) s += p4.d[q * (T / 4u) + i];
-    c4.d[i] = STORE4(s);
+    c4.d[i] = STORE4(EPI4(4u * i, s));
 }
 )"
              : R"(
@@ -199,7 +201,7 @@ void main() {
     if (i >= T) return;
     float s = 0.0;
     for (uint q = 0u; q < S; ++q) s += p.d[q * T + i];
-    c.d[i] = STORE(s);
+    c.d[i] = STORE(EPI(i, s));
 }
 )";
     k.glsl = g;
@@ -368,7 +370,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
         out.partial_elements = elements * splits;
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups);
+        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue);
     }
     return out;
 }

@@ -101,6 +101,8 @@ void check_coop_geometry(const CoopGeometry& g, uint32_t subgroup_size);
 KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups);
 
 // Split-K: C = the sum of the `splits` partial products [splits][elements] (f32).
-KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups);
+// The sum of `splits` f32 partial outputs, then the epilogue (the product's, where K is split).
+KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
+                              const Epilogue* epilogue = nullptr);
 
 }  // namespace mn::codegen::matmul_detail

@@ -245,7 +245,7 @@ void fetch(uint k0) {
 uint c_off;  // split-K: partial products [split][batch][M][N]
 void store_element(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = v;
+    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = EPI(c_off + gm * N + gn, v);
 }
 
 void main() {
@@ -299,10 +299,13 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     KernelSource k = base_kernel(spec, t.subgroups() * tuning.coop_subgroup,
                                  tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop", split_k);
     k.required_subgroup_size = tuning.coop_subgroup;
+    const Epilogue* e = split_k < spec.k ? nullptr : spec.epilogue;
+    const std::string epilogue = epilogue_glsl(e, k);
+    // VEC_C stores whole accumulators straight to memory: an epilogue goes element by element.
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + loader_glsl(spec, 'a') +
+                       (spec.n % 4 == 0 && !e ? "1" : "0") + "\n";
+    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + epilogue + loader_glsl(spec, 'a') +
              loader_glsl(spec, 'b') + kMatmulStaging + kCoopProductGlsl + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
     return k;

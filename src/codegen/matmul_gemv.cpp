@@ -66,7 +66,7 @@ void main() {
             sum += partial[r * WG + q * CW + jl];
 #endif
         }
-        c.d[gl_WorkGroupID.z * J + j] = STORE(sum);
+        c.d[gl_WorkGroupID.z * J + j] = STORE(EPI(gl_WorkGroupID.z * J + j, sum));
     }
 }
 )";
@@ -79,11 +79,12 @@ KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups) {
     const bool w_kc = row ? spec.trans_b : !spec.trans_a;
     const uint32_t ks = w_kc ? 32 : 8, cw = 256 / ks;
     KernelSource k = base_kernel(spec, ks * cw, "matmul_gemv", checked_u32(spec.k, "matmul K"));
+    const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string defs = define("KS", ks) + define("CW", cw) + define("R", kRows) + "#define W_KC " + (w_kc ? "1" : "0") +
                        "\n#define VEC_K " + (w_kc && spec.k % 4 == 0 ? "1" : "0") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + kBody;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + epilogue + kBody;
     const int64_t outputs = row ? spec.n : spec.m;
     const int64_t groups = (outputs + kRows * cw - 1) / (kRows * cw), batch = std::max<int64_t>(numel(spec.batch), 1);
     if (groups > max_groups || batch > max_groups) {

@@ -69,7 +69,51 @@ std::string expression(Op op, const std::string& x0, const std::string& x1, DTyp
     }
 }
 
+// The tree's steps as GLSL statements, one register r<step> each, typed by the step's dtype; input n
+// reads input(n). The ops join k's label.
+template <class Input>
+std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k) {
+    std::string body;
+    for (size_t i = 0; i < spec.program.size(); ++i) {
+        const PointwiseSpec::Step& st = spec.program[i];
+        const std::string type = compute_type(st.dtype);
+        const std::string r = "r" + std::to_string(i);
+        if (st.op == Op::Input) {
+            body += "    " + type + " " + r + " = " + type + "(" + input(st.a) + ");\n";
+            continue;
+        }
+        const auto reg = [](int32_t x) { return x < 0 ? std::string() : "r" + std::to_string(x); };
+        const DType operand = spec.program[static_cast<size_t>(st.a)].dtype;
+        body += "    " + type + " " + r + " = " + type + "(" + expression(st.op, reg(st.a), reg(st.b), operand, st.dtype) + ");\n";
+        k.label += (k.label.empty() ? "" : "+") + std::string(op_info(st.op).name);
+    }
+    return body;
+}
+
 }  // namespace
+
+std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
+    if (!e) return "#define EPI(i, v) (v)\n#define EPI4(i, v) (v)\n";
+    const PointwiseSpec& t = e->tree;
+    add_rank_constants(k, "ED", t.out_shape, 1);
+    std::string funcs;
+    std::vector<std::string> buffers(t.in_dtypes.size());
+    for (size_t in = 0; in < t.in_dtypes.size(); ++in) {
+        if (static_cast<int32_t>(in) == e->product) continue;
+        const std::string n = std::to_string(in);
+        buffers[in] = "e" + n;
+        k.iface.bindings.push_back({buffers[in], t.in_dtypes[in]});
+        add_rank_constants(k, "ES" + n + "_", t.in_strides[in], 0);
+        funcs += strided_offset_fn("epi_offset" + n, "ED", "ES" + n + "_");
+    }
+    const std::string body = tree_glsl(t, [&](int32_t n) {
+        return n == e->product ? std::string("v") : buffers[static_cast<size_t>(n)] + ".d[epi_offset" + std::to_string(n) + "(i)]";
+    }, k);
+    // The bindings are declared by the preamble, before this text: it only reads them.
+    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v) {\n" + body + "    return float(r" +
+           std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v)\n"
+           "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n";
+}
 
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
     KernelSource k;
@@ -95,22 +139,7 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
         stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
     }
 
-    // One register per step, typed by the step's dtype.
-    std::string body;
-    for (size_t i = 0; i < spec.program.size(); ++i) {
-        const PointwiseSpec::Step& st = spec.program[i];
-        const std::string type = compute_type(st.dtype);
-        const std::string r = "r" + std::to_string(i);
-        if (st.op == Op::Input) {
-            const std::string n = std::to_string(st.a);
-            body += "    " + type + " " + r + " = " + type + "(in" + n + ".d[offset" + n + "(i)]);\n";
-            continue;
-        }
-        const auto reg = [](int32_t x) { return x < 0 ? std::string() : "r" + std::to_string(x); };
-        const DType operand = spec.program[static_cast<size_t>(st.a)].dtype;
-        body += "    " + type + " " + r + " = " + type + "(" + expression(st.op, reg(st.a), reg(st.b), operand, st.dtype) + ");\n";
-        k.label += (k.label.empty() ? "" : "+") + std::string(op_info(st.op).name);
-    }
+    const std::string body = tree_glsl(spec, [](int32_t n) { return "in" + std::to_string(n) + ".d[offset" + std::to_string(n) + "(i)]"; }, k);
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs +
              "void main() {\n"
              "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"

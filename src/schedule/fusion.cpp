@@ -25,6 +25,7 @@ public:
         plan_.in_place_of.assign(g.nodes().size(), -1);
         plan_.assign_elided.assign(g.nodes().size(), false);
         plan_.stored_in.assign(g.nodes().size(), -1);
+        plan_.epilogue_of.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -35,6 +36,9 @@ public:
         }
         for (size_t i = g_.nodes().size(); i-- > 0;) {
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_store_in_reader(static_cast<int32_t>(i));
+        }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {
+            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
@@ -95,23 +99,30 @@ private:
         }
     }
 
-    // The distinct leaves of the kernel rooted at `root` (inputs of its tree that it does not evaluate).
-    std::set<int32_t> leaves_of(int32_t root) const {
-        std::set<int32_t> leaves;
+    // Calls evaluated(n) for every node the kernel rooted at `root` evaluates (root included) and leaf(n) for
+    // every input of its tree that it does not evaluate (a leaf read twice is visited twice).
+    template <class Evaluated, class Leaf>
+    void walk(int32_t root, Evaluated evaluated, Leaf leaf) const {
         std::vector<int32_t> stack{root};
         while (!stack.empty()) {
             const int32_t n = stack.back();
             stack.pop_back();
+            evaluated(n);
             for (int32_t in : g_.node(n).inputs) {
                 if (plan_.inlined[static_cast<size_t>(in)] || plan_.stored_in[static_cast<size_t>(in)] == root) {
                     stack.push_back(in);
                 } else if (const Node& a = g_.node(in); a.op == Op::Assign && plan_.stored_in[static_cast<size_t>(a.inputs[1])] == root) {
                     stack.push_back(a.inputs[1]);
                 } else {
-                    leaves.insert(in);
+                    leaf(in);
                 }
             }
         }
+    }
+    // The distinct leaves of the kernel rooted at `root`.
+    std::set<int32_t> leaves_of(int32_t root) const {
+        std::set<int32_t> leaves;
+        walk(root, [](int32_t) {}, [&](int32_t n) { leaves.insert(n); });
         return leaves;
     }
 
@@ -142,6 +153,36 @@ private:
         } else {
             ++outputs;
         }
+    }
+
+    // The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
+    // dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree.
+    // The product is lowered at the root's place, after every other leaf. Its bindings (at most three) and the
+    // tree's other leaves stay within max_inputs_ + 1 storage buffers.
+    //
+    // Not under a decision (greater, equal, sign: a ReLU's gradient mask): there the stored product is what
+    // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
+    // no kernel's fault, from a wrong kernel (compiler/check.cpp).
+    void try_epilogue(int32_t root) {
+        const Node& r = g_.node(root);
+        if (plan_.stored_in[static_cast<size_t>(root)] >= 0 || stored_outputs_[static_cast<size_t>(root)] > 0) return;
+        bool decides = false;
+        walk(root, [&](int32_t n) {
+            const Op op = g_.node(n).op;
+            decides = decides || op == Op::Greater || op == Op::Equal || op == Op::Sign;
+        }, [](int32_t) {});
+        if (decides) return;
+        const std::set<int32_t> leaves = leaves_of(root);
+        int32_t product = -1;
+        for (int32_t leaf : leaves) {
+            const Node& p = g_.node(leaf);
+            if ((p.op == Op::MatMul || p.op == Op::Conv2d) && p.shape == r.shape && p.dtype == r.dtype &&
+                !is_root_[static_cast<size_t>(leaf)] && consumers_[static_cast<size_t>(leaf)].size() == 1 &&
+                kernel_of(consumers_[static_cast<size_t>(leaf)].front()) == root) {
+                product = std::max(product, leaf);
+            }
+        }
+        if (product >= 0 && leaves.size() + 2 <= max_inputs_) plan_.epilogue_of[static_cast<size_t>(product)] = root;
     }
 
     void try_in_place(int32_t assign) {

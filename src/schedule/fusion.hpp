@@ -10,6 +10,11 @@
 // element), an assignment of it aside, is computed in that kernel and written as one more of its
 // outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
 //
+// A matmul or forward convolution whose one reader is a fused root's tree, reading it element for
+// element, is computed in that root's place and stores the root's value through the tree (its
+// epilogue: eval batch norm, bias, activation, residual add): the pointwise kernel, and the product's
+// round trip through memory, go.
+//
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
@@ -26,6 +31,7 @@ struct FusionPlan {
     std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
+    std::vector<int32_t> epilogue_of;   // per matmul / conv2d node: the fused root it stores through, or -1
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

@@ -42,6 +42,9 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
+        for (size_t i = 0; i < live.size(); ++i) {
+            if (fusion_.epilogue_of[i] >= 0) epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
+        }
         s_.node_value.assign(live.size(), -1);
         // Assignments copy last, once every other kernel has read the targets' old contents.
         std::vector<int32_t> copies;
@@ -98,8 +101,10 @@ private:
     }
 
     // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
+    // With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
     void fused_pointwise(int32_t root, int32_t out) {
         codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+        const auto product = epilogue_product_.find(root);
         std::vector<int32_t> bind;
         // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
         // in exp(x) * exp(x), is computed once.
@@ -112,7 +117,12 @@ private:
             if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
             const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
             if (stored_here) stored.push_back(node);
-            if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
+            if (product != epilogue_product_.end() && node == product->second) {
+                bind.push_back(-1);  // the product's own value, never stored
+                spec.in_dtypes.push_back(g_.node(node).dtype);
+                spec.in_strides.emplace_back();
+                spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
+            } else if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
                 bind.push_back(value_of(node));
                 add_leaf(spec, value_of(node));
                 spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
@@ -126,6 +136,12 @@ private:
             return step_of[node] = static_cast<int32_t>(spec.program.size() - 1);
         };
         build(build, root);
+        if (product != epilogue_product_.end()) {
+            const auto at = std::find(bind.begin(), bind.end(), -1);
+            const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
+            bind.erase(at);
+            return lower_product(product->second, out, &epilogue, bind);
+        }
         bind.push_back(out);
         for (int32_t node : stored) {
             spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
@@ -215,6 +231,7 @@ private:
             return;
         }
         if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
+        if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) return;  // lowered in its epilogue's place
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
@@ -234,8 +251,7 @@ private:
         if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
-            case Archetype::MatMul: return lower_matmul(n, matmul_tuning(id), in(0), in(1), out);
-            case Archetype::Conv: return lower_conv(n, matmul_tuning(id), in(0), in(1), out);
+            case Archetype::MatMul: case Archetype::Conv: return lower_product(id, out);
             case Archetype::Attention: return lower_attention(n, out);
             default: break;
         }
@@ -380,7 +396,17 @@ private:
         return t;
     }
 
-    void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out) {
+    // Matmul or convolution node `id` into out, storing through `epilogue` (reading epilogue_inputs) if given.
+    void lower_product(int32_t id, int32_t out, const codegen::Epilogue* epilogue = nullptr,
+                       const std::vector<int32_t>& epilogue_inputs = {}) {
+        const Node& n = g_.node(id);
+        const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
+        if (op_info(n.op).archetype == Archetype::MatMul) return lower_matmul(n, matmul_tuning(id), a, b, out, epilogue, epilogue_inputs);
+        lower_conv(n, matmul_tuning(id), a, b, out, epilogue, epilogue_inputs);
+    }
+
+    void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
+                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
         const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
         const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
@@ -394,23 +420,29 @@ private:
         codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
-                                 .b_batch_strides = batch_strides(sb)};
-        emit_product(codegen::matmul_kernels(spec, tuning), a, b, out);
+                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue};
+        emit_product(codegen::matmul_kernels(spec, tuning), a, b, out, epilogue_inputs);
     }
 
     // A matmul or convolution product of a and b into out, through f32 partials and their sum
-    // where the kernels split the reduction.
-    void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, int32_t out) {
-        if (!kernels.sum) return emit(std::move(kernels.product), {a, b, out});
+    // where the kernels split the reduction; the epilogue's inputs are bound after the storing kernel's own.
+    void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, int32_t out,
+                      const std::vector<int32_t>& epilogue_inputs) {
+        auto with_epilogue = [&](std::vector<int32_t> bind) {
+            bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+            return bind;
+        };
+        if (!kernels.sum) return emit(std::move(kernels.product), with_epilogue({a, b, out}));
         const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
         emit(std::move(kernels.product), {a, b, partial});
-        emit(std::move(*kernels.sum), {partial, out});
+        emit(std::move(*kernels.sum), with_epilogue({partial, out}));
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
-    void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out) {
+    void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
+                    const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
         const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
-        codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints};
+        codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints, .epilogue = epilogue};
         switch (n.op) {
             case Op::Conv2d: spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape; break;
             case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
@@ -419,7 +451,7 @@ private:
         }
         auto [kernels, swapped] = codegen::conv2d_kernels(spec, tuning);
         if (swapped) std::swap(a, b);
-        emit_product(std::move(kernels), a, b, out);
+        emit_product(std::move(kernels), a, b, out, epilogue_inputs);
     }
 
     // The attention ops come in families that one kernel computes together: Attention with its
@@ -492,6 +524,7 @@ private:
     const Tuning& t_;
     Schedule s_;
     FusionPlan fusion_;
+    std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
 };
