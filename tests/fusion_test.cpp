@@ -122,6 +122,17 @@ TEST_F(FusionTest, EpiloguesInFastPrecision) {
     }
 }
 
+// A linear layer over [B, T, K] multiplies [B*T, K] and reshapes the product back: the residual add
+// reads it through that view, and the product stores the sum all the same.
+TEST_F(FusionTest, ProductReadThroughAReshapeStoresThroughItsEpilogue) {
+    Graph g;
+    Tensor x = g.input("x", {2, 3, 8});
+    Tensor y = g.matmul(g.reshape(x, {6, 8}), g.parameter("w", {8, 8}), false, true);
+    g.output("y", g.reshape(y, {2, 3, 8}) + x);
+    EXPECT_EQ(dispatches_of(g), 1u);
+    expect_matches_reference(g, random_feeds(g, 12));
+}
+
 // A product read twice (here: also an output) is stored, and its readers are their own kernel.
 TEST_F(FusionTest, ProductReadTwiceKeepsItsValue) {
     Graph g;

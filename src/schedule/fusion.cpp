@@ -175,14 +175,20 @@ private:
         const std::set<int32_t> leaves = leaves_of(root);
         int32_t product = -1;
         for (int32_t leaf : leaves) {
-            const Node& p = g_.node(leaf);
-            if ((p.op == Op::MatMul || p.op == Op::Conv2d) && p.shape == r.shape && p.dtype == r.dtype &&
-                !is_root_[static_cast<size_t>(leaf)] && consumers_[static_cast<size_t>(leaf)].size() == 1 &&
-                kernel_of(consumers_[static_cast<size_t>(leaf)].front()) == root) {
-                product = std::max(product, leaf);
-            }
+            if (g_.node(leaf).shape != r.shape || !read_only_by(leaf, root)) continue;
+            // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
+            const int32_t p = g_.node(leaf).op == Op::Reshape && read_only_by(g_.node(leaf).inputs[0], leaf)
+                                  ? g_.node(leaf).inputs[0] : leaf;
+            const Node& pn = g_.node(p);
+            if ((pn.op == Op::MatMul || pn.op == Op::Conv2d) && pn.dtype == r.dtype) product = std::max(product, p);
         }
         if (product >= 0 && leaves.size() + 2 <= max_inputs_) plan_.epilogue_of[static_cast<size_t>(product)] = root;
+    }
+
+    // Whether `reader`'s kernel (or `reader` itself, a view) is all that reads node n, which no one else sees.
+    bool read_only_by(int32_t n, int32_t reader) const {
+        const auto& c = consumers_[static_cast<size_t>(n)];
+        return !is_root_[static_cast<size_t>(n)] && c.size() == 1 && (c.front() == reader || kernel_of(c.front()) == reader);
     }
 
     void try_in_place(int32_t assign) {

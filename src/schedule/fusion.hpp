@@ -11,7 +11,7 @@
 // outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
 //
 // A matmul or forward convolution whose one reader is a fused root's tree, reading it element for
-// element, is computed in that root's place and stores the root's value through the tree (its
+// element (directly, or through a reshape that only that tree reads), is computed in that root's place and stores the root's value through the tree (its
 // epilogue: eval batch norm, bias, activation, residual add): the pointwise kernel, and the product's
 // round trip through memory, go.
 //

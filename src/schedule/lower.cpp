@@ -117,7 +117,7 @@ private:
             if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
             const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
             if (stored_here) stored.push_back(node);
-            if (product != epilogue_product_.end() && node == product->second) {
+            if (product != epilogue_product_.end() && (node == product->second || is_view_of(node, product->second))) {
                 bind.push_back(-1);  // the product's own value, never stored
                 spec.in_dtypes.push_back(g_.node(node).dtype);
                 spec.in_strides.emplace_back();
@@ -148,6 +148,10 @@ private:
             bind.push_back(value_of(node));
         }
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+    }
+
+    bool is_view_of(int32_t node, int32_t product) const {
+        return g_.node(node).op == Op::Reshape && g_.node(node).inputs[0] == product;
     }
 
     void add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
@@ -232,6 +236,7 @@ private:
         }
         if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
         if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) return;  // lowered in its epilogue's place
+        if (n.op == Op::Reshape && fusion_.epilogue_of[static_cast<size_t>(n.inputs[0])] >= 0) return;  // and its view
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
