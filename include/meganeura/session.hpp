@@ -84,10 +84,21 @@ public:
     // Records what run() submits into the caller's VkCommandBuffer (in the recording state, on this
     // session's device), for a host that shares its queue (meganeura/vulkan.hpp): inputs set before
     // the submit are read, outputs are readable with get() once it has completed.
-    void record(VkCommandBuffer_T* command_buffer) const;
+    // Or one segment of it, for a host that spreads the work over several command buffers (one per
+    // frame, say): record(cmd, i, k) for i = 0 .. k-1, submitted in that order on the session's queue,
+    // with the host's own work between them, computes exactly what run() does, bit for bit. The
+    // dispatches split evenly by count and each segment holds at least one, so 1 <= k <=
+    // stats().dispatches (a program without dispatches: k = 1); anything else throws. Segment 0 reads
+    // the inputs and the last writes the outputs: set() nothing while the segments are in flight.
+    void record(VkCommandBuffer_T* command_buffer, size_t segment = 0, size_t of = 1) const;
     // Training sessions: one optimizer step (forward + backward + update, one submit); returns
     // the loss. step_count() is the number of steps taken, restored by load().
     float step();
+    // step() for a host's command buffers, in segments as record(): recording segment 0 sets the step's
+    // learning rate and bias corrections and counts the step (so each recorded segment 0 must be
+    // submitted, after the previous step's last segment); the loss is get("loss") once the last
+    // segment has completed.
+    void record_step(VkCommandBuffer_T* command_buffer, size_t segment = 0, size_t of = 1);
     int64_t step_count() const;
 
     // Checkpoints: every parameter and optimizer state, by name, in safetensors, written

@@ -11,6 +11,8 @@
 //   s.set("x", data);                                // uploads now, on the shared queue
 //   vkBeginCommandBuffer(cmd, ...); /* render */ s.record(cmd); vkEndCommandBuffer(cmd);
 //   vkQueueSubmit(queue, ...); /* wait */ auto y = s.get("y");
+//   // or spread over K frames, one segment in each frame's command buffer (training: record_step)
+//   s.record(frame_cmd, frame % K, K);
 //
 // meganeura uses only the features and extensions the host enabled (a device created without
 // shaderFloat16 or cooperative matrices gets the f32 kernels), and the queue family must support

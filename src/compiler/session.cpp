@@ -193,20 +193,40 @@ void Session::Impl::run_program() {
 
 void Session::run() { impl_->run_program(); }
 
-void Session::record(VkCommandBuffer_T* command_buffer) const {
+void Session::record(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) const {
     if (!command_buffer) throw Error("record: no command buffer");
-    impl_->program->record_into(command_buffer);
+    impl_->program->record_into(command_buffer, segment, of);
 }
 
+namespace {
+
+void require_training(const Session::Impl& impl, const char* what) {
+    if (!impl.training) throw Error(std::string(what) + ": this session was compiled without a loss (CompileOptions::loss)");
+}
+
+// The learning rate and bias corrections of the next step, step_count() + 1.
+void set_step_scalars(Session& s, const Session::Impl& impl) {
+    const auto sc = compiler::step_scalars(impl.options, impl.steps_taken + 1);
+    s.set(compiler::kLearningRate, std::vector<float>{sc.lr});
+    s.set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+    s.set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+}
+
+}  // namespace
+
 float Session::step() {
-    if (!impl_->training) throw Error("step: this session was compiled without a loss (CompileOptions::loss)");
-    const auto sc = compiler::step_scalars(impl_->options, impl_->steps_taken + 1);
-    set(compiler::kLearningRate, std::vector<float>{sc.lr});
-    set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
-    set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+    require_training(*impl_, "step");
+    set_step_scalars(*this, *impl_);
     run();
     ++impl_->steps_taken;
     return get(compiler::kLossOutput)[0];
+}
+
+void Session::record_step(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) {
+    require_training(*impl_, "record_step");
+    if (segment == 0) set_step_scalars(*this, *impl_);
+    record(command_buffer, segment, of);
+    if (segment == 0) ++impl_->steps_taken;
 }
 
 int64_t Session::step_count() const { return impl_->steps_taken; }

@@ -14,6 +14,14 @@
 // over compute and transfer. The command buffer also begins with a host-write -> device barrier and
 // ends with a device-write -> host-read barrier, so staging buffers need nothing else. With timestamps,
 // query 0 is written before the first command and query i+1 after dispatch i.
+//
+// A host that shares its queue can record the sequence as K segments, one per frame say, with its own
+// work between them. A segment is a run of whole commands, cut after a dispatch, so the barriers stay
+// where the caller put them: a hazard between two commands in different segments already has a barrier
+// between them, and a pipeline barrier orders everything earlier in submission order on the queue, earlier
+// submits included. No barrier is added at a cut, and K segments submitted in order compute what one
+// submit does, bit for bit. The first segment carries the host-write barrier, the last the host-read one.
+#include <algorithm>
 #include <variant>
 
 #include "runtime/context_impl.hpp"
@@ -77,8 +85,11 @@ struct Program::Impl {
         if (finished) throw Error(std::string("Program: ") + what + " after finish()");
         commands.push_back(std::move(c));
     }
-    // The commands, between a host-write barrier and a host-read barrier, into `into`.
-    void record(VkCommandBuffer into, bool with_timestamps) const;
+    // Segment `segment` of `of` of the commands into `into`: the first opens with a host-write barrier,
+    // the last closes with a host-read barrier (one segment of one: both).
+    void record(VkCommandBuffer into, bool with_timestamps, size_t segment, size_t of) const;
+    // The index in `commands` just after the n-th dispatch (0 for n = 0).
+    size_t after_dispatch(size_t n) const;
     void record_dispatch(VkCommandBuffer into, const Dispatch& d, VkDescriptorSet set, const Pipeline*& bound,
                          uint32_t index, bool with_timestamps) const;
 };
@@ -239,20 +250,33 @@ void Program::finish(bool timestamps) {
     m.sets = std::move(sets);
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};  // replayed: not one-time
     MN_VK_CHECK(vkBeginCommandBuffer(m.cmd, &begin));
-    m.record(m.cmd, timestamps);
+    m.record(m.cmd, timestamps, 0, 1);
     MN_VK_CHECK(vkEndCommandBuffer(m.cmd));
 }
 
-void Program::Impl::record(VkCommandBuffer into, bool with_timestamps) const {
-    const uint32_t queries = uint32_t(dispatches + 1);
-    memory_barrier(into, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, kDeviceStages, kDeviceAccess);
-    if (with_timestamps) {
-        vkCmdResetQueryPool(into, query_pool, 0, queries);
-        vkCmdWriteTimestamp(into, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool, 0);
+size_t Program::Impl::after_dispatch(size_t n) const {
+    size_t i = 0;
+    for (size_t seen = 0; seen < n; ++i)
+        if (std::holds_alternative<Dispatch>(commands[i])) ++seen;
+    return i;
+}
+
+void Program::Impl::record(VkCommandBuffer into, bool with_timestamps, size_t segment, size_t of) const {
+    // Segment s holds dispatches [s*D/of, (s+1)*D/of), as even by count as they divide.
+    const size_t first_dispatch = segment * dispatches / of;
+    const size_t first = segment == 0 ? 0 : after_dispatch(first_dispatch);
+    const size_t last = segment + 1 == of ? commands.size() : after_dispatch((segment + 1) * dispatches / of);
+    if (segment == 0) {
+        memory_barrier(into, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, kDeviceStages, kDeviceAccess);
+        if (with_timestamps) {
+            vkCmdResetQueryPool(into, query_pool, 0, uint32_t(dispatches + 1));
+            vkCmdWriteTimestamp(into, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool, 0);
+        }
     }
     const Pipeline* bound = nullptr;
-    uint32_t index = 0;
-    for (const auto& command : commands) {
+    auto index = uint32_t(first_dispatch);
+    for (size_t i = first; i < last; ++i) {
+        const Command& command = commands[i];
         if (auto* c = std::get_if<Copy>(&command)) {
             VkBufferCopy region{c->src.offset, c->dst.offset, c->src.size};
             vkCmdCopyBuffer(into, c->src.buffer->handle(), c->dst.buffer->handle(), 1, &region);
@@ -265,14 +289,23 @@ void Program::Impl::record(VkCommandBuffer into, bool with_timestamps) const {
             ++index;
         }
     }
-    memory_barrier(into, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    if (segment + 1 == of)
+        memory_barrier(into, kDeviceStages, kDeviceWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
 }
 
-void Program::record_into(VkCommandBuffer cmd) const {
+void Program::record_into(VkCommandBuffer cmd, size_t segment, size_t of) const {
     const Impl& m = *impl_;
     if (!m.finished) throw Error("Program: record_into() before finish()");
     if (m.timestamps) throw Error("Program: a profiled program runs only on its own command buffer");
-    m.record(cmd, false);
+    // Each segment holds at least one dispatch, so that a host's K always means K pieces of work.
+    const size_t most = std::max<size_t>(m.dispatches, 1);
+    if (of == 0 || of > most)
+        throw Error("record: " + std::to_string(of) + " segments of a program of " + std::to_string(m.dispatches) +
+                    " dispatches; each segment holds at least one, so 1 to " + std::to_string(most));
+    if (segment >= of)
+        throw Error("record: segment " + std::to_string(segment) + " of " + std::to_string(of) +
+                    "; segments are numbered 0 to " + std::to_string(of - 1));
+    m.record(cmd, false, segment, of);
 }
 
 void Program::run() {

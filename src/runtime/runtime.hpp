@@ -161,8 +161,11 @@ public:
 
     void run();  // submit and wait; throws mn::Error on failure or device loss
     // Records what run() submits into a command buffer of the caller's, in the recording state, on
-    // this context's device and a queue family with compute; the caller submits and waits.
-    void record_into(VkCommandBuffer cmd) const;
+    // this context's device and a queue family with compute; the caller submits and waits. Or segment
+    // `segment` of `of` (0 <= segment < of <= max(1, dispatch_count())): the dispatches split evenly by
+    // count, the barriers where one submit has them; submitted in order on one queue, the segments
+    // compute exactly what run() does.
+    void record_into(VkCommandBuffer cmd, size_t segment = 0, size_t of = 1) const;
     size_t dispatch_count() const;
     size_t barrier_count() const;
     // After run() of a program finished with timestamps: GPU time of each dispatch in ms
