@@ -16,6 +16,8 @@ cmake -S "$source/examples" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Rele
       -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
 cmake --build "$work/examples" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
 "$work/examples/mlp_forward"
+# The renderer that learns in its frame loop, for a handful of frames: correctness only, never timing.
+"$work/examples/render_and_learn" --check
 
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 pkg-config --exists --print-errors meganeura
