@@ -105,9 +105,10 @@ protected:
 
     VulkanHandles handles() const { return {instance, physical, device, queue, family, VK_API_VERSION_1_2, &features, {}}; }
 
-    // One frame of the host's: a command buffer that `fill` records into, submitted on the queue and
-    // waited for with a fence.
-    void submit(const std::function<void(VkCommandBuffer)>& fill) {
+    // `frames` frames of the host's, as a frame loop with all of them in flight: command buffer i is
+    // recorded by fill(cmd, i) and submitted on its own, in order, and only the last is waited for (so a
+    // hazard between frames has only the recorded barriers to close it, which synchronization validation checks).
+    void submit(size_t frames, const std::function<void(VkCommandBuffer, size_t)>& fill) {
         VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
         pool_info.queueFamilyIndex = family;
         VkCommandPool pool = VK_NULL_HANDLE;
@@ -115,20 +116,22 @@ protected:
         VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
         alloc.commandPool = pool;
         alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        alloc.commandBufferCount = 1;
-        VkCommandBuffer cmd = VK_NULL_HANDLE;
-        HOST_VK(vkAllocateCommandBuffers(device, &alloc, &cmd));
-        VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-        HOST_VK(vkBeginCommandBuffer(cmd, &begin));
-        fill(cmd);
-        HOST_VK(vkEndCommandBuffer(cmd));
+        alloc.commandBufferCount = static_cast<uint32_t>(frames);
+        std::vector<VkCommandBuffer> cmds(frames);
+        HOST_VK(vkAllocateCommandBuffers(device, &alloc, cmds.data()));
         VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
         VkFence fence = VK_NULL_HANDLE;
         HOST_VK(vkCreateFence(device, &fence_info, nullptr, &fence));
-        VkSubmitInfo submit_info{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-        submit_info.commandBufferCount = 1;
-        submit_info.pCommandBuffers = &cmd;
-        HOST_VK(vkQueueSubmit(queue, 1, &submit_info, fence));
+        for (size_t i = 0; i < frames; ++i) {
+            VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+            HOST_VK(vkBeginCommandBuffer(cmds[i], &begin));
+            fill(cmds[i], i);
+            HOST_VK(vkEndCommandBuffer(cmds[i]));
+            VkSubmitInfo submit_info{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+            submit_info.commandBufferCount = 1;
+            submit_info.pCommandBuffers = &cmds[i];
+            HOST_VK(vkQueueSubmit(queue, 1, &submit_info, i + 1 == frames ? fence : VK_NULL_HANDLE));
+        }
         HOST_VK(vkWaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX));
         vkDestroyFence(device, fence, nullptr);
         vkDestroyCommandPool(device, pool, nullptr);

@@ -37,7 +37,7 @@ TEST_F(Host, AdoptedDeviceRunsAndRecordsIntoTheHostsCommandBuffer) {
         // New inputs, then the host's own frame: its work and the session in one command buffer.
         feeds["x"] = random_feeds(m.g, 2)["x"];
         set_feeds(s, m.g, feeds);
-        submit([&](VkCommandBuffer cmd) {
+        submit(1, [&](VkCommandBuffer cmd, size_t) {
             VkMemoryBarrier renderer_barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};  // stands for the host's own work
             vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                                  &renderer_barrier, 0, nullptr, 0, nullptr);
