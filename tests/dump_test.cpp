@@ -1,4 +1,4 @@
-// MEGANEURA_DUMP=<pass>: what each pass printed for y = relu(h + b) * h, h = x @ w.
+// MEGANEURA_DUMP=<pass>: what each pass printed for y = relu(h + b) and z = exp(h), h = x @ w.
 #include "gpu_check.hpp"
 #include "error_of.hpp"
 #include "temp_dir.hpp"
@@ -15,7 +15,8 @@ std::string dump_of(const std::string& pass) {
     const Tensor w = g.parameter("w", {6, 5});
     const Tensor b = g.parameter("b", {5});
     const Tensor h = g.matmul(x, w);
-    g.output("y", g.relu(h + b) * h);  // h read twice: stored, not an epilogue (see FusionTest)
+    g.output("y", g.relu(h + b));
+    g.output("z", g.exp(h));  // h read by two kernels: stored, not an epilogue (see FusionTest)
     testing::internal::CaptureStderr();
     compile(g, device());
     return testing::internal::GetCapturedStderr();
@@ -25,8 +26,8 @@ TEST_F(DumpTest, EachPassPrintsItsState) {
     const std::string build = dump_of("build");
     EXPECT_NE(build.find("%2 = parameter 'b' : f32(5)\n%3 = matmul %0, %1"), std::string::npos) << build;
     const std::string lower = dump_of("lower");
-    EXPECT_EQ(lower.rfind("2 steps, ", 0), 0u) << lower;
-    EXPECT_NE(lower.find("step 1: add+relu+mul"), std::string::npos) << lower;
+    EXPECT_EQ(lower.rfind("3 steps, ", 0), 0u) << lower;
+    EXPECT_NE(lower.find("step 1: add+relu"), std::string::npos) << lower;
     EXPECT_NE(lower.find("W c: v"), std::string::npos) << lower;  // the matmul writes its product
     EXPECT_NE(dump_of("order").find("step 0 level 0: matmul"), std::string::npos);
     const std::string plan = dump_of("plan");

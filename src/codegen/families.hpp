@@ -35,9 +35,9 @@ struct PointwiseSpec {
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 
 // A pointwise tree a matmul or convolution applies to each element of its result before storing it
-// (eval batch norm, bias, activation, residual add): `tree` over the product's output shape, whose input
-// `product` is the product's value and whose other inputs are bound after the product kernel's own
-// bindings (or, where K is split, the split sum's), in order.
+// (eval batch norm, bias, activation, residual add, an optimizer's update): `tree` over the product's
+// output shape, whose input `product` is the product's value and whose other inputs, then its extra
+// outputs, are bound after the product kernel's own bindings (or, where K is split, the split sum's).
 struct Epilogue {
     PointwiseSpec tree;
     int32_t product = 0;

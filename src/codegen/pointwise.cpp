@@ -109,8 +109,15 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
     const std::string body = tree_glsl(t, [&](int32_t n) {
         return n == e->product ? std::string("v") : buffers[static_cast<size_t>(n)] + ".d[epi_offset" + std::to_string(n) + "(i)]";
     }, k);
+    std::string stores;
+    for (size_t o = 0; o < t.extra_outputs.size(); ++o) {
+        const auto [step, dtype] = t.extra_outputs[o];
+        const std::string name = "eo" + std::to_string(o);
+        k.iface.bindings.push_back({name, dtype, true});
+        stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
+    }
     // The bindings are declared by the preamble, before this text: it only reads them.
-    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v) {\n" + body + "    return float(r" +
+    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v) {\n" + body + stores + "    return float(r" +
            std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v)\n"
            "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n";
 }

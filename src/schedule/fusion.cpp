@@ -93,6 +93,8 @@ private:
                 n = consumers_[static_cast<size_t>(n)].front();
             } else if (plan_.stored_in[static_cast<size_t>(n)] >= 0) {
                 n = plan_.stored_in[static_cast<size_t>(n)];
+            } else if (plan_.epilogue_of[static_cast<size_t>(n)] >= 0) {
+                n = plan_.epilogue_of[static_cast<size_t>(n)];
             } else {
                 return n;
             }
@@ -156,16 +158,17 @@ private:
     }
 
     // The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
-    // dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree.
-    // The product is lowered at the root's place, after every other leaf. Its bindings (at most three) and the
-    // tree's other leaves stay within max_inputs_ + 1 storage buffers.
+    // dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree,
+    // storing the values the tree stores besides its root too (an optimizer's moments). The product is lowered
+    // at the root's place, after every other leaf. Its bindings (at most three), the tree's other leaves and
+    // its extra outputs stay within max_inputs_ + 1 storage buffers.
     //
     // Not under a decision (greater, equal, sign: a ReLU's gradient mask): there the stored product is what
     // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
     // no kernel's fault, from a wrong kernel (compiler/check.cpp).
     void try_epilogue(int32_t root) {
         const Node& r = g_.node(root);
-        if (plan_.stored_in[static_cast<size_t>(root)] >= 0 || stored_outputs_[static_cast<size_t>(root)] > 0) return;
+        if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
         bool decides = false;
         walk(root, [&](int32_t n) {
             const Op op = g_.node(n).op;
@@ -182,13 +185,16 @@ private:
             const Node& pn = g_.node(p);
             if ((pn.op == Op::MatMul || pn.op == Op::Conv2d) && pn.dtype == r.dtype) product = std::max(product, p);
         }
-        if (product >= 0 && leaves.size() + 2 <= max_inputs_) plan_.epilogue_of[static_cast<size_t>(product)] = root;
+        if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + 2 <= max_inputs_) {
+            plan_.epilogue_of[static_cast<size_t>(product)] = root;
+        }
     }
 
     // Whether `reader`'s kernel (or `reader` itself, a view) is all that reads node n, which no one else sees.
     bool read_only_by(int32_t n, int32_t reader) const {
         const auto& c = consumers_[static_cast<size_t>(n)];
-        return !is_root_[static_cast<size_t>(n)] && c.size() == 1 && (c.front() == reader || kernel_of(c.front()) == reader);
+        return !is_root_[static_cast<size_t>(n)] && !c.empty() &&
+               std::all_of(c.begin(), c.end(), [&](int32_t r) { return r == reader || kernel_of(r) == reader; });
     }
 
     void try_in_place(int32_t assign) {
@@ -199,12 +205,20 @@ private:
             v.dtype != g_.node(target).dtype || plan_.in_place_of[static_cast<size_t>(value)] >= 0) {
             return;
         }
-        for (int32_t reader : consumers_[static_cast<size_t>(target)]) {
+        // The target's readers, through its views (a view is read where its own readers run).
+        std::vector<int32_t> readers, views{target};
+        while (!views.empty()) {
+            const int32_t at = views.back();
+            views.pop_back();
+            for (int32_t r : consumers_[static_cast<size_t>(at)]) (g_.node(r).op == Op::Reshape ? views : readers).push_back(r);
+        }
+        for (int32_t reader : readers) {
             if (reader == assign) continue;
             const int32_t k = kernel_of(reader), writer = kernel_of(value);
             if (k == writer) {
-                // Read inside this kernel: only element-for-element (a leaf of the target's shape).
-                if (g_.node(reader).shape != v.shape) return;
+                // Read inside this kernel: only element-for-element (a leaf of the target's shape), never by the
+                // product the kernel stores through (its operands are read across workgroups).
+                if (g_.node(reader).shape != v.shape || plan_.epilogue_of[static_cast<size_t>(reader)] >= 0) return;
             } else if (k > writer) {
                 return;  // a later kernel still needs the old contents
             }

@@ -136,17 +136,20 @@ private:
             return step_of[node] = static_cast<int32_t>(spec.program.size() - 1);
         };
         build(build, root);
+        std::vector<int32_t> extra;  // bound after the leaves (and, in a pointwise kernel, out0)
+        for (int32_t node : stored) {
+            spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
+            extra.push_back(value_of(node));
+        }
         if (product != epilogue_product_.end()) {
             const auto at = std::find(bind.begin(), bind.end(), -1);
             const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
             bind.erase(at);
+            bind.insert(bind.end(), extra.begin(), extra.end());
             return lower_product(product->second, out, &epilogue, bind);
         }
         bind.push_back(out);
-        for (int32_t node : stored) {
-            spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
-            bind.push_back(value_of(node));
-        }
+        bind.insert(bind.end(), extra.begin(), extra.end());
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
     }
 
