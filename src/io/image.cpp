@@ -26,7 +26,6 @@
 #define STBI_ONLY_PNG
 #define STBI_ONLY_JPEG
 #define STBI_ONLY_BMP
-#define STBI_ONLY_PNM
 #include <stb/stb_image.h>
 #pragma GCC diagnostic pop
 
@@ -36,22 +35,85 @@ namespace {
 // PIL's Image.MAX_IMAGE_PIXELS doubled: where PIL refuses an image as a decompression bomb.
 constexpr int64_t kMaxPixels = 2 * 89478485;
 
-using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-
-File open(const std::string& path) {
-    File f(std::fopen(path.c_str(), "rb"), std::fclose);
-    if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
-    return f;
+// Debian's stb_image (2.27) builds a JPEG Huffman table without checking that its 16 code counts sum
+// to at most 256, and writes past the table when they do (fuzz_image found it; later stb versions
+// check). stb reads a table set right after a marker 0xFF 0xC4, so the simulation of its DHT parse
+// starts at every such pair in the file, markers or not: a pair inside other data can only make this
+// stricter than stb, never laxer.
+void check_jpeg_huffman_tables(const std::vector<uint8_t>& b, const std::string& path) {
+    // A JPEG to stb: its start-of-image marker, 0xFF 0xD8, any number of 0xFF fill bytes before the D8.
+    size_t soi = 0;
+    while (soi < b.size() && b[soi] == 0xFF) ++soi;
+    if (soi == 0 || soi == b.size() || b[soi] != 0xD8) return;
+    for (size_t marker = 0; marker + 4 <= b.size(); ++marker) {
+        if (b[marker] != 0xFF || b[marker + 1] != 0xC4) continue;
+        int64_t left = int64_t(b[marker + 2]) << 8 | b[marker + 3];  // stb's L: the length, less its 2 bytes
+        left -= 2;
+        // stb reads zeros past the end of the file, which make empty tables.
+        const auto byte = [&](size_t at) { return at < b.size() ? b[at] : uint8_t{0}; };
+        for (size_t at = marker + 4; left > 0 && at < b.size();) {
+            if (b[at] >> 4 > 1 || (b[at] & 15) > 3) break;  // stb stops there ("bad DHT header")
+            int64_t codes = 0;
+            for (size_t i = 1; i <= 16; ++i) codes += byte(at + i);
+            if (codes > 256)
+                throw Error(path + ": cannot decode: a JPEG Huffman table of " + std::to_string(codes) +
+                            " codes at byte " + std::to_string(at) + " (at most 256)");
+            at += 17 + size_t(codes);
+            left -= 17 + codes;
+        }
+    }
 }
 
-// The header's size, checked; the file is left where it started.
-void check_header(std::FILE* f, const std::string& path) {
+// stb_image reserves a PNG's IDAT chunk at the length its header states before reading it, so a file
+// of a few bytes can ask for gigabytes (fuzz_image found it). A chunk must fit in the file (`b`, all
+// of it): the walk stb makes, length, type, data and CRC, up to IEND.
+void check_png_chunks(const std::vector<uint8_t>& b, const std::string& path) {
+    static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (b.size() < 8 || std::memcmp(b.data(), signature, 8) != 0) return;
+    for (size_t at = 8; at + 8 <= b.size();) {
+        const uint64_t length = uint64_t(b[at]) << 24 | uint64_t(b[at + 1]) << 16 | uint64_t(b[at + 2]) << 8 | b[at + 3];
+        const std::string type(b.begin() + long(at) + 4, b.begin() + long(at) + 8);
+        if (length + 12 > b.size() - at)
+            throw Error(path + ": cannot decode: its PNG chunk '" + type + "' at byte " + std::to_string(at) + " of " +
+                        std::to_string(length) + " bytes runs past the end of the file (" + std::to_string(b.size()) + " bytes)");
+        if (type == "IEND") return;
+        at += 12 + length;
+    }
+}
+
+// The file's first `limit` bytes, or all of them.
+std::vector<uint8_t> read_file(const std::string& path, size_t limit = SIZE_MAX) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+    if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+    std::vector<uint8_t> bytes;
+    uint8_t piece[1 << 16];
+    while (bytes.size() < limit) {
+        const size_t n = std::fread(piece, 1, std::min(sizeof piece, limit - bytes.size()), f.get());
+        if (n == 0) break;
+        bytes.insert(bytes.end(), piece, piece + n);
+    }
+    if (std::ferror(f.get())) throw Error(path + ": cannot read: " + std::strerror(errno));
+    if (bytes.size() > size_t(INT32_MAX)) throw Error(path + ": " + std::to_string(bytes.size()) + " bytes, more than stb_image reads");
+    return bytes;
+}
+
+// The header in `bytes` (the file, or its beginning) as stb_image reads it, checked; false when these
+// bytes hold no header stb reads. stb's header reader builds the Huffman tables it meets too.
+bool header_checked(const std::vector<uint8_t>& bytes, const std::string& path) {
+    check_jpeg_huffman_tables(bytes, path);
     int width = 0, height = 0, channels = 0;
-    if (!stbi_info_from_file(f, &width, &height, &channels))
-        throw Error(path + ": not an image this build reads (PNG, JPEG, BMP, PPM/PGM): " + stbi_failure_reason());
+    if (!stbi_info_from_memory(bytes.data(), int(bytes.size()), &width, &height, &channels)) return false;
+    // stb_image passes a BMP header of width 0 (fuzz_image found it), which the resize would divide by.
+    if (width < 1 || height < 1)
+        throw Error(path + ": an image of " + std::to_string(width) + " x " + std::to_string(height) + " pixels has none");
     if (int64_t(width) * height > kMaxPixels)
         throw Error(path + ": " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than " +
                     std::to_string(kMaxPixels) + " (PIL's limit against decompression bombs)");
+    return true;
+}
+
+[[noreturn]] void not_an_image(const std::string& path) {
+    throw Error(path + ": not an image this build reads (PNG, JPEG, BMP): " + stbi_failure_reason());
 }
 
 struct Taps {
@@ -92,16 +154,20 @@ int64_t crop_offset(int64_t size, int64_t crop) {
 }  // namespace
 
 void check_image(const std::string& path) {
-    File f = open(path);
-    check_header(f.get(), path);
+    // A header is in the first MiB but for a rare file with large metadata, which is read whole then.
+    constexpr size_t kPrefix = 1 << 20;
+    const std::vector<uint8_t> start = read_file(path, kPrefix);
+    if (header_checked(start, path)) return;
+    if (start.size() < kPrefix || !header_checked(read_file(path), path)) not_an_image(path);
 }
 
 Image read_image(const std::string& path) {
-    File f = open(path);
-    check_header(f.get(), path);
+    const std::vector<uint8_t> bytes = read_file(path);
+    if (!header_checked(bytes, path)) not_an_image(path);
+    check_png_chunks(bytes, path);
     int width = 0, height = 0, channels = 0;
-    std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_file(f.get(), &width, &height, &channels, 3),
-                                                      stbi_image_free);
+    std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+        stbi_load_from_memory(bytes.data(), int(bytes.size()), &width, &height, &channels, 3), stbi_image_free);
     if (!pixels) throw Error(path + ": cannot decode: " + stbi_failure_reason());
     Image image{.height = height, .width = width};
     image.rgb.assign(pixels.get(), pixels.get() + size_t(width) * size_t(height) * 3);

@@ -3,8 +3,8 @@
 // evaluation Resize(shorter side), CenterCrop, ToTensor, Normalize(mean, std); for training
 // RandomResizedCrop and RandomHorizontalFlip in place of the first two.
 //
-// Decoding is stb_image (Debian's libstb-dev; its code is compiled into image.cpp alone, PNG, JPEG,
-// BMP and PPM/PGM only), converted to 8-bit RGB as PIL's convert("RGB") does: grey replicated,
+// Decoding is stb_image (Debian's libstb-dev; its code is compiled into image.cpp alone, PNG, JPEG
+// and BMP only: its PPM/PGM reader overruns its buffer on 16-bit grey, fuzz_image found), converted to 8-bit RGB as PIL's convert("RGB") does: grey replicated,
 // alpha dropped. The resize is PIL's bilinear, not a textbook one: when it shrinks, the triangle
 // filter widens by the scale factor (an antialiased resize), so a 1000-pixel photo resized to 256
 // averages every source pixel rather than sampling a quarter of them; models trained with
@@ -24,10 +24,11 @@ struct Image {
 };
 
 // An mn::Error naming the file and the reason: it cannot be opened, is no image stb_image reads, is
-// truncated or corrupt, or has more pixels than PIL opens (its decompression-bomb limit).
+// truncated or corrupt, has no pixels, or more than PIL opens (its decompression-bomb limit).
 Image read_image(const std::string& path);
-// What read_image checks before decoding (the file opens, the header is an image's, the size), for
-// a quick look over a whole dataset; a corrupt body is found by read_image.
+// What read_image checks before decoding (the file opens, the header is an image's, the size), from
+// the file's first MiB where the header is there, for a quick look over a whole dataset; a corrupt
+// body is found by read_image.
 void check_image(const std::string& path);
 
 struct ImageTransform {

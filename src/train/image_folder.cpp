@@ -25,7 +25,7 @@ std::string counted(size_t n, const std::string& thing) { return std::to_string(
 bool decodable(const fs::path& file) {
     std::string ext = file.extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    for (const char* known : {".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm"})
+    for (const char* known : {".png", ".jpg", ".jpeg", ".bmp"})
         if (ext == known) return true;
     return false;
 }
@@ -58,7 +58,7 @@ ImageFolder open_image_folder(const std::string& root) {
         const std::vector<std::string> files = images_below(fs::path(root) / folder.classes[label]);
         if (files.size() < 2)
             throw Error("--data " + root + ": class '" + folder.classes[label] + "' has " + counted(files.size(), "image") +
-                        " (.png .jpg .jpeg .bmp .ppm .pgm); each class needs at least two, one to hold out");
+                        " (.png .jpg .jpeg .bmp); each class needs at least two, one to hold out");
         for (const std::string& f : files) io::check_image(f);
         // The permutation's "epoch" is the class: each class gets its own fixed shuffle.
         const std::vector<int64_t> order = BatchIterator::permutation(static_cast<int64_t>(files.size()), kSplitSeed,

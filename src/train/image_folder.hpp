@@ -1,8 +1,8 @@
 #pragma once
 // An image-classification dataset laid out as torchvision's ImageFolder reads one: ROOT/<class>/...,
 // the classes the sub-folders of ROOT in sorted order (a class's index is its label), a class's
-// images every file below its folder with an extension this build decodes (.png .jpg .jpeg .bmp .ppm
-// .pgm, any case), in sorted order; other files are skipped, as ImageFolder skips them.
+// images every file below its folder with an extension this build decodes (.png .jpg .jpeg .bmp, any
+// case), in sorted order; other files are skipped, as ImageFolder skips them.
 //
 // A tenth of each class (at least one image) is held out for evaluation, the same ones on every run:
 // the class's images are shuffled by a fixed seed and the last tenth taken, so the split keeps the
