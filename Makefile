@@ -7,7 +7,7 @@ SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD     ?= build-fuzz
 FUZZ_SECONDS   ?= 20
 # The sanitizer build runs the unit tests; the GPU model tests (minutes under ASan) stay in the normal build.
-SANITIZE_SKIP  ?= Models/*:*ModelsTest*:*TransformerModels*:*TransformerTraining*:Differential*:Bench.*:TrainTest.*:*CliErrors*:CausalLmVsTorch.*:ModelFolderTest.*:GenerateTest.*:FinetuneTest.*
+SANITIZE_SKIP  ?= Models/*:*ModelsTest*:*TransformerModels*:*TransformerTraining*:Differential*:Bench.*:TrainTest.*:*CliErrors*:CausalLmVsTorch.*:ModelFolderTest.*:GenerateTest.*:FinetuneTest.*:ImageFinetuneTest.*
 
 .PHONY: setup build test install demo clean sanitize fuzz
 setup:
