@@ -170,12 +170,12 @@ private:
         const Node& r = g_.node(root);
         if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
         bool decides = false;
+        std::set<int32_t> leaves;
         walk(root, [&](int32_t n) {
             const Op op = g_.node(n).op;
             decides = decides || op == Op::Greater || op == Op::Equal || op == Op::Sign;
-        }, [](int32_t) {});
+        }, [&](int32_t n) { leaves.insert(n); });
         if (decides) return;
-        const std::set<int32_t> leaves = leaves_of(root);
         int32_t product = -1;
         for (int32_t leaf : leaves) {
             if (g_.node(leaf).shape != r.shape || !read_only_by(leaf, root)) continue;
