@@ -66,7 +66,8 @@ TEST_F(OpsTest, PowHandlesNegativeBasesWithIntegerExponents) {
 TEST_F(OpsTest, Reductions) {
     const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
         {{1}, {}},         {{257}, {0}},         {{7, 33}, {1}},         {{7, 33}, {0}},
-        {{3, 7, 33}, {1}}, {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{5, 1, 7}, {0, 2}}, {{4, 1000}, {}}};
+        {{3, 7, 33}, {1}}, {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{5, 1, 7}, {0, 2}}, {{4, 1000}, {}},
+        {{3, 6, 5, 7}, {0, 2, 3}}, {{2, 1, 5, 3, 1}, {0, 3}}};
     uint64_t seed = 200;
     for (const auto& [shape, axes] : cases) {
         for (bool keepdim : {false, true}) {
@@ -79,6 +80,15 @@ TEST_F(OpsTest, Reductions) {
             expect_matches_reference(g, random_feeds(g, seed++));
         }
     }
+}
+
+// A per-channel sum over images and pixels (a norm's weight gradient, a batch norm's statistics) reads the
+// NCHW tensor in place: one kernel, no transposed copy first.
+TEST_F(OpsTest, PerChannelReductionIsOneKernel) {
+    Graph g;
+    g.output("sum", g.sum(g.input("x", {3, 6, 5, 7}), {0, 2, 3}));
+    EXPECT_EQ(compile(g, device()).stats().dispatches, 1u);
+    expect_matches_reference(g, random_feeds(g, 250));
 }
 
 TEST_F(OpsTest, SoftmaxAndLogSoftmax) {

@@ -56,10 +56,11 @@ struct CopySpec {
 };
 KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch);
 
-// Reductions over the middle axis of a [outer, r, inner] view; one workgroup per output element.
+// Reductions over the middle axis of a [outer, r, inner] view; one workgroup per output element. Sum,
+// mean and max reduce a [lead, outer, r, inner] view over lead and r (per-channel sums of NCHW).
 enum class ReduceMode { Sum, Mean, Max, Softmax, LogSoftmax };
 KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                           const Launch& launch);
+                           const Launch& launch, int64_t lead = 1);
 
 // Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
 // ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,

@@ -1,5 +1,8 @@
 // Reduction family: a tensor viewed as [OUTER, R, INNER] is reduced over R, one workgroup per
-// output element. Threads stride over R, then a shared-memory tree combines their partials.
+// output element. Threads stride over R, then a shared-memory tree combines their partials. Sum,
+// mean and max may take a leading reduced axis too, [LEAD, OUTER, R, INNER] reduced over LEAD and
+// R: a per-channel sum over images and pixels reads the NCHW tensor in place instead of a
+// transposed copy of it.
 // Softmax and log-softmax are the same row walk, three passes (max, sum of exp, write).
 #include "codegen/families.hpp"
 
@@ -27,15 +30,17 @@ uint32_t pow2_at_most(uint32_t v) {
 }  // namespace
 
 KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                           const Launch& launch) {
+                           const Launch& launch, int64_t lead) {
     static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
+    const bool rows_only = mode == ReduceMode::Softmax || mode == ReduceMode::LogSoftmax;
+    if (rows_only && lead != 1) throw Error("codegen: softmax reduces one axis, not a leading one too");
     KernelSource k;
     k.label = kLabels[static_cast<int>(mode)];
     k.iface.local_size = pow2_at_most(launch.local_size);
-    k.iface.spec_constants = {"OUTER", "R", "INNER"};
-    k.spec_values = {checked_u32(outer, "reduction size"), checked_u32(r, "reduction size"),
-                     checked_u32(inner, "reduction size")};
-    checked_u32(outer * r * inner, "reduction size");
+    k.iface.spec_constants = {"LEAD", "OUTER", "R", "INNER"};
+    k.spec_values = {checked_u32(lead, "reduction size"), checked_u32(outer, "reduction size"),
+                     checked_u32(r, "reduction size"), checked_u32(inner, "reduction size")};
+    checked_u32(lead * outer * r * inner, "reduction size");
     k.iface.bindings = {{"x", in_dtype}, {"y", out_dtype, true}};
     const std::string st = storage_type(out_dtype);
 
@@ -46,11 +51,17 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
         "    if (g >= OUTER * INNER) return;\n"
         "    uint lid = gl_LocalInvocationID.x;\n"
         "    uint base = (g / INNER) * R * INNER + g % INNER;\n";
-    const std::string load = "float(x.d[base + j * INNER])";
-    const std::string loop = "    for (uint j = lid; j < R; j += WG) ";
+    std::string load = "float(x.d[base + j * INNER])";
+    std::string loop = "    for (uint j = lid; j < R; j += WG) ";
+    if (!rows_only) {
+        // Element j of the LEAD * R reduced ones; LEAD is a constant, so with one leading slice this folds to
+        // the row walk above.
+        load = "float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)])";
+        loop = "    for (uint j = lid; j < LEAD * R; j += WG) ";
+    }
     if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
         body += "    float acc = 0.0;\n" + loop + "acc += " + load + ";\n    red[lid] = acc;\n" + tree("a + b") +
-                "    if (lid == 0u) y.d[g] = " + st + "(red[0]" + (mode == ReduceMode::Mean ? " / float(R)" : "") +
+                "    if (lid == 0u) y.d[g] = " + st + "(red[0]" + (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") +
                 ");\n}\n";
     } else if (mode == ReduceMode::Max) {
         body += std::string("    float acc = ") + kNegInf + ";\n" + loop + "acc = max(acc, " + load +

@@ -168,9 +168,10 @@ private:
         emit(codegen::strided_copy_kernel(spec, t_.pointwise), {in, out});
     }
 
-    void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner) {
+    void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
+                int64_t lead = 1) {
         emit(codegen::reduce_kernel(mode, s_.values[static_cast<size_t>(in)].dtype,
-                                    s_.values[static_cast<size_t>(out)].dtype, outer, r, inner, t_.reduction),
+                                    s_.values[static_cast<size_t>(out)].dtype, outer, r, inner, t_.reduction, lead),
              {in, out});
     }
 
@@ -181,35 +182,34 @@ private:
         return count;
     }
 
-    // sum / mean / max over node.ints. Reduced axes that are contiguous (ignoring size-1 dims) map
-    // to [outer, R, inner] directly; otherwise they are first permuted to the end.
+    // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to
+    // [outer, R, inner] directly, and a leading block plus one more to [lead, outer, R, inner] (a
+    // per-channel sum of NCHW over {0, 2, 3}); otherwise they are first permuted to the end.
     void lower_reduce(const Node& n, int32_t in, int32_t out) {
         const Shape shape = s_.values[static_cast<size_t>(in)].shape;  // a copy: new values may reallocate
         auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
         const auto mode = n.op == Op::Sum ? codegen::ReduceMode::Sum
                         : n.op == Op::Mean ? codegen::ReduceMode::Mean : codegen::ReduceMode::Max;
-        // Positions among the dims of size > 1; the reduced ones must form one block.
-        std::vector<size_t> big;
-        for (size_t d = 0; d < shape.size(); ++d) if (shape[d] != 1) big.push_back(d);
-        int first = -1, last = -1;
-        bool contiguous = true;
-        for (size_t i = 0; i < big.size(); ++i) {
-            if (!reduced(big[i])) continue;
-            if (last >= 0 && last != static_cast<int>(i) - 1) contiguous = false;
-            if (first < 0) first = static_cast<int>(i);
-            last = static_cast<int>(i);
+        // The dims of size > 1 as runs of reduced and kept ones, with each run's size.
+        std::vector<std::pair<bool, int64_t>> runs;
+        for (size_t d = 0; d < shape.size(); ++d) {
+            if (shape[d] == 1) continue;
+            if (runs.empty() || runs.back().first != reduced(d)) runs.emplace_back(reduced(d), 1);
+            runs.back().second *= shape[d];
         }
-        if (first >= 0) first = static_cast<int>(big[static_cast<size_t>(first)]), last = static_cast<int>(big[static_cast<size_t>(last)]);
-        if (first < 0) {  // nothing of size > 1 is reduced: an element-wise pass
+        auto size_of = [&](size_t run) { return run < runs.size() ? runs[run].second : 1; };
+        const size_t reduced_runs = static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [](auto& r) { return r.first; }));
+        if (reduced_runs == 0) {  // nothing of size > 1 is reduced: an element-wise pass
             reduce(mode, in, out, numel(shape), 1, 1);
             return;
         }
-        if (contiguous) {
-            int64_t outer = 1, r = 1, inner = 1;
-            for (size_t d = 0; d < shape.size(); ++d) {
-                (static_cast<int>(d) < first ? outer : static_cast<int>(d) > last ? inner : r) *= shape[d];
-            }
-            reduce(mode, in, out, outer, r, inner);
+        if (reduced_runs == 1) {
+            const size_t at = runs[0].first ? 0 : 1;
+            reduce(mode, in, out, at ? size_of(0) : 1, size_of(at), size_of(at + 1));
+            return;
+        }
+        if (reduced_runs == 2 && runs[0].first) {  // reduced, kept, reduced[, kept]
+            reduce(mode, in, out, size_of(1), size_of(2), size_of(3), size_of(0));
             return;
         }
         std::vector<int64_t> perm;
