@@ -374,7 +374,7 @@ TEST(AutodiffErrors, LossMustBeAScalar) {
 
 // Ops that compute derivatives, or write storage, are not themselves differentiated.
 const std::set<Op> kNotDifferentiable = {Op::CrossEntropyGrad, Op::Assign, Op::GeluErfDeriv, Op::GeluTanhDeriv,
-                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad,
+                                         Op::EmbeddingGrad, Op::RmsNormGrad, Op::LayerNormGrad, Op::GroupNormGrad,
                                          Op::Conv2dGradInput, Op::Conv2dGradWeight, Op::MaxPool2dGrad,
                                          Op::AttentionLse, Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
 

@@ -249,6 +249,53 @@ TEST_F(ConvOpsTest, BatchNormUpdatesRunningStats) {
     EXPECT_LE(relative_l2(s.get("y"), want[static_cast<size_t>(g.outputs()[0].second)].data), 1e-5);
 }
 
+// GroupNorm and its d / d x against float64: odd sizes, groups dividing the channels, batch > 1, rows longer
+// than any workgroup, groups of one element, no pixels at all, and rows offset from 0 (the two-pass mean).
+TEST_F(ConvOpsTest, GroupNormAndItsInputGradientMatchReference) {
+    const std::vector<std::tuple<Shape, int64_t, double>> cases = {
+        {{2, 6, 5, 7}, 3, 0.0}, {{3, 10, 9}, 5, 0.0}, {{2, 35, 3, 11}, 7, 0.0}, {{2, 8, 33, 17}, 2, 3.0},
+        {{1, 4, 1, 1}, 4, 0.0}, {{3, 12}, 4, 0.0}, {{2, 6, 5, 7}, 1, 100.0}};
+    uint64_t seed = 700;
+    for (const auto& [xs, groups, offset] : cases) {
+        SCOPED_TRACE(shape_str(xs) + " groups " + std::to_string(groups) + " offset " + std::to_string(offset));
+        Graph g;
+        Tensor x = g.input("x", xs) + offset;
+        Tensor w = g.input("w", {xs[1]}), b = g.input("b", {xs[1]});
+        g.output("y", g.group_norm(x, groups, w, b, 1e-5));
+        g.output("dx", g.group_norm_grad(x, groups, w, g.input("up", xs), 1e-5));
+        expect_matches_reference(g, random_feeds(g, seed++), 2e-5);
+    }
+}
+
+// The GroupNorm node against its definition in primitives (the composition it was before it had a node), both
+// in float64: the reference's channel map, and the node's VJP rule against the primitives' own rules.
+TEST(GroupNormReference, NodeMatchesItsCompositionOfPrimitives) {
+    const Shape xs{2, 6, 5, 3};
+    Graph g;
+    Tensor x = g.parameter("x", xs), w = g.parameter("w", {6}), b = g.parameter("b", {6});
+    Tensor up = g.input("up", xs);
+    Tensor grouped = g.reshape(x, {2, 3, -1});
+    Tensor centered = grouped - g.mean(grouped, {2}, true);
+    Tensor normalized = g.reshape(centered * g.rsqrt(g.mean(centered * centered, {2}, true) + 1e-5), xs);
+    Tensor composed = normalized * g.reshape(w, {1, 6, 1, 1}) + g.reshape(b, {1, 6, 1, 1});
+    Tensor node = g.group_norm(x, 3, w, b, 1e-5);
+    const std::vector<Tensor> want = grad(g.sum(composed * up), {x, w, b});
+    const std::vector<Tensor> got = grad(g.sum(node * up), {x, w, b});
+    const ref::Feeds feeds = random_feeds(g, 800);
+    const auto values = ref::evaluate(g, feeds);
+    auto at = [&](Tensor t) { return values[static_cast<size_t>(t.id)].data; };
+    auto expect_near = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+        ASSERT_EQ(a.size(), b.size()) << what;
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << what << "[" << i << "]";
+    };
+    expect_near(at(node), at(composed), "y");
+    expect_near(at(got[0]), at(want[0]), "dx");
+    expect_near(at(got[1]), at(want[1]), "dw");
+    expect_near(at(got[2]), at(want[2]), "db");
+    // grad's d / d x is the GroupNormGrad node
+    EXPECT_EQ(g.node(got[0]).op, Op::GroupNormGrad);
+}
+
 TEST(ConvErrors, ShapesAreCheckedAtBuildTime) {
     Graph g;
     Tensor x = g.input("x", {2, 4, 8, 8});
@@ -262,6 +309,10 @@ TEST(ConvErrors, ShapesAreCheckedAtBuildTime) {
               std::string::npos);
     EXPECT_NE(error_of([&] { g.max_pool2d(x, 3, 1, 2); }).find("[max_pool2d]"), std::string::npos);
     EXPECT_NE(error_of([&] { g.group_norm(x, 3, g.input("gw", {4}), g.input("gb", {4})); }).find("groups"), std::string::npos);
+    EXPECT_EQ(error_of([&] { g.group_norm(x, 2, g.input("gw2", {3}), g.input("gb2", {4})); }),
+              "[group_norm] x is (2,4,8,8), a per-channel tensor is (3)");
+    EXPECT_EQ(error_of([&] { g.group_norm_grad(x, 2, g.input("gw3", {4}), g.input("up3", {2, 4, 8}), 1e-5); }),
+              "[group_norm_grad] x is (2,4,8,8), upstream is (2,4,8): expected x's shape");
     EXPECT_NE(error_of([&] { g.batch_norm(x, g.input("bw", {3}), g.input("bb", {3}), std::nullopt, std::nullopt, true); })
                   .find("[batch_norm]"),
               std::string::npos);

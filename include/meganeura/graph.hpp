@@ -156,6 +156,8 @@ public:
     Tensor batch_norm(Tensor x, Tensor weight, Tensor bias, std::optional<Tensor> running_mean,
                       std::optional<Tensor> running_var, bool training, double momentum = 0.1, double eps = 1e-5);
     Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps = 1e-5);
+    // d group_norm / d x for `upstream` of x's shape, which autodiff builds.
+    Tensor group_norm_grad(Tensor x, int64_t groups, Tensor weight, Tensor upstream, double eps);
 
     // pooling over x [N, C, H, W]; stride 0 means stride = kernel. max_pool2d pads with -inf,
     // avg_pool2d counts the zero padding (count_include_pad). global_avg_pool2d -> [N, C, 1, 1].
@@ -246,6 +248,7 @@ private:
     void check_cross_entropy(Tensor logits, Tensor labels, int64_t ignore_index) const;
     void check_unique_name(const std::string& name, const char* op) const;
     Tensor norm(Op op, Tensor x, Tensor weight, std::optional<Tensor> third, double eps);
+    Tensor group_norm_node(Op op, Tensor x, int64_t groups, Tensor weight, Tensor third, double eps);
     Shape conv2d_shape(const char* op, const Shape& x, const Shape& w, const std::vector<int64_t>& attrs) const;
     Tensor conv2d_node(Tensor x, Tensor weight, std::vector<int64_t> attrs, const char* op);
     Tensor add_channel_bias(Tensor y, std::optional<Tensor> bias, const char* op);

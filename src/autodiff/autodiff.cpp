@@ -182,6 +182,20 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
             if (layer) out.push_back(only(2, [&] { return sum_to(g, gy, d); }));
             return out;
         }
+        case Op::GroupNorm: {
+            // d / d weight and bias sum over images and pixels, per channel: the normalized x times gy, and gy.
+            const int64_t groups = n.ints[0];
+            const double eps = n.data[0];
+            const Shape c{in(0).shape()[1]};
+            std::vector<int64_t> per_channel{0};
+            for (size_t d = 2; d < in(0).shape().size(); ++d) per_channel.push_back(static_cast<int64_t>(d));
+            return {only(0, [&] { return g.group_norm_grad(in(0), groups, in(1), gy, eps); }),
+                    only(1, [&] {
+                        const Tensor xhat = g.group_norm(in(0), groups, g.full(c, 1.0, n.dtype), g.full(c, 0.0, n.dtype), eps);
+                        return g.sum(gy * xhat, per_channel);
+                    }),
+                    only(2, [&] { return g.sum(gy, per_channel); })};
+        }
         case Op::Rope: return {g.rope_rotate(gy, in(1), in(2), !n.flag), std::nullopt, std::nullopt};  // R^T = R(-angle)
         case Op::SliceScatter: {
             const int64_t axis = n.ints[0];
@@ -254,7 +268,7 @@ bool has_vjp_rule(Op op) {
     switch (op) {
         case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:  // leaves
         case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
-        case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad:
+        case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
         case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
         case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
             return false;

@@ -195,11 +195,26 @@ KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int
 // position with that id, in position order, into out[id]. Ids out of range are skipped.
 KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch);
 KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
-// RMSNorm / LayerNorm over rows and their d / d x, one workgroup per row, two passes (mean,
-// then centered variance) so large means lose no precision.
+// RMSNorm / LayerNorm / GroupNorm over rows and their d / d x, one workgroup per row, two passes
+// (mean, then centered variance) so large means lose no precision. The affine weight (and bias) is
+// per channel: element j of row r has channel (r % groups) * (dim / spatial) + j / spatial. A row
+// norm's channel is j (1 group, spatial 1); GroupNorm's rows are (image, group) pairs, each
+// dim / spatial channels of `spatial` pixels. Mean-centered (LayerNorm, GroupNorm) or not (RMSNorm).
 enum class NormMode { Rms, Layer };
-KernelSource norm_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
-KernelSource norm_grad_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch);
+struct NormSpec {
+    NormMode mode;
+    DType dtype;
+    int64_t rows, dim;
+    int64_t groups = 1, spatial = 1;
+    double eps;
+    // Forward only: the pointwise tree stored instead of the normalized value (GroupNorm + SiLU);
+    // its other inputs, then its extra outputs, are bound after y.
+    const Epilogue* epilogue = nullptr;
+};
+// Bindings: x, w, [b (Layer)], y, then the epilogue's.
+KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
+// Bindings: x, w, up, dx.
+KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
 // RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch);
 // out = x [outer, dim, inner] with src [outer, len, inner] written at rows [start, start + len),

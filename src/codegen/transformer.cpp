@@ -1,5 +1,6 @@
-// Transformer kernels: embedding gather and its deterministic scatter-add, the row norms
-// (RMSNorm, LayerNorm) and their input gradients, RoPE, and the KV-cache row write.
+// Transformer kernels: embedding gather and its deterministic scatter-add, the norms (RMSNorm,
+// LayerNorm, and GroupNorm as a LayerNorm over (image, group) rows with per-channel affine
+// parameters) and their input gradients, RoPE, and the KV-cache row write.
 //
 // The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
 // a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
@@ -54,9 +55,11 @@ vec2 wg_sum(vec2 v) {
 }
 )";
 
-// The head of both norm kernels: leaves the row's mean (0 for RMSNorm) and reciprocal std.
+// The head of both norm kernels: leaves the row's mean (0 for RMSNorm) and reciprocal std, and
+// CH(j), the channel of the row's element j, whose weight (and bias) it takes.
 std::string norm_head(NormMode mode) {
     std::string s =
+        "#define CH(j) ((row % G) * (D / S) + (j) / S)\n"
         "void main() {\n"
         "    uint row = mn_group_id();\n"
         "    if (row >= ROWS) return;\n"
@@ -74,15 +77,26 @@ std::string norm_head(NormMode mode) {
     return s;
 }
 
-KernelSource row_kernel(const char* label, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
+KernelSource row_kernel(const char* label, const NormSpec& spec, const Launch& launch) {
     KernelSource k;
     k.label = label;
     k.iface.local_size = pow2_at_most(launch.local_size);
-    k.iface.spec_constants = {"ROWS", "D", "EPS_BITS"};
-    k.spec_values = {checked_u32(rows, "rows"), checked_u32(dim, "row length"), float_bits(eps)};
-    checked_u32(rows * dim, "norm size");
-    k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
+    k.iface.spec_constants = {"ROWS", "D", "G", "S", "EPS_BITS"};
+    if (spec.groups < 1 || spec.spatial < 1 || spec.dim % spec.spatial) {
+        throw Error("codegen: norm rows of " + std::to_string(spec.dim) + " elements do not hold whole channels of " +
+                    std::to_string(spec.spatial));
+    }
+    k.spec_values = {checked_u32(spec.rows, "rows"), checked_u32(spec.dim, "row length"),
+                     checked_u32(spec.groups, "groups"), checked_u32(spec.spatial, "channel size"), float_bits(spec.eps)};
+    checked_u32(spec.rows * spec.dim, "norm size");
+    k.groups = grid_for(static_cast<uint64_t>(spec.rows), launch.max_groups);
     return k;
+}
+
+const char* norm_label(const NormSpec& spec, bool grad) {
+    if (spec.mode == NormMode::Rms) return grad ? "rms_norm_grad" : "rms_norm";
+    if (spec.groups > 1 || spec.spatial > 1) return grad ? "group_norm_grad" : "group_norm";
+    return grad ? "layer_norm_grad" : "layer_norm";
 }
 
 }  // namespace
@@ -144,36 +158,39 @@ KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab
     return k;
 }
 
-KernelSource norm_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
-    const bool layer = mode == NormMode::Layer;
-    KernelSource k = row_kernel(layer ? "layer_norm" : "rms_norm", dtype, rows, dim, eps, launch);
-    k.iface.bindings = {{"x", dtype}, {"w", dtype}};
-    if (layer) k.iface.bindings.push_back({"b", dtype});
-    k.iface.bindings.push_back({"y", dtype, true});
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(mode) +
-             "    for (uint j = lid; j < D; j += WG)\n"
-             "        y.d[base + j] = " + storage_type(dtype) + "((float(x.d[base + j]) - mean) * rstd * float(w.d[j])" +
-             (layer ? " + float(b.d[j])" : "") + ");\n}\n";
+KernelSource norm_kernel(const NormSpec& spec, const Launch& launch) {
+    const bool layer = spec.mode == NormMode::Layer;
+    KernelSource k = row_kernel(norm_label(spec, false), spec, launch);
+    k.iface.bindings = {{"x", spec.dtype}, {"w", spec.dtype}};
+    if (layer) k.iface.bindings.push_back({"b", spec.dtype});
+    k.iface.bindings.push_back({"y", spec.dtype, true});
+    const std::string epilogue = epilogue_glsl(spec.epilogue, k);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + epilogue + norm_head(spec.mode) +
+             "    for (uint j = lid; j < D; j += WG) {\n"
+             "        float v = (float(x.d[base + j]) - mean) * rstd * float(w.d[CH(j)])" +
+             (layer ? " + float(b.d[CH(j)])" : "") + ";\n"
+             "        y.d[base + j] = " + storage_type(spec.dtype) + "(EPI(base + j, v));\n"
+             "    }\n}\n";
     return k;
 }
 
 // With g = up * w and xhat = (x - mean) * rstd: dx = rstd (g - mean(g) - xhat mean(g xhat)),
-// the mean(g) term only for LayerNorm.
-KernelSource norm_grad_kernel(NormMode mode, DType dtype, int64_t rows, int64_t dim, double eps, const Launch& launch) {
-    const bool layer = mode == NormMode::Layer;
-    KernelSource k = row_kernel(layer ? "layer_norm_grad" : "rms_norm_grad", dtype, rows, dim, eps, launch);
-    k.iface.bindings = {{"x", dtype}, {"w", dtype}, {"up", dtype}, {"dx", dtype, true}};
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(mode) +
+// the mean(g) term only when mean-centered.
+KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
+    const bool layer = spec.mode == NormMode::Layer;
+    KernelSource k = row_kernel(norm_label(spec, true), spec, launch);
+    k.iface.bindings = {{"x", spec.dtype}, {"w", spec.dtype}, {"up", spec.dtype}, {"dx", spec.dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(spec.mode) +
              "    vec2 acc = vec2(0.0);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
-             "        float g = float(up.d[base + j]) * float(w.d[j]);\n"
+             "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"
              "        acc += vec2(g, g * (float(x.d[base + j]) - mean) * rstd);\n"
              "    }\n"
              "    vec2 m = wg_sum(acc) / float(D);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
-             "        float g = float(up.d[base + j]) * float(w.d[j]);\n"
+             "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"
              "        float xhat = (float(x.d[base + j]) - mean) * rstd;\n"
-             "        dx.d[base + j] = " + storage_type(dtype) + "(rstd * (g - " + (layer ? "m.x" : "0.0") +
+             "        dx.d[base + j] = " + storage_type(spec.dtype) + "(rstd * (g - " + (layer ? "m.x" : "0.0") +
              " - xhat * m.y));\n"
              "    }\n}\n";
     return k;

@@ -2,10 +2,10 @@
 //
 // One convolution node serves both public ops: conv2d is the square case of a Conv2d node whose
 // attributes keep height and width apart, and conv1d is that node over a height-1 image with a
-// 1 x K kernel. Its two derivatives are nodes of their own (implicit GEMMs on the GPU). The
-// normalizations, average pooling and upsampling are compositions of existing ops, so they get
-// their kernels and their gradients from those ops; only max pooling has its own node, whose
-// backward has to find each window's argmax again.
+// 1 x K kernel. Its two derivatives are nodes of their own (implicit GEMMs on the GPU). Batch norm,
+// average pooling and upsampling are compositions of existing ops, so they get their kernels and
+// their gradients from those ops; group norm (see group_norm_node) and max pooling, whose backward has
+// to find each window's argmax again, have nodes of their own.
 #include <cmath>
 
 #include "meganeura/graph.hpp"
@@ -165,15 +165,39 @@ Tensor Graph::batch_norm(Tensor x, Tensor weight, Tensor bias, std::optional<Ten
     return x * per_channel(*this, scale, rank) + per_channel(*this, shift, rank);
 }
 
-Tensor Graph::group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps) {
-    const char* op = "group_norm";
-    check_channels(op, x, {weight, bias});
+// GroupNorm is a node of its own, not the composition of means and products it once was, for the same
+// reason as LayerNorm (DESIGN.md: composite norms keep their own VJP rules): its forward is one kernel,
+// the LayerNorm kernel over (image, group) rows with per-channel affine parameters, where the composition
+// lowered to five (two means, the centering, the square, the scaling); and its d / d x is one kernel, where
+// the composition's backward was a dozen reductions and broadcasts. Recognizing that composition in the
+// fusion planner instead would tie the kernel to one spelling of the statistics (after CSE and the
+// identities have rewritten it) and leave the backward a chain.
+Tensor Graph::group_norm_node(Op op, Tensor x, int64_t groups, Tensor weight, Tensor third, double eps) {
+    const char* name = op_info(op).name;
+    check(x, name);
+    check(weight, name);
+    check(third, name);
     const Shape xs = x.shape();
-    if (groups < 1 || xs[1] % groups) fail(op, "x is " + shape_str(xs) + ": " + num(groups) + " groups do not divide C");
-    Tensor grouped = reshape(x, {xs[0], groups, -1});
-    Tensor centered = grouped - mean(grouped, {2}, true);
-    Tensor normalized = centered * rsqrt(mean(centered * centered, {2}, true) + eps);
-    return reshape(normalized, xs) * per_channel(*this, weight, xs.size()) + per_channel(*this, bias, xs.size());
+    check_channels(name, x, {weight});
+    if (op == Op::GroupNorm) check_channels(name, x, {third});
+    if (op == Op::GroupNormGrad && third.shape() != xs) {
+        fail(name, "x is " + shape_str(xs) + ", upstream is " + shape_str(third.shape()) + ": expected x's shape");
+    }
+    if (x.dtype() == DType::I32 || weight.dtype() != x.dtype() || third.dtype() != x.dtype()) {
+        fail(name, "needs float x, weight and " + std::string(op == Op::GroupNorm ? "bias" : "upstream") + " of one dtype");
+    }
+    if (groups < 1 || xs[1] % groups) fail(name, "x is " + shape_str(xs) + ": " + num(groups) + " groups do not divide C");
+    if (!(eps >= 0)) fail(name, "eps must be >= 0");
+    return emit({.op = op, .inputs = {x.id, weight.id, third.id}, .shape = xs, .dtype = x.dtype(), .ints = {groups},
+                 .data = {eps}});
+}
+
+Tensor Graph::group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps) {
+    return group_norm_node(Op::GroupNorm, x, groups, weight, bias, eps);
+}
+
+Tensor Graph::group_norm_grad(Tensor x, int64_t groups, Tensor weight, Tensor upstream, double eps) {
+    return group_norm_node(Op::GroupNormGrad, x, groups, weight, upstream, eps);
 }
 
 // ---- pooling and upsampling ----

@@ -410,7 +410,9 @@ Value compute(const Node& node, const std::vector<const Value*>& in, const Feeds
     case Op::RmsNorm: return norm(node, *in[0], *in[1], nullptr);
     case Op::LayerNorm:
     case Op::RmsNormGrad:
-    case Op::LayerNormGrad: return norm(node, *in[0], *in[1], in[2]);
+    case Op::LayerNormGrad:
+    case Op::GroupNorm:
+    case Op::GroupNormGrad: return norm(node, *in[0], *in[1], in[2]);
     case Op::Rope: return rope(node, *in[0], *in[1], *in[2]);
     case Op::SliceScatter: return slice_scatter(node, *in[0], *in[1], *in[2]);
     }

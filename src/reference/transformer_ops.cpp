@@ -44,12 +44,19 @@ Value embedding_grad(const Node& node, const Value& ids, const Value& upstream) 
 // Per row: RMSNorm y = x / sqrt(mean(x^2) + eps) * w; LayerNorm y = (x - mean) / sqrt(var + eps)
 // * w + b with the biased variance. With xhat the normalized row, r the reciprocal std and
 // g = upstream * w, their derivatives are r (g - xhat mean(g xhat)) for RMSNorm and
-// r (g - mean(g) - xhat mean(g xhat)) for LayerNorm.
+// r (g - mean(g) - xhat mean(g xhat)) for LayerNorm. GroupNorm is LayerNorm over the rows of
+// x [N, C, ...] viewed as [N * groups, C / groups * spatial], element j of row r taking the weight
+// (and bias) of its channel (r % groups) * C / groups + j / spatial.
 Value norm(const Node& node, const Value& x, const Value& weight, const Value* third) {
-    const int64_t d = x.shape.back(), rows = numel(x.shape) / std::max<int64_t>(d, 1);
+    const bool group = node.op == Op::GroupNorm || node.op == Op::GroupNormGrad;
+    const int64_t groups = group ? node.ints.at(0) : 1;
+    const int64_t rows = group ? x.shape[0] * groups : numel(x.shape) / std::max<int64_t>(x.shape.back(), 1);
+    const int64_t d = group ? numel(x.shape) / rows : x.shape.back();
+    const int64_t spatial = group ? numel(x.shape) / (x.shape[0] * x.shape[1]) : 1;
+    auto channel = [&](int64_t r, int64_t j) { return static_cast<size_t>((r % groups) * (d / spatial) + j / spatial); };
     const double eps = node.data.at(0);
-    const bool layer = node.op == Op::LayerNorm || node.op == Op::LayerNormGrad;
-    const bool grad = node.op == Op::RmsNormGrad || node.op == Op::LayerNormGrad;
+    const bool layer = node.op != Op::RmsNorm && node.op != Op::RmsNormGrad;
+    const bool grad = node.op == Op::RmsNormGrad || node.op == Op::LayerNormGrad || node.op == Op::GroupNormGrad;
     Value out{node.shape, std::vector<double>(x.data.size())};
     for (int64_t r = 0; r < rows; ++r) {
         const double* row = x.data.data() + r * d;
@@ -62,20 +69,22 @@ Value norm(const Node& node, const Value& x, const Value& weight, const Value* t
         const double rstd = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
         double* y = out.data.data() + r * d;
         if (!grad) {
-            for (int64_t j = 0; j < d; ++j) y[j] = (row[j] - mean) * rstd * weight.data[j] + (third ? third->data[j] : 0.0);
+            for (int64_t j = 0; j < d; ++j) {
+                y[j] = (row[j] - mean) * rstd * weight.data[channel(r, j)] + (third ? third->data[channel(r, j)] : 0.0);
+            }
             continue;
         }
         const double* up = third->data.data() + r * d;
         double mean_g = 0, mean_gx = 0;
         for (int64_t j = 0; j < d; ++j) {
-            const double g = up[j] * weight.data[j];
+            const double g = up[j] * weight.data[channel(r, j)];
             mean_g += g;
             mean_gx += g * (row[j] - mean) * rstd;
         }
         mean_g /= static_cast<double>(d);
         mean_gx /= static_cast<double>(d);
         for (int64_t j = 0; j < d; ++j) {
-            const double g = up[j] * weight.data[j], xhat = (row[j] - mean) * rstd;
+            const double g = up[j] * weight.data[channel(r, j)], xhat = (row[j] - mean) * rstd;
             y[j] = rstd * (g - (layer ? mean_g : 0.0) - xhat * mean_gx);
         }
     }

@@ -7,7 +7,7 @@ namespace mn::ref {
 
 Value embedding(const Node& node, const Value& ids, const Value& weight);
 Value embedding_grad(const Node& node, const Value& ids, const Value& upstream);
-// rms_norm / layer_norm (third = bias) and their d / d x (third = upstream), by node.op
+// rms_norm / layer_norm / group_norm (third = bias) and their d / d x (third = upstream), by node.op
 Value norm(const Node& node, const Value& x, const Value& weight, const Value* third);
 Value rope(const Node& node, const Value& x, const Value& positions, const Value& inv_freq);
 Value slice_scatter(const Node& node, const Value& x, const Value& src, const Value& start);

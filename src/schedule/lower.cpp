@@ -359,7 +359,6 @@ private:
             return values;
         };
         const int64_t dim = n.shape.empty() ? 1 : n.shape.back(), rows = numel(n.shape) / std::max<int64_t>(dim, 1);
-        using codegen::NormMode;
         switch (n.op) {
             case Op::Embedding:
                 emit(codegen::embedding_kernel(n.dtype, rows, g_.node(n.inputs[1]).shape[0], dim, t_.pointwise), bind(ins));
@@ -369,13 +368,11 @@ private:
                 emit(codegen::embedding_grad_kernel(n.dtype, numel(g_.node(n.inputs[0]).shape), n.shape[0], dim, t_.reduction),
                      bind(ins));
                 return true;
-            case Op::RmsNorm: case Op::LayerNorm:
-                emit(codegen::norm_kernel(n.op == Op::RmsNorm ? NormMode::Rms : NormMode::Layer, n.dtype, rows, dim,
-                                          n.data[0], t_.reduction), bind(ins));
+            case Op::RmsNorm: case Op::LayerNorm: case Op::GroupNorm:
+                lower_norm(n, out);
                 return true;
-            case Op::RmsNormGrad: case Op::LayerNormGrad:
-                emit(codegen::norm_grad_kernel(n.op == Op::RmsNormGrad ? NormMode::Rms : NormMode::Layer, n.dtype, rows,
-                                               dim, n.data[0], t_.reduction), bind(ins));
+            case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
+                emit(codegen::norm_grad_kernel(norm_spec(n), t_.reduction), bind(ins));
                 return true;
             case Op::Rope:
                 emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise), bind(ins));
@@ -391,6 +388,34 @@ private:
             }
             default: return false;
         }
+    }
+
+    // A norm node's rows: the last dim (RMSNorm, LayerNorm), or (image, group) pairs (GroupNorm).
+    static codegen::NormSpec norm_spec(const Node& n) {
+        const bool rms = n.op == Op::RmsNorm || n.op == Op::RmsNormGrad;
+        codegen::NormSpec spec{.mode = rms ? codegen::NormMode::Rms : codegen::NormMode::Layer, .dtype = n.dtype,
+                               .rows = 0, .dim = n.shape.back(), .eps = n.data[0]};
+        if (n.op == Op::GroupNorm || n.op == Op::GroupNormGrad) {
+            spec.groups = n.ints[0];
+            spec.rows = n.shape[0] * spec.groups;
+            spec.spatial = numel(n.shape) / (n.shape[0] * n.shape[1]);
+            spec.dim = numel(n.shape) / spec.rows;
+        } else {
+            spec.rows = numel(n.shape) / std::max<int64_t>(spec.dim, 1);
+        }
+        return spec;
+    }
+
+    // Norm node n into out, storing through `epilogue` (reading epilogue_inputs) if given.
+    void lower_norm(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
+                    const std::vector<int32_t>& epilogue_inputs = {}) {
+        codegen::NormSpec spec = norm_spec(n);
+        spec.epilogue = epilogue;
+        std::vector<int32_t> bind;
+        for (int32_t i : n.inputs) bind.push_back(value_of(i));
+        bind.push_back(out);
+        bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+        emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
     }
 
     // The matmul tuning for node `id`: gradient products stay f32, or scale their operands into f16's
