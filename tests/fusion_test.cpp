@@ -143,6 +143,31 @@ TEST_F(FusionTest, ProductReadTwiceKeepsItsValue) {
     expect_matches_reference(g, random_feeds(g, 9));
 }
 
+// A norm stores its pointwise reader's value through an epilogue, as a product does: a U-Net's GroupNorm and
+// SiLU are one kernel, and so are a LayerNorm or RMSNorm and the scaling and residual add that read it. Read
+// twice (as training's SiLU backward reads it), the norm keeps its value and its reader is a kernel of its own.
+TEST_F(FusionTest, NormsStoreThroughTheirEpilogue) {
+    Graph g;
+    Tensor x = g.input("x", {2, 6, 5, 7});
+    g.output("y", g.silu(g.group_norm(x, 3, g.parameter("w", {6}), g.parameter("b", {6}))));
+    EXPECT_EQ(dispatches_of(g), 1u);
+    expect_matches_reference(g, random_feeds(g, 13));
+
+    Graph t;
+    Tensor h = t.input("h", {3, 5, 40});
+    t.output("layer", t.layer_norm(h, t.parameter("w", {40}), t.parameter("b", {40})) * 2.0 + h);
+    t.output("rms", t.gelu(t.rms_norm(h, t.parameter("rw", {40}))));
+    EXPECT_EQ(dispatches_of(t), 2u);
+    expect_matches_reference(t, random_feeds(t, 14));
+
+    Graph twice;
+    Tensor n = twice.group_norm(twice.input("x", {2, 6, 5, 7}), 2, twice.parameter("w", {6}), twice.parameter("b", {6}));
+    twice.output("n", n);
+    twice.output("y", twice.silu(n));
+    EXPECT_EQ(dispatches_of(twice), 2u);
+    expect_matches_reference(twice, random_feeds(twice, 15));
+}
+
 size_t occurrences(const std::string& text, const std::string& what) {
     size_t count = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;

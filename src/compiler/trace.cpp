@@ -85,8 +85,8 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
             gradient = gradient || node >= graph.gradient_start();
         }
         if (d.nodes.empty()) ops = step.kernel.label;  // scratch only (a split-K partial sum)
-        // A product storing through an epilogue writes only the epilogue's value: the product is named first.
-        for (const std::string product : {"matmul", "conv2d"}) {
+        // A product or norm storing through an epilogue writes only the epilogue's value: it is named first.
+        for (const std::string product : {"matmul", "conv2d", "rms_norm", "layer_norm", "group_norm"}) {
             const std::string& label = step.kernel.label;
             if (label.rfind(product, 0) == 0 && label.find('+') != std::string::npos && ops.find(product) == std::string::npos) {
                 ops = product + ", " + ops;

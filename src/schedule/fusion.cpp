@@ -160,8 +160,9 @@ private:
     // The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
     // dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree,
     // storing the values the tree stores besides its root too (an optimizer's moments). The product is lowered
-    // at the root's place, after every other leaf. Its bindings (at most three), the tree's other leaves and
-    // its extra outputs stay within max_inputs_ + 1 storage buffers.
+    // at the root's place, after every other leaf. Its bindings (its inputs and its result, or a split product's
+    // partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
+    // storage buffers.
     //
     // Not under a decision (greater, equal, sign: a ReLU's gradient mask): there the stored product is what
     // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
@@ -183,9 +184,12 @@ private:
             const int32_t p = g_.node(leaf).op == Op::Reshape && read_only_by(g_.node(leaf).inputs[0], leaf)
                                   ? g_.node(leaf).inputs[0] : leaf;
             const Node& pn = g_.node(p);
-            if ((pn.op == Op::MatMul || pn.op == Op::Conv2d) && pn.dtype == r.dtype) product = std::max(product, p);
+            if ((pn.op == Op::MatMul || pn.op == Op::Conv2d || is_norm(pn.op)) && pn.dtype == r.dtype) {
+                product = std::max(product, p);
+            }
         }
-        if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + 2 <= max_inputs_) {
+        if (product >= 0 &&
+            leaves.size() + stored_outputs_[static_cast<size_t>(root)] + g_.node(product).inputs.size() <= max_inputs_) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
         }
     }

@@ -10,10 +10,12 @@
 // element), an assignment of it aside, is computed in that kernel and written as one more of its
 // outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
 //
-// A matmul or forward convolution whose one reader is a fused root's tree, reading it element for
-// element (directly, or through a reshape that only that tree reads), is computed in that root's place and stores the root's value through the tree (its
-// epilogue: eval batch norm, bias, activation, residual add): the pointwise kernel, and the product's
-// round trip through memory, go.
+// A matmul, forward convolution or norm whose one reader is a fused root's tree, reading it element for
+// element (directly, or through a reshape that only that tree reads), is computed in that root's place
+// and stores the root's value through the tree (its epilogue: eval batch norm, bias, activation, residual
+// add; a GroupNorm's SiLU): the pointwise kernel, and the product's round trip through memory, go. A
+// norm's one workgroup per row finishes its statistics before it stores anything, so its epilogue sees
+// the row's final values as a product's does.
 //
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
@@ -25,6 +27,9 @@
 #include "meganeura/graph.hpp"
 
 namespace mn::sched {
+
+// The norms (one kernel each, norm_kernel) that store a pointwise epilogue as the products do.
+inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || op == Op::GroupNorm; }
 
 struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel

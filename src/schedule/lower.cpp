@@ -146,6 +146,7 @@ private:
             const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
             bind.erase(at);
             bind.insert(bind.end(), extra.begin(), extra.end());
+            if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
             return lower_product(product->second, out, &epilogue, bind);
         }
         bind.push_back(out);
