@@ -26,6 +26,7 @@ public:
         plan_.assign_elided.assign(g.nodes().size(), false);
         plan_.stored_in.assign(g.nodes().size(), -1);
         plan_.epilogue_of.assign(g.nodes().size(), -1);
+        plan_.epilogue_keeps.assign(g.nodes().size(), false);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -164,6 +165,10 @@ private:
     // partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
     // storage buffers.
     //
+    // A norm that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; an output)
+    // stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
+    // for now: a product read twice keeps a kernel for its reader (not measured either way).
+    //
     // Not under a decision (greater, equal, sign: a ReLU's gradient mask): there the stored product is what
     // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
     // no kernel's fault, from a wrong kernel (compiler/check.cpp).
@@ -178,20 +183,33 @@ private:
         }, [&](int32_t n) { leaves.insert(n); });
         if (decides) return;
         int32_t product = -1;
+        bool keeps = false;
         for (int32_t leaf : leaves) {
-            if (g_.node(leaf).shape != r.shape || !read_only_by(leaf, root)) continue;
+            const Node& ln = g_.node(leaf);
+            if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product) continue;
+            if (is_norm(ln.op) && !read_only_by(leaf, root) && read_here_or_later(leaf, root)) {
+                product = leaf, keeps = true;
+                continue;
+            }
+            if (!read_only_by(leaf, root)) continue;
             // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
-            const int32_t p = g_.node(leaf).op == Op::Reshape && read_only_by(g_.node(leaf).inputs[0], leaf)
-                                  ? g_.node(leaf).inputs[0] : leaf;
-            const Node& pn = g_.node(p);
-            if ((pn.op == Op::MatMul || pn.op == Op::Conv2d || is_norm(pn.op)) && pn.dtype == r.dtype) {
-                product = std::max(product, p);
+            const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+            const Op op = g_.node(p).op;
+            if ((op == Op::MatMul || op == Op::Conv2d || is_norm(op)) && g_.node(p).dtype == r.dtype && p > product) {
+                product = p, keeps = false;
             }
         }
-        if (product >= 0 &&
-            leaves.size() + stored_outputs_[static_cast<size_t>(root)] + g_.node(product).inputs.size() <= max_inputs_) {
+        if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + (keeps ? 1 : 0) +
+                                    g_.node(product).inputs.size() <= max_inputs_) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
+            plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
         }
+    }
+
+    // Whether every reader of node n runs in `root`'s kernel or in a later one, so that it may compute n.
+    bool read_here_or_later(int32_t n, int32_t root) const {
+        const auto& c = consumers_[static_cast<size_t>(n)];
+        return std::all_of(c.begin(), c.end(), [&](int32_t r) { return kernel_of(r) >= root; });
     }
 
     // Whether `reader`'s kernel (or `reader` itself, a view) is all that reads node n, which no one else sees.

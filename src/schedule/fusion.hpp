@@ -15,7 +15,8 @@
 // and stores the root's value through the tree (its epilogue: eval batch norm, bias, activation, residual
 // add; a GroupNorm's SiLU): the pointwise kernel, and the product's round trip through memory, go. A
 // norm's one workgroup per row finishes its statistics before it stores anything, so its epilogue sees
-// the row's final values as a product's does.
+// the row's final values as a product's does. A norm that later kernels read too stores its own value
+// there as well (training's GroupNorm + SiLU, whose backward reads the norm).
 //
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
@@ -36,7 +37,8 @@ struct FusionPlan {
     std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
-    std::vector<int32_t> epilogue_of;   // per matmul / conv2d node: the fused root it stores through, or -1
+    std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
+    std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

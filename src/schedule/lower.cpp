@@ -141,6 +141,10 @@ private:
             spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
             extra.push_back(value_of(node));
         }
+        if (product != epilogue_product_.end() && fusion_.epilogue_keeps[static_cast<size_t>(product->second)]) {
+            spec.extra_outputs.emplace_back(step_of.at(product->second), g_.node(product->second).dtype);
+            extra.push_back(value_of(product->second));
+        }
         if (product != epilogue_product_.end()) {
             const auto at = std::find(bind.begin(), bind.end(), -1);
             const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
@@ -239,8 +243,16 @@ private:
             return;
         }
         if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
-        if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) return;  // lowered in its epilogue's place
-        if (n.op == Op::Reshape && fusion_.epilogue_of[static_cast<size_t>(n.inputs[0])] >= 0) return;  // and its view
+        if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) {  // lowered in its epilogue's place
+            if (fusion_.epilogue_keeps[static_cast<size_t>(id)]) {   // which stores its value too
+                s_.node_value[static_cast<size_t>(id)] = new_value(n.shape, n.dtype, Storage::Transient, id);
+            }
+            return;
+        }
+        if (n.op == Op::Reshape && fusion_.epilogue_of[static_cast<size_t>(n.inputs[0])] >= 0 &&
+            !fusion_.epilogue_keeps[static_cast<size_t>(n.inputs[0])]) {
+            return;  // and its view
+        }
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
