@@ -56,8 +56,12 @@ TEST_F(GenerateTest, StreamsTheGreedyContinuationAndTheSpeed) {
     ASSERT_EQ(status, 0) << out;
     EXPECT_EQ(generated_text(out), greedy("The quick brown fox", 12));
     EXPECT_TRUE(std::regex_search(out, std::regex("prompt eval: [0-9]+ tokens in [0-9.]+ ms \\([0-9.]+ tokens/s\\); "
-                                                  "generation: 12 tokens in [0-9.]+ ms \\([0-9.]+ tokens/s\\)\n$")))
+                                                  "generation: 12 tokens, 11 decoding runs in [0-9.]+ ms \\([0-9.]+ tokens/s\\)\n$")))
         << out;
+    // The warm-up runs (on by default) leave nothing behind in the cache.
+    const std::string cold = meganeura("generate -m " + folder_ + " --prompt 'The quick brown fox' --max-new 12 --ignore-eos --no-warmup", &status);
+    ASSERT_EQ(status, 0) << cold;
+    EXPECT_EQ(generated_text(cold), generated_text(out));
 }
 
 // generation_config.json's eos ends the generation: here the first greedy token is made the eos.

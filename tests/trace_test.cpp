@@ -89,7 +89,7 @@ TEST(Trace, EverySessionHasItsTracks) {
         if (e.value("cat", "") == "run") host_tracks.insert(e["tid"].get<int>()), ++runs;
         if (e.value("cat", "") == "dispatch") gpu_tracks.insert(e["tid"].get<int>());
     }
-    EXPECT_EQ(runs, 3);  // the prefill, then two one-token decodes
+    EXPECT_EQ(runs, 5);  // the warm-up's prefill and decode, the prefill, then two one-token decodes
     EXPECT_EQ(host_tracks.size(), 2u);  // the prefill and the decode programs
     EXPECT_EQ(gpu_tracks.size(), 2u);
 }
