@@ -35,9 +35,10 @@ def read_safetensors(path):
     return out
 
 
-def write_safetensors(path, tensors):
+def write_safetensors(path, tensors, metadata=None):
+    """metadata: the header's "__metadata__" (string to string; transformers wants {"format": "pt"})."""
     names = {v.str: k for k, v in _DTYPES.items()}  # "<f4" -> "F32"
-    header, chunks, offset = {}, [], 0
+    header, chunks, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
     for name, array in tensors.items():
         array = np.ascontiguousarray(array)
         little = array.dtype.newbyteorder("<")

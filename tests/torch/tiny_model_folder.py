@@ -69,14 +69,16 @@ def learn_merges(text, count):
     return merges
 
 
-def tokenizer_json(text):
+def tokenizer_json(text, size=VOCAB):
+    """Merges up to VOCAB tokens; `size` tokens in all (bench/finetune_bench.py: a real model's 49,152)."""
     chars = byte_chars()
     vocab = {chars[b]: b for b in range(256)}
     merges = learn_merges(text, VOCAB - 256 - len(SPECIALS))
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
-    # Pad to the model's size when the text had fewer pairs than wanted (ids stay dense).
-    while len(vocab) < VOCAB - len(SPECIALS):
+    # Pad to the model's size when the text had fewer pairs than wanted, or the model has more rows
+    # (ids stay dense, and every id the model can produce decodes).
+    while len(vocab) < size - len(SPECIALS):
         vocab[f"<|unused{len(vocab)}|>"] = len(vocab)
     added = []
     for s in SPECIALS:
