@@ -51,6 +51,22 @@ TEST(CapsProfiles, EveryKernelOfEveryModelFitsEveryProfile) {
     }
 }
 
+// SmolLM2-135M's decode step (3 kv heads of 3 query heads each) is 3 workgroups per layer unsplit;
+// the H200's 132 compute units get its keys in 64-key chunks, twice as many at 8K as at 4K.
+TEST(CapsProfiles, TheDecodeSplitFollowsTheComputeUnits) {
+    for (const auto& [cache, chunks] : {std::pair{4096, 64}, std::pair{8192, 128}}) {
+        const models::BuiltModel decode = models::build_llama_cached(models::LlamaConfig::smollm2_135m(), 1, 1, cache);
+        int found = 0;
+        for (const codegen::KernelSource& k : compiler::program_kernels(*decode.graph, profile("nvidia-h200"), {})) {
+            if (k.label != "attention_chunks") continue;
+            ++found;
+            EXPECT_EQ(k.choice, "row-wise, 3 rows per kv head, keys in " + std::to_string(chunks) +
+                                    " chunks of 64 (flash-decoding): 3 workgroups would underfill 132 compute units");
+        }
+        EXPECT_EQ(found, 30);
+    }
+}
+
 // wave64: a workgroup of 64-wide subgroups has half the threads per tile row of 32-wide ones, so the
 // smallest cooperative tile no longer splits evenly. It used to be chosen anyway, and generating it
 // threw "cooperative matmul tiles must divide evenly"; now it is declined with that reason.

@@ -1,7 +1,8 @@
 #pragma once
 // Every kernel of every model, for a device known only by its caps: each model of the registry at its
 // tiny size (the kernel families and their variants are those of the full one), its inference program
-// and one training step, in both precisions. The caps tests and the Metal test walk these.
+// and one training step, and SmolLM2's decode step, in both precisions. The caps tests and the Metal
+// test walk these.
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "codegen/shader_compiler.hpp"
 #include "compiler/program_kernels.hpp"
 #include "models/registry.hpp"
+#include "models/smollm2.hpp"
 
 namespace mn::test {
 
@@ -27,6 +29,12 @@ inline std::vector<ProgramKernels> every_program(const rt::DeviceCaps& caps) {
             out.push_back({e.name + " training" + suffix,
                            compiler::program_kernels(*m.graph, caps, {.loss = m.loss, .precision = p})});
         }
+    }
+    // generate's decode step over a 4K cache, whose keys are split across workgroups (flash-decoding).
+    const models::BuiltModel decode = models::build_llama_cached(models::LlamaConfig::tiny(), 1, 1, 4096);
+    for (const Precision p : {Precision::Strict, Precision::Fast}) {
+        out.push_back({std::string("smollm2 decode at 4096") + (p == Precision::Fast ? " fast" : " strict"),
+                       compiler::program_kernels(*decode.graph, caps, {.precision = p})});
     }
     return out;
 }

@@ -13,6 +13,7 @@
 #include "error_of.hpp"
 #include "host_tools.hpp"
 #include "model_gates.hpp"
+#include "compiler/program_kernels.hpp"
 #include "io/safetensors.hpp"
 #include "models/generation.hpp"
 #include "models/runner.hpp"
@@ -96,6 +97,42 @@ TEST_F(KvCacheTest, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
     const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
     EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";
     for (int64_t t = kPrompt; t < total; ++t) {
+        const std::vector<float> logits = generator.decode(tokens[static_cast<size_t>(t)], t);
+        EXPECT_LE(relative_l2(logits, widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
+    }
+}
+
+// A cache long enough that the decode step splits its keys across workgroups (flash-decoding, the
+// path a 4K cache takes on the H200; here 23 chunks of 32 keys): the decode logits still equal the
+// full forward's, at positions that fill the cache partly (the last chunks see no key) and wholly.
+TEST_F(KvCacheTest, LongCacheDecodeSplitsItsKeysAndEqualsTheFullForward) {
+    TempDir dir("kv-long");
+    models::LlamaConfig c = models::LlamaConfig::tiny();
+    constexpr int64_t kPrompt = 600, kCache = 720;
+    c.max_positions = kCache;
+    std::vector<int32_t> tokens;
+    for (int64_t t = 0; t < kCache; ++t) tokens.push_back(static_cast<int32_t>((t * 37 + t / 7) % c.vocab));
+    const models::BuiltModel full = models::build_causal_lm(c, {1, kCache}, false);
+    Session forward = compile(*full.graph, device());
+    forward.save(dir.path("weights.safetensors"));
+    forward.set("input_ids", tokens);
+    forward.set("labels", tokens);
+    forward.run();
+    const std::vector<float> want = forward.get("logits");
+
+    const models::BuiltModel decode = models::build_llama_cached(c, 1, 1, kCache);
+    int chunked = 0, combined = 0;
+    for (const codegen::KernelSource& k : compiler::program_kernels(*decode.graph, device().context()->caps(), {})) {
+        chunked += k.label == "attention_chunks";
+        combined += k.label == "attention_combine";
+    }
+    EXPECT_EQ(chunked, c.layers);
+    EXPECT_EQ(combined, c.layers);
+
+    models::Generator generator(device(), c, kPrompt, kCache, {dir.path("weights.safetensors")});
+    const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
+    EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";
+    for (int64_t t = kPrompt; t < kCache; ++t) {
         const std::vector<float> logits = generator.decode(tokens[static_cast<size_t>(t)], t);
         EXPECT_LE(relative_l2(logits, widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
     }

@@ -21,10 +21,14 @@
 // visited (query_range). Shapes, the mask and the scale are specialization constants; the tile
 // sizes are #defines because they fix the workgroup size and the shared arrays, and so is the
 // head-dim chunk HC of the dot products (see HEAD_DIM).
+//
+// A forward with few rows on a device they leave idle (decode) splits its keys in SPLITS chunks,
+// one workgroup each (SPLIT: the forward stores the chunk's partials; attention_decode.cpp).
 #include <algorithm>
 #include <bit>
 
 #include "codegen/attention_blocked.hpp"
+#include "codegen/attention_decode.hpp"
 #include "codegen/families.hpp"
 
 namespace mn::codegen {
@@ -67,6 +71,17 @@ uvec2 key_range(uint r0, uint r1) {
     return uvec2(uint(clamp(begin, 0, int(TK))), uint(clamp(hi + 1, 0, int(TK))));
 }
 
+#ifndef SPLIT
+const uint SPLITS = 1u;
+#endif
+// Chunk `split` of the keys [x, y): SPLITS chunks of whole BT-key tiles, cut from the keys the rows
+// can see at run time, so a short visible range leaves the last chunks empty and none is masked.
+uvec2 chunk_of(uvec2 keys, uint split) {
+    uint per = ((keys.y - keys.x + SPLITS - 1u) / SPLITS + BT - 1u) / BT * BT;
+    uint begin = min(keys.x + split * per, keys.y);
+    return uvec2(begin, min(begin + per, keys.y));
+}
+
 // Query indices [x, y) of one head that may see some key of j0..j1 (inclusive).
 uvec2 query_range(uint j0, uint j1) {
     if (CAUSAL == 0u) return uvec2(0u, TQ);
@@ -91,11 +106,12 @@ uvec2 query_range(uint j0, uint j1) {
     uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR; \
     uint blocks = (ROWS + BR - 1u) / BR; \
     uint g = mn_group_id(); \
-    if (g >= HEADS * blocks) return; \
-    uint head = g / blocks, r0 = (g % blocks) * BR, r = r0 + row; \
+    if (g >= HEADS * blocks * SPLITS) return; \
+    uint split = g % SPLITS, qblock = g / SPLITS; \
+    uint head = qblock / blocks, r0 = (qblock % blocks) * BR, r = r0 + row; \
     bool live = r < ROWS; \
     int position = query_start() + int(r % TQ); \
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
+    uvec2 keys = chunk_of(key_range(r0, min(r0 + BR, ROWS) - 1u), split);
 // Stages the key and value rows j0..j0+BT of `head` into Ks and Vs (zeros past TK).
 #define STAGE_KV(j0) \
     for (uint e = lid; e < BT * D; e += WG) { \
@@ -155,6 +171,18 @@ void main() {
         m = m_new;
     }
     if (!live) return;
+#ifdef SPLIT
+    // The chunk's record for the combine kernel: unnormalized sums, then m and l.
+    uint pbase = ((head * ROWS + r) * SPLITS + split) * (D + 2u);
+    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
+        uint d = lane + c * TPR;
+        if (d < D) part.d[pbase + d] = acc[c];
+    }
+    if (lane == 0u) {
+        part.d[pbase + D] = m;
+        part.d[pbase + D + 1u] = l;
+    }
+#else
     float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
     uint obase = (head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
@@ -162,6 +190,7 @@ void main() {
         if (d < D) o.d[obase + d] = STORE(acc[c] * inv);
     }
     if (lane == 0u) lse.d[head * ROWS + r] = l > 0.0 ? m + log(l) : NEG_INF;
+#endif
 }
 )";
 
@@ -396,10 +425,10 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
 uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
 
 // The interface and the shared GLSL of the three tiled kernels; `bindings` lists the inputs
-// before query_start, `outputs` those after it.
+// before query_start, `outputs` those after it. splits > 0: the forward over that many key chunks.
 KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
                           std::vector<Binding> inputs, const std::vector<Binding>& outputs, const char* body,
-                          uint64_t groups, uint32_t max_groups) {
+                          uint64_t groups, uint32_t max_groups, uint32_t splits = 0) {
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
@@ -410,11 +439,15 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
                      checked_u32(s.head_dim, "attention head dim"), s.causal ? 1u : 0u,
                      checked_u32(s.window, "attention window"),
                      static_cast<uint32_t>(static_cast<int32_t>(s.query_start)), float_bits(s.scale)};
+    if (splits) {
+        k.iface.spec_constants.push_back("SPLITS");
+        k.spec_values.push_back(splits);
+    }
     checked_u32(s.batch * s.q_heads * std::max(s.q_len, s.kv_len) * s.head_dim, "attention tensor size");
     if (s.dynamic_start) inputs.push_back({"start", DType::I32});
     k.iface.bindings = std::move(inputs);
     k.iface.bindings.insert(k.iface.bindings.end(), outputs.begin(), outputs.end());
-    const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") +
+    const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") + (splits ? "#define SPLIT\n" : "") +
                              "#define BR " + std::to_string(t.rows) + "u\n#define TPR " +
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
@@ -428,15 +461,40 @@ uint64_t blocks_of(int64_t n, uint32_t block) { return static_cast<uint64_t>((n 
 
 }  // namespace
 
-KernelSource attention_forward_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const AttentionTiles& tiles, const Launch& launch) {
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
+    const std::vector<Binding> qkv = {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}};
+    const std::string row_count = std::to_string(rows) + " rows per kv head";
+    AttentionForwardKernels out;
+    std::string not_split;
+    if (!tiles.blocked || rows < kBlockedMinRows) {
+        const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
+        const uint64_t groups = static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows);
+        const KeySplit split = choose_key_split(s, t, groups, kLongSweep);
+        if (split.splits > 1) {
+            out.forward = tiled_kernel("attention_chunks", s, t, false, qkv, {{"part", DType::F32, true}}, kForward,
+                                       groups * split.splits, launch.max_groups, split.splits);
+            out.forward.choice = "row-wise, " + row_count + ", keys in " + std::to_string(split.splits) + " chunks of " +
+                                 std::to_string(split.chunk) + " (flash-decoding): " + split.why;
+            out.combine = attention_combine_kernel(s, split.splits, launch);
+            out.partial_elements = s.batch * s.q_heads * s.q_len * split.splits * (s.head_dim + 2);
+            return out;
+        }
+        not_split = "; keys not split: " + split.why;
+    }
     const bool blocked = use_blocked(tiles, rows, s.kv_len);
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward)
                                      : fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
     if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
-    return tiled_kernel("attention", s, t, blocked, {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}},
-                        {{"o", s.dtype, true}, {"lse", DType::F32, true}}, blocked ? kBlockedForward : kForward,
-                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
+    out.forward = tiled_kernel("attention", s, t, blocked, qkv, {{"o", s.dtype, true}, {"lse", DType::F32, true}},
+                               blocked ? kBlockedForward : kForward,
+                               static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), launch.max_groups);
+    out.forward.choice = (blocked ? rows >= kBlockedMinRows ? "blocked: " + row_count
+                                                            : "blocked: a sweep of " + std::to_string(s.kv_len) +
+                                                                  " keys past the device's loop limit"
+                                  : "row-wise: " + row_count) +
+                         not_split;
+    return out;
 }
 
 KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {

@@ -169,11 +169,22 @@ struct AttentionTiles {
     // of 4 and threads_per_row threads share a group (attention_blocked.cpp).
     bool blocked = true;
     // DeviceCaps::max_loop_iterations: the row-wise kernels' loops over a long sweep can pass it, so
-    // such sweeps take the blocked kernels, whose loops run once per tile.
+    // such sweeps are split into chunks (forward) or take the blocked kernels, whose loops run once per tile.
     uint32_t max_loop_iterations = 0;
+    uint32_t compute_units = 0;  // DeviceCaps::compute_units (0: unknown): how many workgroups fill the device
+    uint32_t forced_splits = 0;  // > 0: the forward's keys in this many chunks, 1: never split (MEGANEURA_ATTENTION_SPLITS)
 };
-// Bindings: q, k, v, [query_start], out, lse (f32 [B, Hq, Tq]).
-KernelSource attention_forward_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// The forward: one kernel writing out and lse (f32 [B, Hq, Tq]), bindings q, k, v, [query_start],
+// out, lse. When few rows leave the device underfilled (decode), flash-decoding instead: `forward`
+// splits the keys across workgroups and writes each chunk's unnormalized output, max and sum into
+// an f32 scratch of partial_elements (its last binding), and `combine` (bindings: scratch, out, lse)
+// merges the chunks exactly, in a fixed order (attention_decode.cpp).
+struct AttentionForwardKernels {
+    KernelSource forward;
+    std::optional<KernelSource> combine;
+    int64_t partial_elements = 0;
+};
+AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, const Launch& launch);
 // delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
 // Bindings: out, d_out, delta.
 KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);

@@ -546,8 +546,11 @@ private:
         attention_siblings_[key] = sibling;
         const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
         if (!backward) {
-            emit(codegen::attention_forward_kernel(spec, t_.attention, t_.pointwise.max_groups),
-                 cat(cat({in(0), in(1), in(2)}, start), pair));
+            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, t_.attention, t_.pointwise);
+            if (!f.combine) return emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), pair));
+            const int32_t partial = new_value({f.partial_elements}, DType::F32);  // the key chunks' records
+            emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
+            emit(std::move(*f.combine), cat({partial}, pair));
         } else {
             emit(codegen::attention_grad_kv_kernel(spec, t_.attention, t_.pointwise.max_groups),
                  cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair));
@@ -608,7 +611,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     // row-wise kernels of few-row problems (decode) widen their rows to up to 32 threads anyway.
     t.attention = {.rows = cpu ? 16u : 64u, .threads_per_row = cpu ? 4u : 16u, .tile = cpu ? 32u : 64u,
                    .shared_bytes = caps.max_shared_memory, .max_invocations = caps.max_workgroup_invocations,
-                   .max_loop_iterations = caps.max_loop_iterations};
+                   .max_loop_iterations = caps.max_loop_iterations, .compute_units = caps.compute_units};
     while (t.attention.rows > 4 && t.attention.rows / 4 * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
@@ -628,6 +631,16 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
                         e + "'");
         }
         t.attention = a;
+    }
+    // MEGANEURA_ATTENTION_SPLITS=<n> splits a row-wise forward's keys into n chunks (1: never), as
+    // MEGANEURA_MATMUL_SPLITS does K (tests, tuning on a new device).
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_SPLITS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0 || v > 65535) {
+            throw Error(std::string("MEGANEURA_ATTENTION_SPLITS must be a count from 1 to 65535, got '") + e + "'");
+        }
+        t.attention.forced_splits = static_cast<uint32_t>(v);
     }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,

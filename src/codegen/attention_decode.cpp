@@ -1,0 +1,150 @@
+// Flash-decoding: a forward with few query rows (a decode step: G * Tq rows per kv head, 3 for
+// SmolLM2) is a handful of workgroups, each sweeping the whole cache alone. SmolLM2-135M at 3,000
+// positions took 10.5 ms a token on the H200 that way, 3 workgroups per layer on 132 multiprocessors.
+// So the keys are split: workgroup (head, block, chunk) runs the row-wise forward (attention.cpp,
+// SPLIT) over one chunk of the keys its rows can see, every query head of the kv head still sharing
+// each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
+// The combine kernel here merges a row's chunks exactly: with M = max m_i,
+//     out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i,   lse = M + log(sum_i exp(m_i - M) l_i),
+// in a fixed order (no atomics): the same inputs give the same bits.
+//
+// The chunk count is fixed when compiling, from the key length and the device's compute units; the
+// chunks themselves are cut at run time from the keys the rows can see (a causal decode step at
+// position p sees p + 1 keys of a longer cache; a sliding window fewer), in whole key tiles, so
+// masked keys are never visited and the work stays even however far the cache is filled.
+#include "codegen/attention_decode.hpp"
+
+#include <algorithm>
+#include <bit>
+
+namespace mn::codegen {
+
+namespace {
+
+// About four workgroups per compute unit: a chunk workgroup is small (one to a few key tiles) and
+// its loads wait on memory, so several per unit keep the memory system busy. Unknown: a mid-size GPU,
+// as the matmul family assumes.
+constexpr int64_t kGroupsPerUnit = 4, kUnknownUnits = 32;
+// Shorter sweeps stay whole: a workgroup sweeps 256 keys in about the time the combine's extra
+// dispatch and barrier cost (an estimate from the H200's ~1 us per 64-key tile, not a measurement).
+constexpr int64_t kMinSplitKeys = 256;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string workgroups(uint64_t n) { return std::to_string(n) + (n == 1 ? " workgroup" : " workgroups"); }
+
+// One workgroup per row of out; each thread owns the column c (and c + DT, ...) of one lane, the
+// lanes taking the chunks s = lane, lane + LANES, ...; the lanes' sums are added in lane order.
+const char* const kCombine = R"(
+#extension GL_EXT_control_flow_attributes : require
+#define NEG_INF uintBitsToFloat(0xff800000u)
+const uint E = D + 2u;          // a chunk's record: D output sums, then m and l
+const uint LANES = WG / DT;
+const uint DPT = (D + DT - 1u) / DT;
+shared float Red[WG];
+
+void main() {
+    uint row = mn_group_id();
+    if (row >= ROWS) return;
+    uint lid = gl_LocalInvocationID.x, lane = lid / DT, c = lid % DT;
+    uint base = row * SPLITS * E;
+    // The row's max over the chunks (one that saw no key holds -inf); max is exact in any order.
+    float m = NEG_INF;
+    for (uint s = lid; s < SPLITS; s += WG) m = max(m, part.d[base + s * E + D]);
+    Red[lid] = m;
+    barrier();
+    [[unroll]] for (uint w = WG / 2u; w > 0u; w /= 2u) {
+        if (lid < w) Red[lid] = max(Red[lid], Red[lid + w]);
+        barrier();
+    }
+    m = Red[0];
+    float l = 0.0;
+    float acc[DPT];
+    [[unroll]] for (uint i = 0u; i < DPT; ++i) acc[i] = 0.0;
+    for (uint s = lane; s < SPLITS; s += LANES) {
+        uint at = base + s * E;
+        float ms = part.d[at + D];
+        float w = ms == NEG_INF ? 0.0 : exp(ms - m);  // then the chunk's sums are 0 too
+        l += w * part.d[at + D + 1u];
+        [[unroll]] for (uint i = 0u; i < DPT; ++i) {
+            uint d = c + i * DT;
+            if (d < D) acc[i] += w * part.d[at + d];
+        }
+    }
+    barrier();  // every thread has read Red[0]
+    Red[lid] = l;
+    barrier();
+    float total = 0.0;
+    for (uint ln = 0u; ln < LANES; ++ln) total += Red[ln * DT];
+    float inv = total > 0.0 ? 1.0 / total : 0.0;  // a row that sees no key yields zeros, as unsplit
+    if (lid == 0u) lse.d[row] = total > 0.0 ? m + log(total) : NEG_INF;
+    [[unroll]] for (uint i = 0u; i < DPT; ++i) {
+        barrier();
+        Red[lid] = acc[i];
+        barrier();
+        uint d = c + i * DT;
+        if (lane != 0u || d >= D) continue;
+        float sum = 0.0;
+        for (uint ln = 0u; ln < LANES; ++ln) sum += Red[ln * DT + c];
+        o.d[row * D + d] = STORE(sum * inv);
+    }
+}
+)";
+
+}  // namespace
+
+KeySplit choose_key_split(const AttentionSpec& s, const AttentionTiles& t, uint64_t groups, int64_t long_sweep) {
+    KeySplit k;
+    const int64_t tile = t.tile;
+    int64_t want = 1;
+    const int64_t units = t.compute_units ? t.compute_units : kUnknownUnits;
+    const std::string device = std::to_string(units) + (t.compute_units ? " compute units" : " compute units (unknown: assumed)");
+    if (t.forced_splits) {
+        want = t.forced_splits;
+        k.why = "forced: MEGANEURA_ATTENTION_SPLITS=" + std::to_string(t.forced_splits);
+        if (want == 1) return k;  // never: a long sweep then takes the blocked kernel under a loop limit
+    } else {
+        const auto target = static_cast<uint64_t>(kGroupsPerUnit * units);
+        if (s.kv_len < kMinSplitKeys) {
+            k.why = std::to_string(s.kv_len) + " keys are fewer than " + std::to_string(kMinSplitKeys);
+        } else if (groups < target) {
+            want = static_cast<int64_t>((target + groups - 1) / groups);
+            k.why = workgroups(groups) + " would underfill " + device;
+        } else {
+            k.why = workgroups(groups) + " fill " + device;
+        }
+        if (t.max_loop_iterations && s.kv_len > long_sweep && ceil_div(s.kv_len, long_sweep) > want) {
+            want = ceil_div(s.kv_len, long_sweep);
+            k.why += "; chunks of at most " + std::to_string(long_sweep) + " keys under the device's loop limit";
+        }
+    }
+    // Whole tiles per chunk: only the last chunk stages a partial tile. A forced count too small for
+    // the loop limit is raised.
+    int64_t chunk = ceil_div(ceil_div(s.kv_len, want), tile) * tile;
+    if (t.max_loop_iterations && chunk > long_sweep) chunk = std::max(tile, long_sweep / tile * tile);
+    k.splits = checked_u32(ceil_div(s.kv_len, chunk), "attention key chunks");
+    k.chunk = checked_u32(chunk, "attention key chunk");
+    if (k.splits == 1 && want > 1) k.why += ", but " + std::to_string(s.kv_len) + " keys are one chunk of whole " +
+                                           std::to_string(tile) + "-key tiles";
+    return k;
+}
+
+KernelSource attention_combine_kernel(const AttentionSpec& s, uint32_t splits, const Launch& launch) {
+    const int64_t rows = s.batch * s.q_heads * s.q_len;
+    KernelSource k;
+    k.label = "attention_combine";
+    // A power of two for the max's tree; columns across the threads, the rest of them as lanes.
+    k.iface.local_size = std::bit_floor(launch.local_size);
+    const uint32_t columns = std::min(std::bit_ceil(checked_u32(s.head_dim, "attention head dim")), k.iface.local_size);
+    k.iface.spec_constants = {"ROWS", "D", "SPLITS"};
+    k.spec_values = {checked_u32(rows, "attention rows"), checked_u32(s.head_dim, "attention head dim"), splits};
+    checked_u32(rows * splits * (s.head_dim + 2), "attention partials");
+    k.iface.bindings = {{"part", DType::F32}, {"o", s.dtype, true}, {"lse", DType::F32, true}};
+    k.glsl = glsl_preamble(k.iface) + "#define DT " + std::to_string(columns) + "u\n#define STORE " +
+             storage_type(s.dtype) + "\n" + kFlatGroupId + kCombine;
+    k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
+    k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order";
+    return k;
+}
+
+}  // namespace mn::codegen

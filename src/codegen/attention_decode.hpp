@@ -1,0 +1,25 @@
+// Flash-decoding's two halves that attention.cpp does not hold (see attention_decode.cpp): how many
+// chunks the keys are split into, and the kernel that merges the chunks.
+#pragma once
+
+#include <string>
+
+#include "codegen/families.hpp"
+
+namespace mn::codegen {
+
+// The number of chunks the keys of a row-wise forward are split into: `groups` workgroups unsplit,
+// key tiles of `tile` rows, sweeps of at most `long_sweep` keys on a device that limits loop
+// iterations. `why` says what decided it (KernelSource::choice).
+struct KeySplit {
+    uint32_t splits = 1;
+    uint32_t chunk = 0;  // keys per chunk at the full key length (a multiple of tile)
+    std::string why;
+};
+KeySplit choose_key_split(const AttentionSpec& spec, const AttentionTiles& tiles, uint64_t groups, int64_t long_sweep);
+
+// out and lse from `splits` chunks' partials, each [D unnormalized output sums, max, sum] per row.
+// Bindings: part, out, lse.
+KernelSource attention_combine_kernel(const AttentionSpec& spec, uint32_t splits, const Launch& launch);
+
+}  // namespace mn::codegen
