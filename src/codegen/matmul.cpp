@@ -347,8 +347,7 @@ using namespace matmul_detail;
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     MatmulKernels out;
     if (spec.m == 1 || spec.n == 1) {
-        out.product = gemv_kernel(spec, t.max_groups);
-        out.product.choice = "gemv: M or N is 1";
+        out.product = gemv_kernel(spec, t);
         return out;
     }
     uint32_t k_split;

@@ -97,8 +97,8 @@ std::string coop_defines(const CoopGeometry& g, const MatmulTuning& tuning);
 bool coop_geometry_divides(const CoopGeometry& g, uint32_t subgroup_size);
 void check_coop_geometry(const CoopGeometry& g, uint32_t subgroup_size);
 
-// M == 1 or N == 1: one output element per group of threads that split K.
-KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups);
+// M == 1 or N == 1: R output elements per group of threads that split K (its choice says how many).
+KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 
 // Split-K: C = the sum of the `splits` partial products [splits][elements] (f32).
 // The sum of `splits` f32 partial outputs, then the epilogue (the product's, where K is split).

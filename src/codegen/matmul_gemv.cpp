@@ -1,18 +1,29 @@
 // M == 1 or N == 1: y[j] = sum_k x[k] * W(j, k), a matrix-vector product. For M == 1, x is A's
 // row and W is B (j = n); for N == 1, x is B's column and W is A (j = m). Reading W once is the
-// whole cost, so the layout follows W: when W is contiguous along k (B^T, the weight of a linear
-// layer, or A), KS = 32 neighbouring threads split one output's k range with 16-byte loads; when W
-// is contiguous along j, CW = 32 neighbouring threads take neighbouring outputs and 8 groups of
-// them split k. Each thread group takes R outputs, CW apart, so that R independent loads are in
-// flight per thread and x is read once for R of them. The partial sums meet in shared memory.
+// whole cost, and at the sizes of a decode step (576 x 576 f32 is 1.3 MB: 0.3 us at 4 TB/s) that
+// cost is latency, not bandwidth. So:
+//   - the grid is wide: each thread group takes R outputs, with R as small as keeps the device
+//     full (2 workgroups per compute unit), so a 576-output product is 72 workgroups, not 18;
+//   - KS threads split one output's k range, KS chosen so that each thread has at most kUnroll
+//     loads of W to make;
+//   - the k loop is unrolled kUnroll deep with clamped indices (a term past K is multiplied by
+//     zero, never branched around), so all of a thread's loads are in flight at once instead of
+//     one memory round trip per iteration;
+//   - the KS partial sums of an output meet in a shared-memory tree, log2(KS) steps.
+// When W is contiguous along k (B^T, the weight of a linear layer, or A), the KS threads of an
+// output are neighbours and read 16 bytes each; when W is contiguous along j, CW = 32 neighbouring
+// threads take neighbouring outputs (coalesced rows) and KS = 256 / CW groups of them split k.
 // f32 arithmetic throughout.
+#include <algorithm>
+
 #include "codegen/matmul_common.hpp"
 
 namespace mn::codegen::matmul_detail {
 
 namespace {
 
-constexpr uint32_t kRows = 4;  // outputs per thread group
+constexpr uint32_t kThreads = 256;
+constexpr uint32_t kUnroll = 8;  // loads of W per thread and loop iteration
 
 const char* const kBody = R"(
 shared float partial[R * WG];
@@ -21,77 +32,89 @@ void main() {
     uint lid = gl_LocalInvocationID.x;
 #if W_KC
     uint s = lid % KS, jl = lid / KS;
+    const uint PEER = 1u;  // the distance in lid between two k-slices of one output
 #else
     uint jl = lid % CW, s = lid / CW;
+    const uint PEER = CW;
 #endif
     uint j0 = gl_WorkGroupID.x * (R * CW) + jl;  // this thread's outputs: j0 + r * CW
     uint a_off, b_off;
     batch_offsets(gl_WorkGroupID.z, a_off, b_off);
     uint x_off = X_OFF, w_off = W_OFF;
     float acc[R];
-    [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] = 0.0;
-    // The R outputs' loads are independent, so R of them are in flight per thread.
+    uint row[R];  // each output's W row (past J: the last row, multiplied by zero below)
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        acc[r] = 0.0;
+        row[r] = min(j0 + r * CW, J - 1u);
+    }
+    for (uint k0 = s; k0 < KL; k0 += KS * UNROLL) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+            uint k = k0 + u * KS;
+            uint kc = min(k, KL - 1u);
+            float live = k < KL ? 1.0 : 0.0;
 #if VEC_K
-    for (uint k4 = s; k4 < K / 4u; k4 += KS) {
-        vec4 xv = vec4(X4.d[(x_off >> 2) + k4]);
-        [[unroll]] for (uint r = 0u; r < R; ++r) {
-            uint j = j0 + r * CW;
-            if (j < J) acc[r] += dot(xv, vec4(W4.d[((w_off + j * K) >> 2) + k4]));
-        }
-    }
+            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * live;
+            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += dot(xv, vec4(W4.d[((w_off + row[r] * K) >> 2) + kc]));
 #else
-    for (uint k = s; k < K; k += KS) {
-        float xv = float(X.d[x_off + k]);
-        [[unroll]] for (uint r = 0u; r < R; ++r) {
-            uint j = j0 + r * CW;
+            float xv = float(X.d[x_off + kc]) * live;
 #if W_KC
-            if (j < J) acc[r] += xv * float(W.d[w_off + j * K + k]);
+            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += xv * float(W.d[w_off + row[r] * K + kc]);
 #else
-            if (j < J) acc[r] += xv * float(W.d[w_off + k * J + j]);
+            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += xv * float(W.d[w_off + kc * J + row[r]]);
+#endif
 #endif
         }
     }
-#endif
     [[unroll]] for (uint r = 0u; r < R; ++r) partial[r * WG + lid] = acc[r];
+    for (uint h = KS / 2u; h > 0u; h /= 2u) {
+        barrier();
+        if (s < h) [[unroll]] for (uint r = 0u; r < R; ++r) partial[r * WG + lid] += partial[r * WG + lid + h * PEER];
+    }
     barrier();
     if (s != 0u) return;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         uint j = j0 + r * CW;
-        if (j >= J) break;
-        float sum = 0.0;
-        for (uint q = 0u; q < KS; ++q) {
-#if W_KC
-            sum += partial[r * WG + jl * KS + q];
-#else
-            sum += partial[r * WG + q * CW + jl];
-#endif
-        }
-        c.d[gl_WorkGroupID.z * J + j] = STORE(EPI(gl_WorkGroupID.z * J + j, sum));
+        if (j < J) c.d[gl_WorkGroupID.z * J + j] = STORE(EPI(gl_WorkGroupID.z * J + j, partial[r * WG + lid]));
     }
 }
 )";
 
 }  // namespace
 
-KernelSource gemv_kernel(const MatmulSpec& spec, uint32_t max_groups) {
+KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     const bool row = spec.m == 1;  // x is A's single row; else x is B's single column
     // W contiguous along k: B^T (M == 1) or A (N == 1).
     const bool w_kc = row ? spec.trans_b : !spec.trans_a;
-    const uint32_t ks = w_kc ? 32 : 8, cw = 256 / ks;
-    KernelSource k = base_kernel(spec, ks * cw, "matmul_gemv", checked_u32(spec.k, "matmul K"));
+    const bool vec_k = w_kc && spec.k % 4 == 0;
+    const int64_t k_loads = vec_k ? spec.k / 4 : spec.k;  // per output
+    uint32_t ks = 8;
+    if (w_kc) {  // the fewest threads per output (a power of two, 32 to 256) with at most kUnroll loads each
+        ks = 32;
+        while (ks < kThreads && k_loads > int64_t(ks) * kUnroll) ks *= 2;
+    }
+    const uint32_t cw = kThreads / ks;
+    const int64_t outputs = row ? spec.n : spec.m, batch = std::max<int64_t>(numel(spec.batch), 1);
+    // Outputs per thread group: 4 (x read once for 4 rows) while that still gives 2 workgroups per
+    // compute unit, else fewer.
+    const int64_t target = 2 * int64_t(t.compute_units ? t.compute_units : 32);
+    uint32_t rows = 4;
+    while (rows > 1 && (outputs + rows * cw - 1) / (rows * cw) * batch < target) rows /= 2;
+    KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    std::string defs = define("KS", ks) + define("CW", cw) + define("R", kRows) + "#define W_KC " + (w_kc ? "1" : "0") +
-                       "\n#define VEC_K " + (w_kc && spec.k % 4 == 0 ? "1" : "0") + "\n";
+    std::string defs = define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
+                       "#define W_KC " + (w_kc ? "1" : "0") + "\n#define VEC_K " + (vec_k ? "1" : "0") + "\n" +
+                       "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
     k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + epilogue + kBody;
-    const int64_t outputs = row ? spec.n : spec.m;
-    const int64_t groups = (outputs + kRows * cw - 1) / (kRows * cw), batch = std::max<int64_t>(numel(spec.batch), 1);
-    if (groups > max_groups || batch > max_groups) {
+    const int64_t groups = (outputs + rows * cw - 1) / (rows * cw);
+    if (groups > t.max_groups || batch > t.max_groups) {
         throw Error("matmul grid " + std::to_string(groups) + "x1x" + std::to_string(batch) +
                     " exceeds the device's workgroup limit");
     }
     k.groups = {static_cast<uint32_t>(groups), 1, static_cast<uint32_t>(batch)};
+    k.choice = "gemv: M or N is 1; " + std::to_string(ks) + " threads per output, " + std::to_string(rows) +
+               " outputs per thread group";
     return k;
 }
 
