@@ -157,5 +157,52 @@ TEST_F(FinetuneTest, FullFinetuneWritesAModelFolder) {
     EXPECT_NE(text.find("fewer than two blocks of --seq 64"), std::string::npos) << text;
 }
 
+// A user's mistakes with LoRA and --resume are one-line errors with status 1, and leave the output
+// folder as it was. Each once passed: --lora-targets without --lora-rank trained every parameter; a
+// target matching no module trained fewer (or failed in compile with "nothing to train"); a LoRA run
+// resumed without --lora-rank became a full fine-tune from the base's weights (its adapter dropped,
+// its moments zero) and wrote a model folder into the LoRA run's; a finished run resumed "finetuned 0
+// steps: loss 0.0000 -> 0.0000"; a file as --out was an internal error (status 3); --epochs beside
+// --steps was ignored.
+TEST_F(FinetuneTest, LoraAndResumeMistakesAreErrors) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base"), out = dir.path("out");
+    make_tiny_folder(base);
+    std::string text(2000, '\0');  // about 100 blocks: each run evaluates a few
+    std::ifstream("/usr/share/common-licenses/Apache-2.0").read(text.data(), static_cast<std::streamsize>(text.size()));
+    std::ofstream(dir.path("d.txt")) << text;
+    const std::string run = "finetune -m " + base + " --data " + dir.path("d.txt") + " --seq 16 --batch 2 ";
+    auto expect_error = [&](const std::string& args, const std::string& part) {
+        SCOPED_TRACE(args);
+        int status = 0;
+        const std::string text = meganeura(run + args, &status);
+        EXPECT_EQ(status, 1) << text;
+        const size_t line = text.find("meganeura finetune: error: ");
+        EXPECT_NE(line, std::string::npos) << text;
+        EXPECT_NE(text.find(part, line), std::string::npos) << text;
+    };
+    expect_error("--steps 2 --out " + dir.path("d.txt"), "--out " + dir.path("d.txt") + " is a file, not a folder");
+    expect_error("--steps 2 --epochs 2 --out " + out, "give --steps or --epochs, not both");
+    expect_error("--steps 2 --out " + out + " --lora-targets q_proj", "--lora-targets is for a LoRA fine-tune: give --lora-rank too");
+    expect_error("--steps 2 --out " + out + " --lora-rank 4 --lora-alpha 0", "option --lora-alpha is 0");
+    expect_error("--steps 2 --out " + out + " --lora-rank 4 --lora-targets q_proj,qproj",
+                 "--lora-targets: the model has no module qproj; its layers' linear modules are q_proj, k_proj, v_proj, "
+                 "o_proj, gate_proj, up_proj, down_proj");
+
+    int status = 0;
+    const std::string trained = meganeura(run + "--steps 2 --out " + out + " --lora-rank 4", &status);
+    ASSERT_EQ(status, 0) << trained;
+    const std::string lora = "LoRA: --lora-rank 4 --lora-alpha 16 --lora-targets q_proj,k_proj,v_proj,o_proj";
+    expect_error("--steps 4 --resume " + out, "--resume " + out + ": its run is " + lora + "; this one is a full fine-tune");
+    expect_error("--steps 4 --resume " + out + " --lora-rank 8", "this one is LoRA: --lora-rank 8");
+    expect_error("--steps 2 --resume " + out + " --lora-rank 4", "--resume " + out + ": the run has taken 2 steps");
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+    EXPECT_TRUE(fs::exists(out + "/adapter_model.safetensors"));
+    const std::string resumed = meganeura(run + "--steps 3 --resume " + out + " --lora-rank 4", &status);
+    EXPECT_EQ(status, 0) << resumed;
+    EXPECT_NE(resumed.find("finetuned 1 steps"), std::string::npos) << resumed;
+}
+
 }  // namespace
 }  // namespace mn::test

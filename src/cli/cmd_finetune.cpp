@@ -57,6 +57,7 @@ int run_image_finetune(const Flags& f) {
 
 int run_finetune(const Flags& f) {
     if (models::is_directory(f.required("data"))) return run_image_finetune(f);
+    if (f.given("steps") && f.given("epochs")) throw Error("give --steps or --epochs, not both (--steps counts the run's steps)");
     refuse(f, {"image-size", "augment", "train-bn"}, "is for an image folder as --data");
     const std::string& dir = f.required("model");
     if (!models::is_directory(dir)) throw Error("--model " + dir + " is not a Hugging Face model folder");
@@ -70,7 +71,9 @@ int run_finetune(const Flags& f) {
     run.lora.rank = f.integer("lora-rank", 0, 1 << 16);
     run.lora.alpha = f.real("lora-alpha", 0);
     run.lora.targets = split_list(f.str("lora-targets"));
-    if (run.merge && !run.lora.on()) throw Error("--merge merges a LoRA adapter: give --lora-rank too");
+    // Without a rank they would be ignored: a full fine-tune where an adapter was meant.
+    if (!run.lora.on()) refuse(f, {"lora-alpha", "lora-targets", "merge"}, "is for a LoRA fine-tune: give --lora-rank too");
+    if (run.lora.alpha == 0) throw Error("option --lora-alpha is 0: the adapter would be scaled by 0 and never train");
     run.folder = models::open_model_folder(dir);
     const Device device = Device::open();
     const train::FinetuneResult r = train::finetune(device, run);

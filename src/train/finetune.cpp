@@ -42,6 +42,34 @@ double evaluate(Session& eval, const std::vector<std::vector<int32_t>>& blocks, 
     return total / counted;
 }
 
+// What a resumed run must repeat (OUT/run.txt): the adapter's shape, whose parameters and optimizer
+// state the checkpoint holds, or that there is none. A full run resumed from a LoRA checkpoint took
+// its base weights, dropped the adapter, began the base's moments at zero and wrote a model folder
+// over the LoRA run's, with status 0.
+std::string settings(const models::LoraConfig& lora) {
+    if (!lora.on()) return "a full fine-tune (no --lora-rank)";
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%g", lora.alpha);
+    return "LoRA: --lora-rank " + std::to_string(lora.rank) + " --lora-alpha " + alpha + " --lora-targets " + joined(lora.targets, ",");
+}
+
+// Every --lora-targets name is a linear module of the model's layers: a name that matched nothing
+// trained fewer modules than asked, silently, or (all of them) failed in compile with "nothing to train".
+void check_targets(const Graph& g, const models::LoraConfig& lora) {
+    std::vector<std::string> linear;  // the layers' 2-D weights' module names, in graph order
+    for (const Node& n : g.nodes()) {
+        if (n.op != Op::Parameter || n.shape.size() != 2 || n.name.find(".layers.") == std::string::npos ||
+            !n.name.ends_with(".weight") || models::is_lora_parameter(n.name))
+            continue;
+        const std::string module = n.name.substr(0, n.name.rfind('.'));  // less ".weight"
+        const std::string last = module.substr(module.rfind('.') + 1);
+        if (std::find(linear.begin(), linear.end(), last) == linear.end()) linear.push_back(last);
+    }
+    for (const std::string& t : lora.targets)
+        if (std::find(linear.begin(), linear.end(), t) == linear.end())
+            throw Error("--lora-targets: the model has no module " + t + "; its layers' linear modules are " + joined(linear, ", "));
+}
+
 }  // namespace
 
 FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
@@ -62,7 +90,14 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
                     std::to_string(c.vocab));
     const Shape shape{run.batch, run.seq};
     models::BuiltModel model = models::build_causal_lm(c, shape);
-    if (run.lora.on()) models::freeze_all_but_lora(*model.graph);
+    if (run.lora.on()) {
+        check_targets(*model.graph, run.lora);
+        models::freeze_all_but_lora(*model.graph);
+    }
+    record_run(run.out, "run.txt", settings(run.lora) + "\n", run.resume, [&](const std::string& was) {
+        return "--resume " + run.out + ": its run is " + was.substr(0, was.size() - (was.ends_with('\n') ? 1 : 0)) +
+               "; this one is " + settings(run.lora) + " (" + run.out + "/run.txt)";
+    });
     const Trainable trainable = trainable_parameters(*model.graph);
     models::check_fits_device(*model.graph, device, "smollm2");
     const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(data.train.size()) / run.batch);

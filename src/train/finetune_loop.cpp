@@ -3,7 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "io/atomic_file.hpp"
 #include "train/curve.hpp"
 #include "train/progress.hpp"
 
@@ -30,12 +33,35 @@ void print_eval(const HeldOut& e, int64_t step, int64_t epoch_steps) {
 }  // namespace
 
 std::string prepare_output(const std::string& out, bool resume) {
+    const std::string flag = resume ? "--resume " : "--out ";
+    std::error_code error;
+    if (fs::exists(out, error) && !fs::is_directory(out, error)) throw Error(flag + out + " is a file, not a folder");
     const fs::path checkpoint = fs::path(out) / "checkpoint.safetensors";
     if (resume && !fs::exists(checkpoint)) throw Error("--resume " + out + ": there is no " + checkpoint.string());
     if (!resume && fs::exists(checkpoint))
         throw Error("--out " + out + " has a checkpoint; pass --resume " + out + " to continue it");
-    fs::create_directories(out);
+    if (fs::create_directories(out, error); error) throw Error(flag + out + ": cannot create it: " + error.message());
     return checkpoint.string();
+}
+
+void record_run(const std::string& out, const std::string& name, const std::string& text, bool resume,
+                const std::function<std::string(const std::string& was)>& mismatch) {
+    const fs::path file = fs::path(out) / name;
+    if (!resume) {
+        io::write_file_atomically(file.string(), {text});
+        return;
+    }
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error("--resume " + out + ": there is no " + file.string() + " (what the run must repeat)");
+    std::stringstream was;
+    was << in.rdbuf();
+    if (was.str() != text) throw Error(mismatch(was.str()));
+}
+
+std::string joined(const std::vector<std::string>& items, const std::string& between) {
+    std::string text;
+    for (const std::string& s : items) text += (text.empty() ? "" : between) + s;
+    return text;
 }
 
 Trainable trainable_parameters(const Graph& g) {
@@ -77,6 +103,9 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
         train.copy_to(eval, to_eval);
         return evaluate();
     };
+    if (train.step_count() >= loop.total)
+        throw Error("--resume " + loop.out + ": the run has taken " + std::to_string(train.step_count()) + " steps, as many as " +
+                    "this one would take (" + std::to_string(loop.total) + "); raise --steps or --epochs to train further");
     FinetuneResult result{.first_eval = eval_now()};
     print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
 

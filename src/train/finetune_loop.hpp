@@ -19,6 +19,14 @@ namespace mn::train {
 // (it would be overwritten), --resume an OUT that has none.
 std::string prepare_output(const std::string& out, bool resume);
 
+// OUT/<name>, what a resumed run must repeat (a text): written by a new run; on resume the file must
+// hold the same text, else the error is `mismatch(what the file holds)`.
+void record_run(const std::string& out, const std::string& name, const std::string& text, bool resume,
+                const std::function<std::string(const std::string& was)>& mismatch);
+
+// `items` with `between` between them.
+std::string joined(const std::vector<std::string>& items, const std::string& between);
+
 struct Trainable {
     std::vector<std::string> names;  // the parameters that require a gradient, in graph order
     int64_t parameters = 0, count = 0;  // elements of every parameter, of the trainable ones
@@ -60,7 +68,8 @@ struct StepLoop {
     std::string curve_title;  // of loss.svg
 };
 
-// Steps train.step_count() + 1 .. loop.total: `feed(step)` sets the step's inputs; `evaluate()` runs
+// Steps train.step_count() + 1 .. loop.total (a resumed run already there is an error: nothing to
+// do, and "0 steps" would read as a result): `feed(step)` sets the step's inputs; `evaluate()` runs
 // the evaluation session, into which the values `to_eval` names (what training changes: the
 // trainable parameters, and running statistics) have been copied; it also runs once before the first
 // step. A resumed run continues OUT/loss.csv.

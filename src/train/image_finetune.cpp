@@ -3,12 +3,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
-#include <sstream>
 
-#include "io/atomic_file.hpp"
 #include "models/resnet.hpp"
 #include "models/runner.hpp"
 #include "train/dataset.hpp"
@@ -28,27 +25,12 @@ struct Batch {
 
 bool is_head(const std::string& name) { return name == "fc.weight" || name == "fc.bias"; }
 
-std::string joined(const std::vector<std::string>& items, const std::string& between) {
-    std::string text;
-    for (const std::string& s : items) text += (text.empty() ? "" : between) + s;
-    return text;
-}
-
 // OUT/classes.txt: written by a new run, and on --resume the image folder's classes must be the same.
 void record_classes(const fs::path& out, const ImageFolder& folder, bool resume) {
-    const fs::path file = out / "classes.txt";
-    const std::string text = joined(folder.classes, "\n") + "\n";
-    if (!resume) {
-        io::write_file_atomically(file.string(), {text});
-        return;
-    }
-    std::ifstream in(file);
-    if (!in) throw Error("--resume " + out.string() + ": there is no " + file.string() + " (the classes of the run)");
-    std::stringstream was;
-    was << in.rdbuf();
-    if (was.str() != text)
-        throw Error("--data " + folder.root + ": its classes (" + joined(folder.classes, ", ") + ") are not those of the run in " +
-                    out.string() + " (" + file.string() + ")");
+    record_run(out.string(), "classes.txt", joined(folder.classes, "\n") + "\n", resume, [&](const std::string&) {
+        return "--data " + folder.root + ": its classes (" + joined(folder.classes, ", ") + ") are not those of the run in " +
+               out.string() + " (" + (out / "classes.txt").string() + ")";
+    });
 }
 
 // The held-out images once each, in batches of the evaluation session's size (the last one padded).
