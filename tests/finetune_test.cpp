@@ -152,6 +152,14 @@ TEST_F(FinetuneTest, FullFinetuneWritesAModelFolder) {
     EXPECT_NE(text.find("trainable (full fine-tune)"), std::string::npos) << text;
     text = meganeura("generate -m " + out + " --prompt 'The fox' --max-new 3", &status);
     EXPECT_EQ(status, 0) << text;
+    // It is no adapter (that read "OUT/adapter_config.json: cannot open it").
+    text = meganeura("generate -m " + base + " --adapter " + out + " --prompt 'The fox' --max-new 3", &status);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(text.find("error: --adapter " + out + " is a model folder, not a LoRA adapter: run it as -m " + out), std::string::npos) << text;
+    text = meganeura("generate -m " + base + " --adapter " + dir.path("none") + " --prompt 'The fox' --max-new 3", &status);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(text.find("error: --adapter " + dir.path("none") + ": there is no " + dir.path("none") + "/adapter_config.json"),
+              std::string::npos) << text;
     text = meganeura("finetune -m " + base + " --data " + dir.path("d.jsonl") + " --seq 64 --out " + dir.path("o2"), &status);
     EXPECT_EQ(status, 1);
     EXPECT_NE(text.find("fewer than two blocks of --seq 64"), std::string::npos) << text;

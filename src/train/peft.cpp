@@ -55,6 +55,14 @@ void write_adapter(const std::string& dir, const io::TensorMap& adapter, const m
 Adapter read_adapter(const std::string& dir) {
     const fs::path config_path = fs::path(dir) / "adapter_config.json";
     const std::string what = "adapter " + config_path.string();
+    std::error_code error;
+    if (!fs::exists(config_path, error)) {
+        // A full fine-tune's output (or --merge's) is a model folder: it runs as -m, not on top of another.
+        if (fs::exists(fs::path(dir) / "config.json", error))
+            throw Error("--adapter " + dir + " is a model folder, not a LoRA adapter: run it as -m " + dir);
+        throw Error("--adapter " + dir + ": there is no " + config_path.string() + " (a LoRA adapter in PEFT's format, as "
+                    "finetune --lora-rank writes it)");
+    }
     const nlohmann::json c = io::parse_json(read_text(config_path), what);
     auto field = [&](const char* key) { return c.is_object() && c.contains(key) ? c[key] : nlohmann::json(); };
     auto require = [&](const char* key, const nlohmann::json& implemented) {
