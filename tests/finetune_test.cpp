@@ -5,10 +5,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 
 #include "error_of.hpp"
 #include "gpu_check.hpp"
+#include "io/safetensors.hpp"
 #include "models/lora.hpp"
 #include "models/smollm2.hpp"
 #include "tiny_folder.hpp"
@@ -210,6 +212,29 @@ TEST_F(FinetuneTest, LoraAndResumeMistakesAreErrors) {
     const std::string resumed = meganeura(run + "--steps 3 --resume " + out + " --lora-rank 4", &status);
     EXPECT_EQ(status, 0) << resumed;
     EXPECT_NE(resumed.find("finetuned 1 steps"), std::string::npos) << resumed;
+}
+
+// A model whose weights give a non-finite loss is refused at the first evaluation, naming the
+// weights; it stopped at step 1 with "the loss is nan; OUT/checkpoint.safetensors keeps the last
+// evaluated state", a file no new run had written.
+TEST_F(FinetuneTest, NonFiniteWeightsAreNamedBeforeTraining) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base");
+    make_tiny_folder(base);
+    io::TensorMap weights = io::read_safetensors(base + "/model.safetensors");
+    io::TensorData& norm = weights.at("model.norm.weight");
+    std::vector<float> values = norm.to_f32();
+    values[0] = std::numeric_limits<float>::quiet_NaN();
+    norm = io::TensorData::from_f32(norm.shape, values);
+    io::write_safetensors(base + "/model.safetensors", weights);
+    std::ofstream(dir.path("d.txt")) << std::string(400, 'a') << " The quick brown fox jumps over the lazy dog.";
+    int status = 0;
+    const std::string text =
+        meganeura("finetune -m " + base + " --data " + dir.path("d.txt") + " --seq 16 --batch 2 --steps 2 --out " + dir.path("out"), &status);
+    EXPECT_EQ(status, 1) << text;
+    EXPECT_NE(text.find("error: the held-out loss is nan before any training: the model's weights give non-finite values"),
+              std::string::npos) << text;
 }
 
 }  // namespace

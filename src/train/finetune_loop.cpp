@@ -106,8 +106,14 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
     if (train.step_count() >= loop.total)
         throw Error("--resume " + loop.out + ": the run has taken " + std::to_string(train.step_count()) + " steps, as many as " +
                     "this one would take (" + std::to_string(loop.total) + "); raise --steps or --epochs to train further");
+    const bool resumed = train.step_count() > 0;
     FinetuneResult result{.first_eval = eval_now()};
     print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
+    // Training from there would only stop at the first step, blaming the step.
+    if (!std::isfinite(result.first_eval.loss))
+        throw Error("the held-out loss is " + std::to_string(result.first_eval.loss) + " before " +
+                    (resumed ? "this run's first step: " + checkpoint : std::string("any training: the model's weights")) +
+                    " give non-finite values");
 
     Progress progress("finetune", loop.total);
     if (!loop.unit.empty()) progress.show_rate(loop.per_step, loop.unit);
@@ -115,8 +121,9 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
         feed(step);
         const float loss = train.step();
         if (!std::isfinite(loss))
-            throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " + checkpoint +
-                        " keeps the last evaluated state");
+            throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " +
+                        (fs::exists(checkpoint) ? checkpoint + " keeps the last evaluated state"
+                                                : "no checkpoint was written (--eval-every N writes one every N steps)"));
         if (result.steps++ == 0) result.first_loss = loss;
         result.last_loss = loss;
         curve.add(step, loss);
