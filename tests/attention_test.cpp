@@ -8,6 +8,7 @@
 #include "error_of.hpp"
 #include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
+#include "schedule/schedule.hpp"
 
 namespace mn::test {
 namespace {
@@ -128,6 +129,24 @@ class AttentionLongForward : public AttentionForward {};
 
 TEST_P(AttentionForward, MatchesReference) { expect_forward_matches_reference(GetParam()); }
 TEST_P(AttentionLongForward, MatchesReference) { expect_forward_matches_reference(GetParam()); }
+
+// A model's merge of the heads (permute {0, 2, 1, 3}, then a reshape) is stored by the attention
+// kernel itself (FusionPlan::heads_merged_into): no copy kernel, the same values. The cases take the
+// row-wise and the blocked forward; forced into 3 key chunks, the split one and its combine.
+TEST_P(AttentionForward, MergedHeadsAreStoredWithoutACopy) {
+    const Case& c = GetParam();
+    for (const char* splits : {"", "3"}) {
+        SCOPED_TRACE(std::string("splits '") + splits + "'");
+        const ScopedEnv forced("MEGANEURA_ATTENTION_SPLITS", splits);
+        Built b = build(c);
+        Graph& g = *b.g;
+        const Tensor out = g.attention(b.q, b.k, b.v, b.options);
+        g.output("merged", g.reshape(g.permute(out, {0, 2, 1, 3}), {c.batch, c.q_len, c.q_heads * c.dim}));
+        const sched::Schedule s = sched::lower(g, {g.outputs().front().second}, sched::tune_for(device().context()->caps()));
+        for (const sched::Step& step : s.steps) EXPECT_EQ(step.kernel.label.rfind("attention", 0), 0u) << step.kernel.label;
+        expect_matches_reference(g, feeds_for(c, g, 7));
+    }
+}
 
 // The reference's loops against the composed formula, both in float64.
 TEST_P(AttentionForward, ReferenceMatchesComposedFormula) {

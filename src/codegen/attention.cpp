@@ -184,7 +184,7 @@ void main() {
     }
 #else
     float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
-    uint obase = (head * ROWS + r) * D;
+    uint obase = out_row(head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) o.d[obase + d] = STORE(acc[c] * inv);
@@ -242,7 +242,7 @@ void main() {
         }
     }
     if (!live) return;
-    uint obase = (head * ROWS + r) * D;
+    uint obase = out_row(head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
@@ -424,6 +424,17 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
 
 uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
 
+}  // namespace
+
+std::string out_row_glsl(const AttentionSpec& s) {
+    if (!s.merged_out) return "uint out_row(uint f) { return f; }\n";
+    // f = (b * QH + h) * QT + t -> (b * QT + t) * QH + h
+    return "const uint OUT_QT = " + std::to_string(s.q_len) + "u, OUT_QH = " + std::to_string(s.q_heads) +
+           "u;\nuint out_row(uint f) { uint bh = f / OUT_QT; return ((bh / OUT_QH) * OUT_QT + f % OUT_QT) * OUT_QH + bh % OUT_QH; }\n";
+}
+
+namespace {
+
 // The interface and the shared GLSL of the three tiled kernels; `bindings` lists the inputs
 // before query_start, `outputs` those after it. splits > 0: the forward over that many key chunks.
 KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
@@ -452,7 +463,7 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
-    k.glsl = glsl_preamble(k.iface) + defs + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + body;
+    k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + body;
     k.groups = grid_for(groups, max_groups);
     return k;
 }

@@ -141,7 +141,7 @@ void main() {
         float inv = total[i] > 0.0 ? 1.0 / total[i] : 0.0;  // a row that sees no key yields zeros
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
-            if (d < D) o.d[r * D + d] = STORE(acc[c][i] * inv);
+            if (d < D) o.d[out_row(r) * D + d] = STORE(acc[c][i] * inv);
         }
         if (tx == 0u) lse.d[r] = total[i] > 0.0 ? m[i] + log(total[i]) : NEG_INF;
     }

@@ -86,7 +86,7 @@ void main() {
         if (lane != 0u || d >= D) continue;
         float sum = 0.0;
         for (uint ln = 0u; ln < LANES; ++ln) sum += Red[ln * DT + c];
-        o.d[row * D + d] = STORE(sum * inv);
+        o.d[out_row(row) * D + d] = STORE(sum * inv);
     }
 }
 )";
@@ -141,7 +141,7 @@ KernelSource attention_combine_kernel(const AttentionSpec& s, uint32_t splits, c
     checked_u32(rows * splits * (s.head_dim + 2), "attention partials");
     k.iface.bindings = {{"part", DType::F32}, {"o", s.dtype, true}, {"lse", DType::F32, true}};
     k.glsl = glsl_preamble(k.iface) + "#define DT " + std::to_string(columns) + "u\n#define STORE " +
-             storage_type(s.dtype) + "\n" + kFlatGroupId + kCombine;
+             storage_type(s.dtype) + "\n" + out_row_glsl(s) + kFlatGroupId + kCombine;
     k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
     k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order";
     return k;

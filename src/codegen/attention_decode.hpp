@@ -18,6 +18,10 @@ struct KeySplit {
 };
 KeySplit choose_key_split(const AttentionSpec& spec, const AttentionTiles& tiles, uint64_t groups, int64_t long_sweep);
 
+// GLSL `uint out_row(uint f)`: the row of out where the forward kernels and the combine store flat row
+// f = (batch * q_heads + head) * q_len + t; f itself unless spec.merged_out (attention.cpp).
+std::string out_row_glsl(const AttentionSpec& spec);
+
 // out and lse from `splits` chunks' partials, each [D unnormalized output sums, max, sum] per row.
 // Bindings: part, out, lse.
 KernelSource attention_combine_kernel(const AttentionSpec& spec, uint32_t splits, const Launch& launch);

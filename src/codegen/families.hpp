@@ -158,6 +158,10 @@ struct AttentionSpec {
     double scale = 1;
     bool dynamic_start = false;  // query_start read from a bound i32 scalar, else query_start below
     int64_t query_start = 0;
+    // The forward stores out as [batch, q_len, q_heads, head_dim], the heads merged back next to each
+    // other (what a model's merge of the heads, permute {0, 2, 1, 3}, would copy it into); lse stays
+    // [batch, q_heads, q_len].
+    bool merged_out = false;
 };
 struct AttentionTiles {
     uint32_t rows = 16;            // rows a workgroup owns: query rows, key rows in the dK/dV kernel

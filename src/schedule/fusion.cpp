@@ -27,6 +27,7 @@ public:
         plan_.stored_in.assign(g.nodes().size(), -1);
         plan_.epilogue_of.assign(g.nodes().size(), -1);
         plan_.epilogue_keeps.assign(g.nodes().size(), false);
+        plan_.heads_merged_into.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -43,11 +44,25 @@ public:
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::Attention) try_merge_heads(static_cast<int32_t>(i));
         }
         return std::move(plan_);
     }
 
 private:
+    void try_merge_heads(int32_t id) {
+        const auto& readers = consumers_[static_cast<size_t>(id)];
+        if (is_root_[static_cast<size_t>(id)] || readers.size() != 1) return;
+        const Node& p = g_.node(readers[0]);
+        if (p.op != Op::Permute || p.ints != std::vector<int64_t>{0, 2, 1, 3}) return;
+        const Node& n = g_.node(id);
+        for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // its logsumexp, computed by the same kernel
+            const Node& other = g_.node(c);
+            if (other.op == Op::AttentionLse && other.inputs == n.inputs && other.ints == n.ints) return;
+        }
+        plan_.heads_merged_into[static_cast<size_t>(id)] = readers[0];
+    }
+
     // A node of a smaller shape that its consumer broadcasts (a per-channel scale, a row's rsqrt, a scalar) is
     // inlined too, and so computed again for every element that reads it: a few ALU ops per element are free in
     // a bandwidth-bound kernel (the H200 does ~60 f32 ops in the time it reads one), while its own kernel costs

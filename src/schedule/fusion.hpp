@@ -18,6 +18,9 @@
 // the row's final values as a product's does. A norm that later kernels read too stores its own value
 // there as well (training's GroupNorm + SiLU, whose backward reads the norm).
 //
+// An attention whose one reader merges its heads back (permute {0, 2, 1, 3}) stores its output in that
+// layout itself, and the permute is its value: a copy kernel and its barrier go.
+//
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
@@ -39,6 +42,10 @@ struct FusionPlan {
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
     std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
+    // per Attention node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the heads),
+    // whose layout the attention kernel stores directly, so the permute is no copy; or -1. Not where
+    // the forward's logsumexp is live too (training: the backward reads out in the attention's layout).
+    std::vector<int32_t> heads_merged_into;
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

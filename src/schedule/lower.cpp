@@ -266,6 +266,12 @@ private:
             if (!stored) fused_pointwise(id, v);
             return;
         }
+        if (n.op == Op::Permute && value_of(id) >= 0) return;  // an attention stored it (heads_merged_into)
+        if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
+            const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
+            s_.node_value[static_cast<size_t>(id)] = s_.node_value[static_cast<size_t>(permute)] = v;
+            return lower_attention(n, v, true);
+        }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
         if (stored) return;
@@ -520,10 +526,12 @@ private:
                 .dynamic_start = dynamic, .query_start = k[2] - q[2]};
     }
 
-    void lower_attention(const Node& n, int32_t out) {
+    // merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
+    void lower_attention(const Node& n, int32_t out, bool merged_out = false) {
         const bool backward = n.op != Op::Attention && n.op != Op::AttentionLse;
         auto in = [&](size_t k) { return value_of(n.inputs[k]); };
-        const codegen::AttentionSpec spec = attention_spec(n);
+        codegen::AttentionSpec spec = attention_spec(n);
+        spec.merged_out = merged_out;
         std::vector<int32_t> start;
         if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
         auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
