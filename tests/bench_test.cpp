@@ -196,6 +196,40 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_TRUE(bad["passed"]["forward"]);
 }
 
+// bench/finetune_bench.py reads what `meganeura finetune` and `generate` print (the plan, the held-out
+// loss, the progress lines, the closing timing line): on their real output, here on lavapipe, each
+// number it reports is there and the table renders. Not how fast anything is: the training rate may
+// be too coarse to time on lavapipe, which the report says.
+TEST(Bench, FinetuneBenchReadsTheCommandsOutput) {
+    TempDir dir("finetune-bench");
+    const std::string work = dir.path("work"), binary = MEGANEURA_BINARY;
+    ASSERT_EQ(exit_status(python("finetune_bench.py") + " prepare '" + work + "' --size tiny --text-kb 8"), 0);
+    const std::string model = " -m '" + work + "/model'";
+    ASSERT_EQ(exit_status(binary + " finetune" + model + " --data '" + work + "/data.txt' --out '" + work + "/mn-lora' " +
+                          "--lora-rank 4 --steps 12 --batch 2 --seq 16 > '" + work + "/mn-lora.log' 2>&1"), 0);
+    ASSERT_EQ(exit_status(binary + " generate" + model + " --adapter '" + work + "/mn-lora' --prompt \"$(cat '" + work +
+                          "/prompt.txt')\" --max-new 8 --ignore-eos > '" + work + "/mn-generate-adapter-1.log' 2>&1"), 0);
+    ASSERT_EQ(exit_status(python("finetune_bench.py") + " report '" + work + "' --out '" + work + "/out' --warmup 2 " +
+                          "--meta lora_rank=4 > /dev/null"), 0);
+    const json r = read_json(work + "/out/finetune.json");
+    const json& lora = r["meganeura"]["lora"];
+    EXPECT_EQ(lora["steps"], 12) << lora;
+    EXPECT_EQ(lora["batch"], 2) << lora;
+    EXPECT_EQ(lora["seq"], 16) << lora;
+    EXPECT_GT(lora["trainable_parameters"].get<int64_t>(), 0) << lora;
+    EXPECT_LT(lora["trainable_parameters"].get<int64_t>(), lora["parameters"].get<int64_t>()) << lora;
+    EXPECT_GT(lora["held_out_loss_step0"].get<double>(), 0) << lora;
+    if (lora.contains("tokens_per_s")) EXPECT_GT(lora["tokens_per_s"].get<double>(), 0) << lora;
+    else EXPECT_NE(lora["error"].get<std::string>().find("too slow to time"), std::string::npos) << lora;
+    const json& gen = r["meganeura"]["generate"]["adapter"];
+    EXPECT_EQ(gen["generated"], 8) << gen;
+    EXPECT_GT(gen["prompt_tokens"].get<int64_t>(), 0) << gen;
+    EXPECT_GT(gen["decode_tokens_per_s"].get<double>(), 0) << gen;
+    EXPECT_EQ(r["meganeura"]["generate"]["base"]["error"], "not run");
+    std::ifstream md(work + "/out/finetune.md");
+    EXPECT_TRUE(md.good());
+}
+
 // The floor's counts on graphs small enough to count by hand (bench/floor.hpp).
 TEST(Bench, FloorCountsProductsAndBytes) {
     Graph g;
