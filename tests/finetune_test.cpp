@@ -214,6 +214,29 @@ TEST_F(FinetuneTest, LoraAndResumeMistakesAreErrors) {
     EXPECT_NE(resumed.find("finetuned 1 steps"), std::string::npos) << resumed;
 }
 
+// A LoRA run resumed on another base (-m) trains, evaluates and merges on that base, the one given:
+// the frozen base came from the checkpoint for training and --merge, from -m for the held-out loss.
+TEST_F(FinetuneTest, AResumedLoraRunTrainsOnTheBaseGiven) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string a = dir.path("a"), b = dir.path("b"), out = dir.path("out");
+    make_tiny_folder(a);
+    make_tiny_folder(b, "--seed 1");
+    std::string text(2000, '\0');
+    std::ifstream("/usr/share/common-licenses/Apache-2.0").read(text.data(), static_cast<std::streamsize>(text.size()));
+    std::ofstream(dir.path("d.txt")) << text;
+    const std::string run = " --data " + dir.path("d.txt") + " --seq 16 --batch 2 --lora-rank 4 --merge ";
+    int status = 0;
+    std::string log = meganeura("finetune -m " + a + run + "--steps 2 --out " + out, &status);
+    ASSERT_EQ(status, 0) << log;
+    log = meganeura("finetune -m " + b + run + "--steps 3 --resume " + out, &status);
+    ASSERT_EQ(status, 0) << log;
+    const io::TensorMap merged = io::read_safetensors(out + "/merged/model.safetensors");
+    const io::TensorMap base = io::read_safetensors(b + "/model.safetensors");
+    for (const char* name : {"model.norm.weight", "model.layers.1.mlp.down_proj.weight"})  // not adapted
+        EXPECT_EQ(merged.at(name).to_f32(), base.at(name).to_f32()) << name;
+}
+
 // A model whose weights give a non-finite loss is refused at the first evaluation, naming the
 // weights; it stopped at step 1 with "the loss is nan; OUT/checkpoint.safetensors keeps the last
 // evaluated state", a file no new run had written.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "io/tokenizer.hpp"
 #include "models/runner.hpp"
@@ -107,7 +108,13 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
                                                           .total_steps = total, .seed = run.seed}));
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
     train.load(folder.weights, is_adapter);
-    if (run.resume) train.load(checkpoint);
+    // A LoRA run's checkpoint also holds the frozen base; resumed, the base is -m's, as it is in the
+    // evaluation session. Read from the checkpoint, it trained on the first run's base while the
+    // held-out loss used -m's, and --merge merged into the first run's.
+    std::set<std::string> frozen;
+    for (const Node& n : model.graph->nodes())
+        if (n.op == Op::Parameter && !n.requires_grad) frozen.insert(n.name);
+    if (run.resume) train.load({checkpoint}, [&](const std::string& name) { return frozen.count(name) > 0; });
 
     models::BuiltModel eval_model = models::build_causal_lm(c, shape);
     Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}});
