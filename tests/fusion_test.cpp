@@ -98,6 +98,25 @@ TEST_F(FusionTest, SplitSumAppliesTheEpilogue) {
     expect_matches_reference(m, random_feeds(m, 7));
 }
 
+// A model's split of the heads (reshape, permute {0, 2, 1, 3}) read by RoPE alone is no copy: the rope
+// kernel reads the unsplit rows (FusionPlan::heads_split_by). Inference is the one rope kernel; the
+// gradient through it matches too.
+TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
+    Graph g;
+    const Tensor x = g.parameter("x", {2, 5, 3 * 8});  // [batch, seq, heads * dim]
+    const Tensor positions = g.input("positions", {5}, DType::I32);
+    const Tensor q = g.rope(g.permute(g.reshape(x, {2, 5, 3, 8}), {0, 2, 1, 3}), positions, 100.0);
+    g.output("q", q);
+    EXPECT_EQ(dispatches_of(g), 1u);
+    ref::Feeds feeds = random_feeds(g, 11);
+    feeds["positions"] = {{5}, {0, 3, 1, 7, 2}};
+    expect_matches_reference(g, feeds);
+    g.output("dx", grad(g.sum(q * g.input("w", q.shape())), {x})[0]);
+    feeds = random_feeds(g, 12);
+    feeds["positions"] = {{5}, {4, 0, 9, 2, 6}};
+    expect_matches_reference(g, feeds);
+}
+
 TEST_F(FusionTest, MatmulStoresThroughItsEpilogue) {
     for (const Shape& x_shape : {Shape{5, 7}, Shape{1, 7}}) {  // the tiled kernel; gemv
         Graph g;

@@ -199,7 +199,8 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
 // The angle position * inv_freq is one f32 product, as Hugging Face forms it (the reference
 // rounds it the same way), reduced into [-pi, pi] with a two-constant (Cody-Waite) 2 pi before
 // cos/sin: GPU sin/cos lose accuracy on large arguments, and positions run into the thousands.
-KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch) {
+KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
+                         int64_t split_heads) {
     const int64_t half = dim / 2;
     KernelSource k = elementwise(inverse ? "rope_inverse" : "rope", rows * half, launch);
     k.iface.spec_constants = {"PAIRS", "SEQ", "HALF"};
@@ -207,7 +208,12 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     checked_u32(rows * dim, "rope size");
     k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
     const std::string st = storage_type(dtype);
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
+    // row r = (b * H + h) * SEQ + t of the output, read at row (b * SEQ + t) * H + h of x
+    const std::string in_row = split_heads
+        ? "const uint H = " + std::to_string(split_heads) +
+              "u;\nuint in_row(uint r) { uint bh = r / SEQ; return ((bh / H) * SEQ + r % SEQ) * H + bh % H; }\n"
+        : "uint in_row(uint r) { return r; }\n";
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + in_row + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"
              "    float pos = float(positions.d[r % SEQ]), f = float(inv_freq.d[p]);\n"
@@ -215,8 +221,8 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
              "    float turns = floor(angle * 0.15915494309189535 + 0.5);\n"
              "    angle = (angle - turns * 6.28125) - turns * 1.9353071795864769e-3;\n"
              "    float c = cos(angle), s = " + (inverse ? "-" : "") + "sin(angle);\n"
-             "    uint lo = r * 2u * HALF + p, hi = lo + HALF;\n"
-             "    float a = float(x.d[lo]), b = float(x.d[hi]);\n"
+             "    uint lo = r * 2u * HALF + p, hi = lo + HALF, at = in_row(r) * 2u * HALF + p;\n"
+             "    float a = float(x.d[at]), b = float(x.d[at + HALF]);\n"
              "    y.d[lo] = " + st + "(a * c - b * s);\n"
              "    y.d[hi] = " + st + "(b * c + a * s);\n"
              "}\n";

@@ -28,6 +28,7 @@ public:
         plan_.epilogue_of.assign(g.nodes().size(), -1);
         plan_.epilogue_keeps.assign(g.nodes().size(), false);
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
+        plan_.heads_split_by.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -45,11 +46,19 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Attention) try_merge_heads(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
         }
         return std::move(plan_);
     }
 
 private:
+    void try_split_heads_in_rope(int32_t id) {
+        const auto& readers = consumers_[static_cast<size_t>(id)];
+        if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;
+        const Node& rope = g_.node(readers[0]);
+        if (rope.op == Op::Rope && rope.inputs[0] == id) plan_.heads_split_by[static_cast<size_t>(id)] = readers[0];
+    }
+
     void try_merge_heads(int32_t id) {
         const auto& readers = consumers_[static_cast<size_t>(id)];
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1) return;

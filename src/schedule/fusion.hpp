@@ -19,7 +19,8 @@
 // there as well (training's GroupNorm + SiLU, whose backward reads the norm).
 //
 // An attention whose one reader merges its heads back (permute {0, 2, 1, 3}) stores its output in that
-// layout itself, and the permute is its value: a copy kernel and its barrier go.
+// layout itself, and the permute is its value: a copy kernel and its barrier go. Likewise a RoPE whose
+// input is a split of the heads, read by it alone, reads the unsplit tensor itself.
 //
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
@@ -46,6 +47,9 @@ struct FusionPlan {
     // whose layout the attention kernel stores directly, so the permute is no copy; or -1. Not where
     // the forward's logsumexp is live too (training: the backward reads out in the attention's layout).
     std::vector<int32_t> heads_merged_into;
+    // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
+    // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.
+    std::vector<int32_t> heads_split_by;
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

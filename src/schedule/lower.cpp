@@ -267,6 +267,7 @@ private:
             return;
         }
         if (n.op == Op::Permute && value_of(id) >= 0) return;  // an attention stored it (heads_merged_into)
+        if (fusion_.heads_split_by[static_cast<size_t>(id)] >= 0) return;  // its rope reads its input
         if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
             const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
             s_.node_value[static_cast<size_t>(id)] = s_.node_value[static_cast<size_t>(permute)] = v;
@@ -393,9 +394,15 @@ private:
             case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
                 emit(codegen::norm_grad_kernel(norm_spec(n), t_.reduction), bind(ins));
                 return true;
-            case Op::Rope:
-                emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise), bind(ins));
+            case Op::Rope: {
+                const int32_t x = n.inputs[0];
+                const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
+                if (split) ins[0] = value_of(g_.node(x).inputs[0]);  // [batch, seq, heads, dim]
+                emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise,
+                                          split ? n.shape[1] : 0),
+                     bind(ins));
                 return true;
+            }
             case Op::SliceScatter: {
                 const auto axis = static_cast<size_t>(n.ints[0]);
                 int64_t outer = 1, inner = 1;
