@@ -99,8 +99,8 @@ TEST_F(FusionTest, SplitSumAppliesTheEpilogue) {
 }
 
 // A model's split of the heads (reshape, permute {0, 2, 1, 3}) read by RoPE alone is no copy: the rope
-// kernel reads the unsplit rows (FusionPlan::heads_split_by). Inference is the one rope kernel; the
-// gradient through it matches too.
+// kernel reads the unsplit rows (FusionPlan::heads_split_by). Inference is the one rope kernel; in the
+// gradient, the inverse rope stores the merge back itself (heads_merged_into): no permute is a copy.
 TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
     Graph g;
     const Tensor x = g.parameter("x", {2, 5, 3 * 8});  // [batch, seq, heads * dim]
@@ -112,6 +112,13 @@ TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
     feeds["positions"] = {{5}, {0, 3, 1, 7, 2}};
     expect_matches_reference(g, feeds);
     g.output("dx", grad(g.sum(q * g.input("w", q.shape())), {x})[0]);
+    std::vector<int32_t> roots;
+    for (const auto& output : g.outputs()) roots.push_back(output.second);
+    std::string labels;
+    for (const sched::Step& step : sched::lower(g, roots, sched::tune_for(device().context()->caps())).steps) {
+        labels += step.kernel.label + " ";
+    }
+    EXPECT_EQ(labels, "rope copy mul rope_inverse ");  // copy and mul: the sum's gradient, expanded, times w
     feeds = random_feeds(g, 12);
     feeds["positions"] = {{5}, {4, 0, 9, 2, 6}};
     expect_matches_reference(g, feeds);

@@ -230,11 +230,16 @@ struct NormSpec {
 KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
 // Bindings: x, w, up, dx.
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
-// RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair. With
-// split_heads > 0 the rows are [batch, split_heads, seq] but x is read as [batch, seq, split_heads, dim]
-// (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy).
+// Where RoPE's rows [batch, heads, seq] are in memory: reads_split reads x as [batch, seq, heads, dim]
+// (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy); writes_merged
+// stores y so (the merge back, in a backward).
+struct RopeLayout {
+    int64_t heads = 0;  // needed by either
+    bool reads_split = false, writes_merged = false;
+};
+// RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
-                         int64_t split_heads = 0);
+                         const RopeLayout& layout = {});
 // out = x [outer, dim, inner] with src [outer, len, inner] written at rows [start, start + len),
 // start read from a buffer and clamped into [0, dim - len).
 KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,

@@ -4,6 +4,7 @@
 //
 // The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
 // a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
+#include <algorithm>
 #include <cstring>
 
 #include "codegen/families.hpp"
@@ -200,7 +201,7 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
 // rounds it the same way), reduced into [-pi, pi] with a two-constant (Cody-Waite) 2 pi before
 // cos/sin: GPU sin/cos lose accuracy on large arguments, and positions run into the thousands.
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
-                         int64_t split_heads) {
+                         const RopeLayout& layout) {
     const int64_t half = dim / 2;
     KernelSource k = elementwise(inverse ? "rope_inverse" : "rope", rows * half, launch);
     k.iface.spec_constants = {"PAIRS", "SEQ", "HALF"};
@@ -208,12 +209,12 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     checked_u32(rows * dim, "rope size");
     k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
     const std::string st = storage_type(dtype);
-    // row r = (b * H + h) * SEQ + t of the output, read at row (b * SEQ + t) * H + h of x
-    const std::string in_row = split_heads
-        ? "const uint H = " + std::to_string(split_heads) +
-              "u;\nuint in_row(uint r) { uint bh = r / SEQ; return ((bh / H) * SEQ + r % SEQ) * H + bh % H; }\n"
-        : "uint in_row(uint r) { return r; }\n";
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + in_row + "void main() {\n" + kThreadIndex +
+    // Row r = (b * H + h) * SEQ + t, at row (b * SEQ + t) * H + h of the split (or merged) layout.
+    std::string rows_glsl = "const uint H = " + std::to_string(std::max<int64_t>(layout.heads, 1)) +
+                            "u;\nuint heads_row(uint r) { uint bh = r / SEQ; return ((bh / H) * SEQ + r % SEQ) * H + bh % H; }\n";
+    rows_glsl += std::string("uint in_row(uint r) { return ") + (layout.reads_split ? "heads_row(r)" : "r") + "; }\n" +
+                 "uint out_row(uint r) { return " + (layout.writes_merged ? "heads_row(r)" : "r") + "; }\n";
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + rows_glsl + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"
              "    float pos = float(positions.d[r % SEQ]), f = float(inv_freq.d[p]);\n"
@@ -221,7 +222,7 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
              "    float turns = floor(angle * 0.15915494309189535 + 0.5);\n"
              "    angle = (angle - turns * 6.28125) - turns * 1.9353071795864769e-3;\n"
              "    float c = cos(angle), s = " + (inverse ? "-" : "") + "sin(angle);\n"
-             "    uint lo = r * 2u * HALF + p, hi = lo + HALF, at = in_row(r) * 2u * HALF + p;\n"
+             "    uint lo = out_row(r) * 2u * HALF + p, hi = lo + HALF, at = in_row(r) * 2u * HALF + p;\n"
              "    float a = float(x.d[at]), b = float(x.d[at + HALF]);\n"
              "    y.d[lo] = " + st + "(a * c - b * s);\n"
              "    y.d[hi] = " + st + "(b * c + a * s);\n"

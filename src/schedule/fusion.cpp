@@ -45,8 +45,12 @@ public:
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
-            if (live_[i] && g_.nodes()[i].op == Op::Attention) try_merge_heads(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
+        }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
+            if (live_[i] && (g_.nodes()[i].op == Op::Attention || g_.nodes()[i].op == Op::Rope)) {
+                try_merge_heads(static_cast<int32_t>(i));
+            }
         }
         return std::move(plan_);
     }
@@ -63,7 +67,9 @@ private:
         const auto& readers = consumers_[static_cast<size_t>(id)];
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1) return;
         const Node& p = g_.node(readers[0]);
-        if (p.op != Op::Permute || p.ints != std::vector<int64_t>{0, 2, 1, 3}) return;
+        if (p.op != Op::Permute || p.ints != std::vector<int64_t>{0, 2, 1, 3} || plan_.heads_split_by[static_cast<size_t>(readers[0])] >= 0) {
+            return;
+        }
         const Node& n = g_.node(id);
         for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // its logsumexp, computed by the same kernel
             const Node& other = g_.node(c);

@@ -20,7 +20,8 @@
 //
 // An attention whose one reader merges its heads back (permute {0, 2, 1, 3}) stores its output in that
 // layout itself, and the permute is its value: a copy kernel and its barrier go. Likewise a RoPE whose
-// input is a split of the heads, read by it alone, reads the unsplit tensor itself.
+// input is a split of the heads, read by it alone, reads the unsplit tensor itself, and one read only
+// by such a permute (the backward's) stores in its layout.
 //
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
@@ -43,9 +44,10 @@ struct FusionPlan {
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
     std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
-    // per Attention node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the heads),
-    // whose layout the attention kernel stores directly, so the permute is no copy; or -1. Not where
-    // the forward's logsumexp is live too (training: the backward reads out in the attention's layout).
+    // per Attention or Rope node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the
+    // heads; in a backward, the gradient of its split), whose layout the kernel stores directly, so the
+    // permute is no copy; or -1. Not an attention whose logsumexp is live too (training: the backward
+    // reads out in the attention's layout).
     std::vector<int32_t> heads_merged_into;
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.

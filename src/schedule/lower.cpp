@@ -266,12 +266,12 @@ private:
             if (!stored) fused_pointwise(id, v);
             return;
         }
-        if (n.op == Op::Permute && value_of(id) >= 0) return;  // an attention stored it (heads_merged_into)
+        if (n.op == Op::Permute && value_of(id) >= 0) return;  // its input's kernel stored it (heads_merged_into)
         if (fusion_.heads_split_by[static_cast<size_t>(id)] >= 0) return;  // its rope reads its input
         if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
             const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
             s_.node_value[static_cast<size_t>(id)] = s_.node_value[static_cast<size_t>(permute)] = v;
-            return lower_attention(n, v, true);
+            return n.op == Op::Rope ? lower_rope(n, v, true) : lower_attention(n, v, true);
         }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
@@ -394,15 +394,9 @@ private:
             case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
                 emit(codegen::norm_grad_kernel(norm_spec(n), t_.reduction), bind(ins));
                 return true;
-            case Op::Rope: {
-                const int32_t x = n.inputs[0];
-                const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
-                if (split) ins[0] = value_of(g_.node(x).inputs[0]);  // [batch, seq, heads, dim]
-                emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise,
-                                          split ? n.shape[1] : 0),
-                     bind(ins));
+            case Op::Rope:
+                lower_rope(n, out, false);
                 return true;
-            }
             case Op::SliceScatter: {
                 const auto axis = static_cast<size_t>(n.ints[0]);
                 int64_t outer = 1, inner = 1;
@@ -531,6 +525,19 @@ private:
         return {.dtype = g_.node(n.inputs[0]).dtype, .batch = q[0], .q_heads = q[1], .kv_heads = k[1], .q_len = q[2],
                 .kv_len = k[2], .head_dim = q[3], .causal = n.ints[0] != 0, .window = n.ints[1], .scale = n.data[0],
                 .dynamic_start = dynamic, .query_start = k[2] - q[2]};
+    }
+
+    // RoPE over [batch, heads, seq, dim], reading a split of the heads in place (FusionPlan::heads_split_by),
+    // and with merged_out storing in the merged layout (heads_merged_into).
+    void lower_rope(const Node& n, int32_t out, bool merged_out) {
+        const int32_t x = n.inputs[0];
+        const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
+        const int32_t in = value_of(split ? g_.node(x).inputs[0] : x);  // split: [batch, seq, heads, dim]
+        const int64_t dim = n.shape.back(), rows = numel(n.shape) / dim;
+        const codegen::RopeLayout layout{.heads = split || merged_out ? n.shape[1] : 0, .reads_split = split,
+                                         .writes_merged = merged_out};
+        emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout),
+             {in, value_of(n.inputs[1]), value_of(n.inputs[2]), out});
     }
 
     // merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
