@@ -242,7 +242,7 @@ void main() {
         }
     }
     if (!live) return;
-    uint obase = out_row(head * ROWS + r) * D;
+    uint obase = (head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
@@ -428,9 +428,7 @@ uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float
 
 std::string out_row_glsl(const AttentionSpec& s) {
     if (!s.merged_out) return "uint out_row(uint f) { return f; }\n";
-    // f = (b * QH + h) * QT + t -> (b * QT + t) * QH + h
-    return "const uint OUT_QT = " + std::to_string(s.q_len) + "u, OUT_QH = " + std::to_string(s.q_heads) +
-           "u;\nuint out_row(uint f) { uint bh = f / OUT_QT; return ((bh / OUT_QH) * OUT_QT + f % OUT_QT) * OUT_QH + bh % OUT_QH; }\n";
+    return heads_row_fn("out_row", std::to_string(s.q_len) + "u", std::to_string(s.q_heads) + "u");
 }
 
 namespace {

@@ -58,6 +58,11 @@ uint32_t checked_u32(int64_t v, const char* what) {
 
 namespace mn::codegen {
 
+std::string heads_row_fn(const std::string& fn, const std::string& seq, const std::string& heads) {
+    return "uint " + fn + "(uint r) { uint bh = r / (" + seq + "); return ((bh / (" + heads + ")) * (" + seq + ") + r % (" + seq +
+           ")) * (" + heads + ") + bh % (" + heads + "); }\n";
+}
+
 std::string strided_offset_fn(const std::string& fn, const std::string& dims, const std::string& strides,
                               const std::string& offset) {
     std::string s = "uint " + fn + "(uint i) {\n    uint r = " + offset + ";\n";

@@ -69,6 +69,11 @@ namespace mn::codegen {
 // `uint <fn>(uint flat)` = offset + sum_d coord_d * <strides>d.
 std::string strided_offset_fn(const std::string& fn, const std::string& dims, const std::string& strides,
                               const std::string& offset = "0u");
+// GLSL `uint <fn>(uint r)`: where row r = (b * heads + h) * seq + t of a [batch, heads, seq, ...] tensor
+// is in its [batch, seq, heads, ...] layout, (b * seq + t) * heads + h: a model's split or merge of the
+// attention heads (permute {0, 2, 1, 3}) read or stored in place. seq and heads are GLSL uint expressions.
+std::string heads_row_fn(const std::string& fn, const std::string& seq, const std::string& heads);
+
 // Appends `<prefix>0..5` to the interface's spec constants and their values (padded to kMaxRank
 // with `pad` in front).
 void add_rank_constants(KernelSource& k, const std::string& prefix, const std::vector<int64_t>& values,

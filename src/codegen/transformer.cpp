@@ -4,7 +4,6 @@
 //
 // The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
 // a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
-#include <algorithm>
 #include <cstring>
 
 #include "codegen/families.hpp"
@@ -209,11 +208,9 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     checked_u32(rows * dim, "rope size");
     k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
     const std::string st = storage_type(dtype);
-    // Row r = (b * H + h) * SEQ + t, at row (b * SEQ + t) * H + h of the split (or merged) layout.
-    std::string rows_glsl = "const uint H = " + std::to_string(std::max<int64_t>(layout.heads, 1)) +
-                            "u;\nuint heads_row(uint r) { uint bh = r / SEQ; return ((bh / H) * SEQ + r % SEQ) * H + bh % H; }\n";
-    rows_glsl += std::string("uint in_row(uint r) { return ") + (layout.reads_split ? "heads_row(r)" : "r") + "; }\n" +
-                 "uint out_row(uint r) { return " + (layout.writes_merged ? "heads_row(r)" : "r") + "; }\n";
+    const std::string heads = std::to_string(layout.heads) + "u";
+    const std::string rows_glsl = (layout.reads_split ? heads_row_fn("in_row", "SEQ", heads) : "uint in_row(uint r) { return r; }\n") +
+                                  (layout.writes_merged ? heads_row_fn("out_row", "SEQ", heads) : "uint out_row(uint r) { return r; }\n");
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + rows_glsl + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"
