@@ -199,20 +199,22 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
 // also where no device can run it (CI), so a broken shader is caught before it reaches a GPU.
 TEST(MatmulCoopSource, CompilesWithGlslang) {
     for (const char* tile : kCoopTiles) {
-        SCOPED_TRACE(tile);
-        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
-        tuning.max_shared_memory = 48 * 1024;
-        tuning.coop_subgroup = 32;
-        tuning.coop_scaled = std::string(tile).ends_with(",1");  // the scaled variant too, on some tiles
-        for (const auto& c : kTiled) {
-            const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
-            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
-                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
-                                     .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
-            const auto k = codegen::matmul_kernels(spec, tuning).product;
-            EXPECT_EQ(k.label, tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop");
-            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+        for (bool scaled : {false, true}) {
+            SCOPED_TRACE(std::string(tile) + (scaled ? " scaled" : ""));
+            ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+            codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
+            tuning.max_shared_memory = 48 * 1024;
+            tuning.coop_subgroup = 32;
+            tuning.coop_scaled = scaled;
+            for (const auto& c : kTiled) {
+                const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+                codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                                         .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
+                                         .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
+                const auto k = codegen::matmul_kernels(spec, tuning).product;
+                EXPECT_EQ(k.label, tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop");
+                EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+            }
         }
     }
     codegen::MatmulTuning tuning;
@@ -280,6 +282,38 @@ TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
         ref::Feeds feeds = random_feeds(g, 4400);
         for (double& v : feeds.at("tiny").data) v = static_cast<float>(v * 1e-10);
         expect_matches_reference(g, feeds, tol, fast);
+    }
+}
+
+// The scaled products choose their scales slice by slice and rescale the accumulators as K goes:
+// operand magnitudes that change along K (by 64-deep blocks, 2^-4 to 2^4 around 1e-10 and up to
+// 1e3), in an order that shrinks the scale several times, on both operands (dx's K is dy's
+// columns, dW's is the rows of dy and x). Unsplit, so one workgroup sees every slice.
+TEST_F(MatmulTest, FastGradientProductsRescaleAlongK) {
+    const double tol = device_has_coop() ? 2e-3 : 1e-5;
+    ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16");
+    ScopedEnv unsplit("MEGANEURA_MATMUL_SPLITS", "1");
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    const double magnitude[] = {1.0 / 16, 1.0 / 4, 1, 16};  // per 64-deep block of K
+    for (const char* tile : {"", "64,64,32,32,32,2"}) {
+        for (double base : {1e-10, 1.0, 1e3}) {
+            SCOPED_TRACE(std::string(tile) + " base " + std::to_string(base));
+            ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+            Graph g;
+            Tensor x = g.parameter("x", {256, 96});
+            Tensor w = g.parameter("w", {256, 96});
+            Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("dy", {256, 256})));
+            const auto grads = grad(loss, {x, w});
+            g.output("grad.x", grads[0]);
+            g.output("grad.w", grads[1]);
+            ref::Feeds feeds = random_feeds(g, 4401);
+            auto& dy = feeds.at("dy").data;
+            auto& xs = feeds.at("x").data;
+            for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(dy[i] * base * magnitude[(i % 256) / 64]);
+            for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(xs[i] * magnitude[i / 96 / 64]);
+            expect_matches_reference(g, feeds, tol, fast);
+        }
     }
 }
 

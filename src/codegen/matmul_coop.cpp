@@ -67,15 +67,19 @@ uvec4 pack8(vec4 lo, vec4 hi, float s) {
 
 #if SCALED
 // Gradients are often far below f16's normal range (2^-14), where f16 keeps few bits or none. So
-// each operand is scaled by a power of two that takes its largest magnitude in this workgroup's
-// rows (or columns) over the whole K range into [2^13, 2^14): every value within 2^-27 of the
-// largest keeps f16's full precision, none overflows, and the product is scaled back at the end.
-// Finding the largest reads both operands once more.
-float a_scale = 1.0, b_scale = 1.0;
-shared uint amax[2];  // the largest magnitudes' bits: positive floats order as their bits do
+// each operand's slice is staged times a power of two that takes its largest magnitude in this
+// workgroup's tile into [2^13, 2^14), and the accumulators are kept in units of the two scales. The
+// scales never grow from one slice to the next: the accumulators are rescaled (exactly, by a power
+// of two) only downwards, so they cannot overflow, and every value within 2^-27 of the largest seen
+// so far keeps f16's full precision. A slice's largest magnitudes are found in the registers that
+// fetched it and meet in shared memory at the barrier the slice waits for anyway, so scaling costs
+// no second read of the operands (the 2-stage loop takes one barrier more per slice).
+float a_scale = exp2(126.0), b_scale = exp2(126.0);  // no slice yet: larger than any scale_for
+shared uint amax[4];  // [slot * 2 + operand]: a slice's largest magnitudes, as bits (positive floats order as their bits do)
 float scale_for(uint bits) {
     float m = uintBitsToFloat(bits);
-    if (!(m > 0.0) || isinf(m)) return 1.0;  // all zero, or not finite: nothing to gain
+    if (!(m > 0.0)) return exp2(126.0);  // all zero (or NaN, which stays NaN): no limit
+    if (isinf(m)) return 1.0;
     int e;
     frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
     return exp2(float(clamp(14 - e, -126, 126)));
@@ -84,24 +88,29 @@ float max_abs(vec4 a, vec4 b) {
     vec4 m = max(abs(a), abs(b));
     return max(max(m.x, m.y), max(m.z, m.w));
 }
-void find_scales(uint k_begin, uint k_end) {
-    if (lid == 0u) amax[0] = amax[1] = 0u;
-    barrier();
+// The largest magnitudes of the slice fetch() loaded, into amax's slot (zero since its last reading).
+void note_slice_max(uint slot) {
     float ma = 0.0, mb = 0.0;
-    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        fetch(k0);
-        [[unroll]] for (uint p = 0u; p < GA; ++p) ma = max(ma, max_abs(ra[p][0], ra[p][1]));
-        [[unroll]] for (uint p = 0u; p < GB; ++p) mb = max(mb, max_abs(rb[p][0], rb[p][1]));
-    }
+    [[unroll]] for (uint p = 0u; p < GA; ++p) ma = max(ma, max_abs(ra[p][0], ra[p][1]));
+    [[unroll]] for (uint p = 0u; p < GB; ++p) mb = max(mb, max_abs(rb[p][0], rb[p][1]));
     ma = subgroupMax(ma);
     mb = subgroupMax(mb);
     if (lane == 0u) {
-        atomicMax(amax[0], floatBitsToUint(ma));
-        atomicMax(amax[1], floatBitsToUint(mb));
+        atomicMax(amax[slot * 2u], floatBitsToUint(ma));
+        atomicMax(amax[slot * 2u + 1u], floatBitsToUint(mb));
     }
-    barrier();
-    a_scale = scale_for(amax[0]);
-    b_scale = scale_for(amax[1]);
+}
+// After the barrier that completes slot's maxima: the scales of that slice, the accumulators
+// rescaled to them (workgroup-uniform), and the slot cleared for the slice after next.
+void take_scales(uint slot) {
+    float na = min(a_scale, scale_for(amax[slot * 2u])), nb = min(b_scale, scale_for(amax[slot * 2u + 1u]));
+    float r = (na / a_scale) * (nb / b_scale);
+    if (r != 1.0) {
+        [[unroll]] for (uint i = 0u; i < FM; ++i)
+            [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = acc[i][j] * r;
+    }
+    a_scale = na;
+    b_scale = nb;
 }
 #else
 const float a_scale = 1.0, b_scale = 1.0;
@@ -154,18 +163,27 @@ void multiply_stage(uint s) {
 void coop_product(uint k_begin, uint k_end) {
     [[unroll]] for (uint i = 0u; i < FM; ++i)
         [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
-#if SCALED
-    find_scales(k_begin, k_end);
-#endif
     fetch(k_begin);
+#if SCALED
+    if (lid == 0u) amax[0] = amax[1] = amax[2] = amax[3] = 0u;
+    barrier();
+    note_slice_max(0u);
+    barrier();
+    take_scales(0u);
+#endif
     stash(0u);
     barrier();
-    uint s = 0u;
+    uint s = 0u, slot = 0u;  // the stage the slice is in; SCALED: the amax slot of its maxima
     for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         bool more = k0 + BK < k_end;
-        if (more) fetch(k0 + BK);
+        if (more) {
+            fetch(k0 + BK);
+#if SCALED
+            note_slice_max(slot ^ 1u);
+#endif
+        }
         multiply_stage(s);
-#if STAGES == 2
+#if STAGES == 2 && !SCALED
         // Stage s ^ 1 was last read before the previous barrier.
         if (more) stash(s ^ 1u);
         barrier();
@@ -173,15 +191,22 @@ void coop_product(uint k_begin, uint k_end) {
 #else
         barrier();
         if (more) {
+#if SCALED
+            // Slot's maxima were all read before the barrier this slice waited for.
+            if (lid == 0u) amax[slot * 2u] = amax[slot * 2u + 1u] = 0u;
+            slot ^= 1u;
+            take_scales(slot);
+#endif
             stash(0u);
             barrier();
         }
 #endif
     }
 #if SCALED
-    float unscale = 1.0 / (a_scale * b_scale);
+    // Two steps: the product of the two unscales can leave f32's range where each one does not.
+    float ua = 1.0 / a_scale, ub = 1.0 / b_scale;
     [[unroll]] for (uint i = 0u; i < FM; ++i)
-        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = acc[i][j] * unscale;
+        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = (acc[i][j] * ua) * ub;
 #endif
 }
 
