@@ -2,6 +2,7 @@
 // float64 reference at odd shapes (1, 7, 33, 50, 129: multiples of no tile), both transposes,
 // broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
 #include <cstdlib>
+#include <set>
 
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
@@ -235,31 +236,52 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
     }
 }
 
-// The fast precision's policy: forward products take f16 cooperative matrices; the gradient products
-// mn::grad appends stay f32 unless Tuning::coop_gradients (MEGANEURA_FAST_GRADIENTS=f16), and then
-// scale their operands into f16's range first (gradients underflow f16).
-TEST(MatmulPrecisionPolicy, GradientProductsAreScaled) {
+// The fast precision's policy (Tuning::fast_gradients, MEGANEURA_FAST_GRADIENTS): forward products
+// take f16 cooperative matrices; of the gradient products mn::grad appends, by default (auto) only
+// the implicit-GEMM input gradients of convolutions do, their operands scaled into f16's range
+// (gradients underflow f16); f16 puts all of them there, f32 none.
+TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Graph g;
-    Tensor x = g.input("x", {64, 96});
-    Tensor w = g.parameter("w", {128, 96});
-    Tensor loss = g.mean(g.linear(x, w));
-    g.output("loss", loss);
-    g.output("grad.w", grad(loss, {w})[0]);
+    Tensor x = g.parameter("x", {2, 8, 10, 10});
+    Tensor w3 = g.parameter("w3", {8, 8, 3, 3});
+    Tensor w1 = g.parameter("w1", {8, 8, 1, 1});
+    Tensor w = g.parameter("w", {16, 800});
+    ConvOptions pad;
+    pad.padding = 1;
+    Tensor h = g.conv2d(g.conv2d(x, w3, std::nullopt, pad), w1);
+    Tensor loss = g.mean(g.linear(g.reshape(h, {2, 800}), w));
+    for (const Tensor& t : grad(loss, {x, w3, w1, w})) g.output("grad" + std::to_string(t.id), t);
     std::vector<int32_t> roots;
     for (const auto& [name, id] : g.outputs()) roots.push_back(id);
-    auto matmul_labels = [&](const sched::Tuning& tuning) {
-        std::vector<std::string> labels;
+    auto product_labels = [&](const sched::Tuning& tuning) {
+        std::multiset<std::string> labels;
         for (const auto& step : sched::lower(g, roots, tuning).steps) {
-            if (step.kernel.label.rfind("matmul", 0) == 0) labels.push_back(step.kernel.label);
+            const std::string& l = step.kernel.label;
+            if (l.starts_with("matmul") && !l.starts_with("matmul_split_sum") || l.starts_with("conv2d")) labels.insert(l);
         }
         return labels;
     };
     sched::Tuning tuning;
     tuning.matmul.max_shared_memory = 48 * 1024;
     tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
-    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul"}));
-    tuning.coop_gradients = true;
-    EXPECT_EQ(matmul_labels(tuning), (std::vector<std::string>{"matmul_coop", "matmul_coop_scaled"}));
+    using FG = sched::Tuning::FastGradients;
+    // Forward: the 3x3 convolution and the 1x1 one (a matmul); the linear layer's output is read by
+    // nothing the outputs need (the mean's gradient does not depend on it).
+    const std::multiset<std::string> forward = {"conv2d_coop", "matmul_coop"};
+    auto with = [&](std::multiset<std::string> backward) {
+        backward.insert(forward.begin(), forward.end());
+        return backward;
+    };
+    // Backward: the linear layer's dx and dW, the 1x1's input and weight gradients (matmuls), the 3x3's.
+    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input_coop_scaled",
+                                            "conv2d_grad_weight"}));
+    tuning.fast_gradients = FG::F16;
+    EXPECT_EQ(product_labels(tuning),
+              with({"matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled",
+                    "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
+    tuning.fast_gradients = FG::F32;
+    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
+                                            "conv2d_grad_weight"}));
 }
 
 // Gradients of 1e-10, where f16 has nothing (its smallest subnormal is 6e-8): the scaled products

@@ -197,20 +197,29 @@ void main() {
 }
 )";
 
-// The cooperative-matrix variant (precision Fast; matmul_coop.cpp's core): both operands are staged
-// k inner, 8 consecutive k per thread (gathered one element at a time, converted to f16 and stored
-// as one uvec4). A thread's rows and its k offset within a slice are the same in every slice, so
-// its columns' Cols are computed once, and in the weight gradient the 8 Rows of its k once per
-// slice for both operands. C goes through the subgroups' staging areas to store_c.
+// The cooperative-matrix variant (precision Fast; matmul_coop.cpp's core). A is staged k inner, 8
+// consecutive k per thread (gathered one element at a time, converted to f16 and stored as one
+// uvec4). B is staged along whichever index neighbouring pixels share: k inner in the weight
+// gradient, whose k runs over pixels; k outer in the forward and the input gradient, where 8
+// consecutive n are 8 neighbouring pixels of one (channel, tap), so a warp's lanes read runs of
+// adjacent addresses rather than 8 channels or taps apart. A thread's rows, its 8 columns (k outer)
+// and its k offset within a slice are the same in every slice, so its columns' Cols are computed
+// once, and in the weight gradient the 8 Rows of its k once per slice for both operands. C goes
+// through the subgroups' staging areas to store_c.
 const char* const kCoopStaging = R"(
 #define A_K_INNER 1
-#define B_K_INNER 1
-const uint KC = BK / 8u;  // groups of 8 along a row's k (the core's A_G and B_G)
+#define B_K_INNER B_K_MAJOR
+const uint KC = BK / 8u;  // groups of 8 along a row's k (the core's A_G, and B_G when B_K_INNER)
 uint m0, n0, g, k_end, out_off;
 )";
 
 const char* const kCoopMain = R"(
-Col bcols[GB];
+#if B_K_INNER
+Col bcols[GB];  // the column of each of the thread's groups
+#else
+Col bcols[8];  // the thread's 8 consecutive columns, n0 + (lid % B_G) * 8 + q (WG is a multiple of B_G)
+uint b_cols_in;  // how many of them are inside N
+#endif
 void fetch(uint k0) {
     uint kb = k0 + (lid % KC) * 8u;
 #if B_K_MAJOR == 1
@@ -228,9 +237,14 @@ void fetch(uint k0) {
         ra[p][1] = vec4(v[4], v[5], v[6], v[7]);
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        bool in_n = n0 + (lid + p * WG) / KC < N;
         float v[8];
+#if B_K_INNER
+        bool in_n = n0 + (lid + p * WG) / KC < N;
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && kb + q < k_end ? load_b(bcols[p], AT(q)) : 0.0;
+#else
+        uint gk = k0 + (lid + p * WG) / B_G;
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = q < b_cols_in && gk < k_end ? load_b(bcols[q], gk) : 0.0;
+#endif
         rb[p][0] = vec4(v[0], v[1], v[2], v[3]);
         rb[p][1] = vec4(v[4], v[5], v[6], v[7]);
     }
@@ -250,7 +264,13 @@ void main() {
     uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
     out_off = split * OUT_ELEMS;
+#if B_K_INNER
     [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / KC);
+#else
+    uint nb = n0 + (lid % B_G) * 8u;
+    b_cols_in = nb < N ? min(N - nb, 8u) : 0u;
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) bcols[q] = col_of(g, nb + q);
+#endif
     coop_product(k_begin, k_end);
     coop_store_elements();
 }
@@ -263,9 +283,7 @@ void main() {
 //                [split][n][O][C], all summed by the split-sum pass (so only f32 unless batch 1)
 // The weight is the left operand each time: the product binds the node's inputs swapped.
 std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning& t) {
-    const std::vector<int64_t>& a = spec.attrs;
-    const bool pointwise = spec.weight[2] == 1 && spec.weight[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 &&
-                           a[3] == 0 && a[6] == 1;
+    const bool pointwise = conv_is_pointwise(spec.weight, spec.attrs);
     const int64_t batch = spec.x[0], c = spec.x[1], o = spec.weight[0], p = spec.x[2] * spec.x[3];
     if (!pointwise || (spec.mode == ConvMode::GradWeight && batch > 1 && spec.dtype != DType::F32)) return std::nullopt;
     MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = spec.epilogue};
@@ -291,6 +309,10 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
 }
 
 }  // namespace
+
+bool conv_is_pointwise(const Shape& weight, const std::vector<int64_t>& a) {
+    return weight[2] == 1 && weight[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 && a[3] == 0 && a[6] == 1;
+}
 
 ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     if (auto k = as_matmul(spec, tuning)) {
@@ -340,6 +362,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning, &why);
         k.choice = "cooperative implicit GEMM " + why;
         matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
+        // B staged k outer: a thread's 8 columns stay the same from one group to the next.
+        if ((t.subgroups() * tuning.coop_subgroup) % (t.bn / 8)) throw Error("conv2d tiles must divide evenly");
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
         k.spec_values.push_back(k_split);  // KSPLIT, before the epilogue's constants

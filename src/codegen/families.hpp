@@ -138,6 +138,9 @@ struct ConvKernels {
     bool operands_swapped = false;
 };
 ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning);
+// A 1x1 convolution with stride 1, no padding and one group: conv2d_kernels lowers it (all three
+// modes; the weight gradient when f32 or of one image) to the matmul family.
+bool conv_is_pointwise(const Shape& weight, const std::vector<int64_t>& attrs);
 
 // max_pool2d over x [N, C, H, W] -> [N, C, out_h, out_w]; the backward reads (x, gy), writes gx.
 struct PoolSpec {

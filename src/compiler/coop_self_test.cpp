@@ -1,7 +1,10 @@
 // The check is a linear layer and its two gradient products at odd sizes (edge tiles, the operands
 // read transposed in place, and the scaled gradient kernels where MEGANEURA_FAST_GRADIENTS=f16 puts
-// the gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x. f16 operands carry ~7e-4 relative L2 error here (the matmul tests say
-// why); a wrong driver is off by far more, so the limit is 1e-2.
+// the gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x; and a
+// padded 3x3 convolution with its input gradient (the implicit GEMM's gathers, and the scaled
+// kernel that precision fast gives convolutions' input gradients by default). f16 operands carry
+// ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far more, so
+// the limit is 1e-2.
 #include "compiler/coop_self_test.hpp"
 
 #include <algorithm>
@@ -29,6 +32,13 @@ double check_error(const Device& device) {
     g.output("y", g.linear(x, w));
     g.output("dx", grads[0]);
     g.output("dw", grads[1]);
+    Tensor image = g.parameter("image", {2, 3, 9, 11});
+    Tensor filter = g.parameter("filter", {5, 3, 3, 3});
+    ConvOptions padded;
+    padded.padding = 1;
+    Tensor conv = g.conv2d(image, filter, std::nullopt, padded);
+    g.output("conv", conv);
+    g.output("dimage", grad(g.sum(g.mul(conv, g.input("u", {2, 5, 9, 11}))), {image})[0]);
 
     ref::Feeds feeds;
     uint32_t state = 12345;

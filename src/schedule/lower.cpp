@@ -438,13 +438,21 @@ private:
         emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
     }
 
-    // The matmul tuning for node `id`: gradient products stay f32, or scale their operands into f16's
-    // range (Tuning::coop_gradients).
+    // The matmul tuning for node `id`: a gradient product scales its operands into f16's range or
+    // stays f32, as Tuning::fast_gradients says.
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
-        if (id >= g_.gradient_start()) {
-            if (t_.coop_gradients) t.coop_scaled = true;
-            else t.coop_subgroup = 0, t.coop_declined = "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)";
+        if (id < g_.gradient_start()) return t;
+        using FG = Tuning::FastGradients;
+        const Node& n = g_.node(id);
+        const bool implicit_input_gradient =
+            n.op == Op::Conv2dGradInput && !codegen::conv_is_pointwise(g_.node(n.inputs[1]).shape, n.ints);
+        if (t_.fast_gradients == FG::F16 || (t_.fast_gradients == FG::ConvInput && implicit_input_gradient)) {
+            t.coop_scaled = true;
+        } else {
+            t.coop_subgroup = 0;
+            t.coop_declined = t_.fast_gradients == FG::F32 ? "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)"
+                                                           : "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
         }
         return t;
     }
@@ -695,10 +703,12 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         t.matmul.forced_splits = static_cast<uint32_t>(v);
     }
     if (const char* e = std::getenv("MEGANEURA_FAST_GRADIENTS"); e && *e) {
-        if (std::string(e) != "f16" && std::string(e) != "f32") {
-            throw Error(std::string("MEGANEURA_FAST_GRADIENTS must be f16 or f32, got '") + e + "'");
+        using FG = Tuning::FastGradients;
+        const std::string v = e;
+        if (v != "f16" && v != "f32" && v != "auto") {
+            throw Error("MEGANEURA_FAST_GRADIENTS must be f32, f16 or auto, got '" + v + "'");
         }
-        t.coop_gradients = std::string(e) == "f16";
+        t.fast_gradients = v == "f16" ? FG::F16 : v == "f32" ? FG::F32 : FG::ConvInput;
     }
     // MEGANEURA_COOP_TILE=bm,bn,wm,wn,bk,stages forces the cooperative kernels' tile (tuning on a new
     // device); the kernel generator checks that it divides evenly.

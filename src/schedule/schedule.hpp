@@ -49,11 +49,13 @@ struct Tuning {
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel
-    // Gradient products (matmuls and convolutions mn::grad appends) take the cooperative kernels too,
-    // with their operands scaled into f16's range (MatmulTuning::coop_scaled; MEGANEURA_FAST_GRADIENTS=f16).
-    // Off by default: on the H200 the scaling's extra pass over the operands made them no faster than
-    // the f32 kernels (README, Precision).
-    bool coop_gradients = false;
+    // Which gradient products (the matmuls and convolutions mn::grad appends) take the cooperative
+    // kernels, with their operands scaled into f16's range (MatmulTuning::coop_scaled); the others stay
+    // f32. MEGANEURA_FAST_GRADIENTS=f32|f16|auto. Auto, the default, is what measured faster on the
+    // H200 (README, Precision): the implicit-GEMM input gradients of convolutions; every matmul and
+    // weight gradient (1x1 convolutions included) was no faster scaled than f32.
+    enum class FastGradients { F32, ConvInput, F16 };
+    FastGradients fast_gradients = FastGradients::ConvInput;
 };
 // Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
 // has them; every other op stays f32.
