@@ -190,7 +190,7 @@ void bind_session(py::module_& m) {
         .def("run", &mn::Session::run, py::call_guard<py::gil_scoped_release>())
         .def("step", &mn::Session::step, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("step_count", &mn::Session::step_count)
-        .def("save", &mn::Session::save, py::arg("path"))
+        .def("save", py::overload_cast<const std::string&>(&mn::Session::save, py::const_), py::arg("path"))
         .def("load", py::overload_cast<const std::string&>(&mn::Session::load), py::arg("path"))
         .def_property_readonly("stats", [](const mn::Session& s) {
             const mn::SessionStats& st = s.stats();

@@ -106,6 +106,9 @@ public:
     // shape (optimizer state too when the file has it and this session trains) and names the
     // offending tensor otherwise; tensors this session does not have are ignored.
     void save(const std::string& path) const;
+    // Leaves out the parameters for which `omit` says yes (a LoRA run's frozen base: its checkpoint is
+    // the adapter's size); the loader reads them elsewhere, and loads this file with the same `keep`.
+    void save(const std::string& path, const std::function<bool(const std::string&)>& omit) const;
     void load(const std::string& path);
     // The shards of one checkpoint (model.safetensors.index.json's files): each tensor in one of them.
     // A parameter for which `keep` says yes is not read: it keeps its value, whether or not a file has

@@ -20,10 +20,13 @@ bool persistent(const sched::Value& v) {
 
 }  // namespace
 
-void Session::save(const std::string& path) const {
+void Session::save(const std::string& path) const { save(path, {}); }
+
+void Session::save(const std::string& path, const std::function<bool(const std::string&)>& omit) const {
     io::TensorMap tensors;
     for (const auto& [name, v] : impl_->names) {
         if (v < 0 || !persistent(impl_->value(v))) continue;
+        if (omit && impl_->value(v).storage == sched::Storage::Parameter && omit(name)) continue;
         const sched::Value& val = impl_->value(v);
         io::TensorData t{.dtype = val.dtype == DType::F16 ? "F16" : "F32", .shape = val.shape};
         t.bytes = impl_->read_now(v);

@@ -108,8 +108,9 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
                                                           .total_steps = total, .seed = run.seed}));
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
     train.load(folder.weights, is_adapter);
-    // A LoRA run's checkpoint also holds the frozen base; resumed, the base is -m's, as it is in the
-    // evaluation session. Read from the checkpoint, it trained on the first run's base while the
+    // A LoRA run's checkpoint holds the adapter, its optimizer state and the step, not the frozen
+    // base: resumed, the base is -m's, as it is in the evaluation session. A checkpoint written before
+    // this held the base too, which is not read: read, it trained on the first run's base while the
     // held-out loss used -m's, and --merge merged into the first run's.
     std::set<std::string> frozen;
     for (const Node& n : model.graph->nodes())
@@ -149,7 +150,8 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     const FinetuneResult result =
         run_steps(train, eval, trainable.names,
                   {.out = run.out, .total = total, .eval_every = run.eval_every, .per_step = run.batch * run.seq,
-                   .unit = "tokens", .curve_title = "Fine-tuning loss"},
+                   .unit = "tokens", .curve_title = "Fine-tuning loss",
+                   .frozen = [&](const std::string& name) { return frozen.count(name) > 0; }},
                   feed, [&] { return HeldOut{.loss = evaluate(eval, data.eval, run.batch, run.seq)}; });
 
     std::vector<std::string> all;

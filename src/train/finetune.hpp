@@ -4,8 +4,9 @@
 // no optimizer state), a held-out evaluation loss, progress with tokens/s, a checkpoint to resume
 // from, the loss curve, and the result in Hugging Face's formats (peft.hpp).
 //
-// Everything lands in the output folder: checkpoint.safetensors (parameters, optimizer state and
-// step), loss.csv and loss.svg, then the adapter (adapter_model.safetensors, adapter_config.json) or,
+// Everything lands in the output folder: checkpoint.safetensors (the trainable parameters, their
+// optimizer state and the step: a LoRA run's holds the adapter, not the frozen base, which a resumed
+// run reads from the model folder again), loss.csv and loss.svg, then the adapter (adapter_model.safetensors, adapter_config.json) or,
 // for a full fine-tune, a model folder; with `merge`, also merged/ (base plus adapter, a model folder).
 #include <string>
 

@@ -133,7 +133,7 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
             if (step != loop.total) std::fputc('\n', stderr);
             print_eval(result.last_eval, step, loop.epoch_steps);
             if (result.last_eval.accuracy) curve.add_eval(step, static_cast<float>(*result.last_eval.accuracy));
-            train.save(checkpoint);
+            train.save(checkpoint, loop.frozen);
             curve.write_csv((out / "loss.csv").string());
             curve.write_svg((out / "loss.svg").string(), loop.curve_title);
         }

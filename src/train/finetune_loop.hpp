@@ -66,6 +66,9 @@ struct StepLoop {
     int64_t per_step = 0;     // items per step, shown as a rate ...
     std::string unit;         // ... of these ("tokens", "images"); empty: none
     std::string curve_title;  // of loss.svg
+    // The parameters the checkpoint leaves out: a LoRA run's frozen base, which a resumed run reads
+    // from -m again (540 MB of SmolLM2-135M in every checkpoint otherwise). Unset: none.
+    std::function<bool(const std::string&)> frozen;
 };
 
 // Steps train.step_count() + 1 .. loop.total (a resumed run already there is an error: nothing to
