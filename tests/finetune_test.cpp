@@ -8,6 +8,7 @@
 #include <limits>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "error_of.hpp"
 #include "gpu_check.hpp"
@@ -286,6 +287,44 @@ TEST_F(FinetuneTest, ALoraCheckpointHoldsTheAdapterNotTheBase) {
     for (const char* name : {"model.norm.weight", "model.layers.1.mlp.down_proj.weight"})  // not adapted
         EXPECT_EQ(merged.at(name).to_f32(), base.at(name).to_f32()) << name;
     EXPECT_FALSE(io::read_safetensors(file).count("model.norm.weight"));
+}
+
+// SIGTERM (a job's time limit) or SIGINT (Ctrl-C) stops a run after the step in progress, its
+// checkpoint written, with status 1; resumed, it ends where the uninterrupted run ends, bit for bit.
+// A resumed text run drew its blocks from a generator seeded anew, so it began the first epoch's
+// order again and trained on other blocks than the uninterrupted run did.
+TEST_F(FinetuneTest, AnInterruptedRunResumesToTheUninterruptedResult) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base"), whole = dir.path("whole"), cut = dir.path("cut"), log = dir.path("cut.log");
+    make_tiny_folder(base);
+    write_apache_text(dir.path("d.txt"));
+    const std::string run = std::string(MEGANEURA_BINARY) + " finetune -m " + base + " --data " + dir.path("d.txt") +
+                            " --seq 16 --batch 2 --lora-rank 4 --lr 1e-2 --steps 40 ";
+    int status = 0;
+    std::string text = run_command(run + "--out " + whole, &status);
+    ASSERT_EQ(status, 0) << text;
+    // Signalled once the first held-out loss is printed (the handler is in place by then).
+    text = run_command(run + "--out " + cut + " > " + log + " 2>&1 & pid=$!; until grep -q 'held-out loss' " + log +
+                       " || ! kill -0 $pid; do sleep 0.01; done; kill -TERM $pid; wait $pid; echo status $?; cat " + log, &status);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex("status 1\n[\\s\\S]*error: SIGTERM: stopped after step ([0-9]+) of 40; " + cut +
+                                                      "/checkpoint.safetensors holds it, and --resume " + cut + " continues the run\n")))
+        << text;
+    const int stopped = std::stoi(m[1]);
+    text = run_command(run + "--resume " + cut, &status);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("finetuned " + std::to_string(40 - stopped) + " steps"), std::string::npos) << text;
+    const io::TensorMap want = io::read_safetensors(whole + "/adapter_model.safetensors");
+    const io::TensorMap got = io::read_safetensors(cut + "/adapter_model.safetensors");
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, t] : want) EXPECT_EQ(got.at(name).to_f32(), t.to_f32()) << name;
+    auto csv = [](const std::string& path) {
+        std::stringstream s;
+        s << std::ifstream(path).rdbuf();
+        return s.str();
+    };
+    EXPECT_EQ(csv(cut + "/loss.csv"), csv(whole + "/loss.csv"));
 }
 
 // A model whose weights give a non-finite loss is refused at the first evaluation, naming the

@@ -129,19 +129,23 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
                  run.data.c_str(), static_cast<long long>(data.tokens), data.train.size(), data.eval.size(),
                  static_cast<long long>(run.seq), static_cast<long long>(total), static_cast<long long>(run.batch));
 
-    // Blocks in a seeded order per epoch; a step takes the next `batch` of them.
-    std::vector<size_t> order(data.train.size());
+    // Blocks in a seeded order per epoch, the epochs one after the other from one generator; step s
+    // takes blocks (s - 1) * batch .. s * batch - 1 of that sequence, and a resumed run draws the
+    // epochs before its first step again, so it sees the blocks the uninterrupted run would have. (It
+    // began the first epoch's order again, training on other blocks.)
+    const auto blocks = static_cast<int64_t>(data.train.size());
     std::mt19937_64 rng(run.seed);
-    size_t next = order.size();
-    auto feed = [&](int64_t) {
+    std::vector<size_t> order(data.train.size());
+    int64_t order_epoch = -1;
+    auto feed = [&](int64_t step) {
         std::vector<int32_t> ids;
         for (int64_t r = 0; r < run.batch; ++r) {
-            if (next == order.size()) {
+            const int64_t k = (step - 1) * run.batch + r;
+            for (; order_epoch < k / blocks; ++order_epoch) {
                 std::iota(order.begin(), order.end(), 0);
                 std::shuffle(order.begin(), order.end(), rng);
-                next = 0;
             }
-            const std::vector<int32_t>& b = data.train[order[next++]];
+            const std::vector<int32_t>& b = data.train[order[static_cast<size_t>(k % blocks)]];
             ids.insert(ids.end(), b.begin(), b.end());
         }
         train.set("input_ids", ids);

@@ -1,10 +1,12 @@
 #include "train/finetune_loop.hpp"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "io/atomic_file.hpp"
 #include "train/curve.hpp"
@@ -29,6 +31,40 @@ void print_eval(const HeldOut& e, int64_t step, int64_t epoch_steps) {
     if (epoch_steps > 0 && step % epoch_steps == 0) std::fprintf(stderr, " (epoch %lld)", static_cast<long long>(step / epoch_steps));
     std::fputc('\n', stderr);
 }
+
+volatile std::sig_atomic_t stop_signal = 0;
+
+void on_stop_signal(int number) { stop_signal = number; }
+
+// While it lives, SIGINT and SIGTERM ask the step loop to stop (the first one; the handler is reset,
+// so a second ends the process as before); the previous handlers come back after. A signal the
+// process was started ignoring (SIGINT of a shell's background job, nohup) stays ignored.
+class StopRequests {
+public:
+    StopRequests() {
+        stop_signal = 0;
+        struct sigaction a = {};
+        a.sa_handler = on_stop_signal;
+        a.sa_flags = SA_RESETHAND;
+        sigemptyset(&a.sa_mask);
+        for (auto [number, was] : {std::pair{SIGINT, &int_}, std::pair{SIGTERM, &term_}}) {
+            sigaction(number, nullptr, was);
+            if (was->sa_handler != SIG_IGN) sigaction(number, &a, nullptr);
+        }
+    }
+    ~StopRequests() {
+        sigaction(SIGINT, &int_, nullptr);
+        sigaction(SIGTERM, &term_, nullptr);
+    }
+    StopRequests(const StopRequests&) = delete;
+    StopRequests& operator=(const StopRequests&) = delete;
+    static const char* requested() {
+        return stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : nullptr;
+    }
+
+private:
+    struct sigaction int_ = {}, term_ = {};
+};
 
 }  // namespace
 
@@ -107,6 +143,7 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
         throw Error("--resume " + loop.out + ": the run has taken " + std::to_string(train.step_count()) + " steps, as many as " +
                     "this one would take (" + std::to_string(loop.total) + "); raise --steps or --epochs to train further");
     const bool resumed = train.step_count() > 0;
+    const StopRequests stop;  // from here, so that a signal during the first evaluation stops after one step
     FinetuneResult result{.first_eval = eval_now()};
     print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
     // Training from there would only stop at the first step, blaming the step.
@@ -115,6 +152,11 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
                     (resumed ? "this run's first step: " + checkpoint : std::string("any training: the model's weights")) +
                     " give non-finite values");
 
+    auto save = [&] {
+        train.save(checkpoint, loop.frozen);
+        curve.write_csv((out / "loss.csv").string());
+        curve.write_svg((out / "loss.svg").string(), loop.curve_title);
+    };
     Progress progress("finetune", loop.total);
     if (!loop.unit.empty()) progress.show_rate(loop.per_step, loop.unit);
     for (int64_t step = train.step_count() + 1; step <= loop.total; ++step) {
@@ -122,20 +164,24 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
         const float loss = train.step();
         if (!std::isfinite(loss))
             throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " +
-                        (fs::exists(checkpoint) ? checkpoint + " keeps the last evaluated state"
+                        (fs::exists(checkpoint) ? checkpoint + " keeps the last saved state"
                                                 : "no checkpoint was written (--eval-every N writes one every N steps)"));
         if (result.steps++ == 0) result.first_loss = loss;
         result.last_loss = loss;
         curve.add(step, loss);
         progress.update(step, loss);
-        if ((loop.eval_every > 0 && step % loop.eval_every == 0) || step == loop.total) {
+        const bool evaluate_now = (loop.eval_every > 0 && step % loop.eval_every == 0) || step == loop.total;
+        if (evaluate_now) {
             result.last_eval = eval_now();
             if (step != loop.total) std::fputc('\n', stderr);
             print_eval(result.last_eval, step, loop.epoch_steps);
             if (result.last_eval.accuracy) curve.add_eval(step, static_cast<float>(*result.last_eval.accuracy));
-            train.save(checkpoint, loop.frozen);
-            curve.write_csv((out / "loss.csv").string());
-            curve.write_svg((out / "loss.svg").string(), loop.curve_title);
+            save();
+        }
+        if (const char* by = StopRequests::requested(); by && step != loop.total) {
+            if (!evaluate_now) save();
+            throw Error(std::string(by) + ": stopped after step " + std::to_string(step) + " of " + std::to_string(loop.total) +
+                        "; " + checkpoint + " holds it, and --resume " + loop.out + " continues the run");
         }
     }
     progress.finish();

@@ -75,7 +75,9 @@ struct StepLoop {
 // do, and "0 steps" would read as a result): `feed(step)` sets the step's inputs; `evaluate()` runs
 // the evaluation session, into which the values `to_eval` names (what training changes: the
 // trainable parameters, and running statistics) have been copied; it also runs once before the first
-// step. A resumed run continues OUT/loss.csv.
+// step. A resumed run continues OUT/loss.csv. SIGINT or SIGTERM (Ctrl-C, a job's time limit) stops
+// the run after the step in progress: the checkpoint is written there, and the error says that
+// --resume continues it (a second signal ends the process at once).
 FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::string>& to_eval, const StepLoop& loop,
                          const std::function<void(int64_t step)>& feed, const std::function<HeldOut()>& evaluate);
 
