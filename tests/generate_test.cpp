@@ -1,11 +1,15 @@
 // `meganeura generate` and `meganeura tokenize` on a tiny random model folder, and the sampler.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "gpu_check.hpp"
+#include "io/safetensors.hpp"
 #include "io/tokenizer.hpp"
 #include "models/generation.hpp"
 #include "models/model_folder.hpp"
@@ -90,6 +94,45 @@ TEST_F(GenerateTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
     EXPECT_NE(run("--temperature 3 --seed 2"), a);
     EXPECT_EQ(run("--top-k 1 --seed 4"), greedy("The fox", 16));
     EXPECT_EQ(run("--top-p 0.000001 --temperature 2"), greedy("The fox", 16));
+}
+
+// A model with more rows than its tokenizer has tokens (Qwen2's vocab_size is padded so): an id
+// the tokenizer lacks is left out of the text, as Hugging Face's decode leaves it out. Generation
+// stopped at it with "id 319 is not in the vocabulary of 319", status 1. Here the tokenizer loses
+// <|im_end|> (id 319) and the model is made to generate it: its row of the tied embedding is twice
+// the first greedy token's, so its logit is twice the largest.
+TEST_F(GenerateTest, AnIdTheTokenizerLacksDecodesToNothing) {
+    const std::string prompt = "The quick brown fox";
+    const int32_t first = greedy_ids(prompt, 1).back(), missing = 319;
+    io::TensorMap weights = io::read_safetensors(folder_ + "/model.safetensors");
+    io::TensorData& embed = weights.at("model.embed_tokens.weight");
+    std::vector<float> rows = embed.to_f32();
+    const int64_t hidden = embed.shape[1];
+    for (int64_t i = 0; i < hidden; ++i) rows[static_cast<size_t>(missing * hidden + i)] = 2 * rows[static_cast<size_t>(first * hidden + i)];
+    embed = io::TensorData::from_f32(embed.shape, rows);
+    io::write_safetensors(folder_ + "/model.safetensors", weights);
+    nlohmann::json json = nlohmann::json::parse(std::ifstream(folder_ + "/tokenizer.json"));
+    ASSERT_EQ(json["model"]["vocab"]["<|im_end|>"], missing);
+    json["model"]["vocab"].erase("<|im_end|>");
+    nlohmann::json& added = json["added_tokens"];
+    added.erase(std::remove_if(added.begin(), added.end(), [](const nlohmann::json& a) { return a["content"] == "<|im_end|>"; }),
+                added.end());
+    std::ofstream(folder_ + "/tokenizer.json") << json.dump();
+
+    const std::vector<int32_t> ids = greedy_ids(prompt, 8);
+    ASSERT_NE(std::find(ids.begin(), ids.end(), missing), ids.end());
+    std::vector<int32_t> known;
+    std::copy_if(ids.begin(), ids.end(), std::back_inserter(known), [&](int32_t id) { return id != missing; });
+    const io::Tokenizer t = io::Tokenizer::from_file(folder_ + "/tokenizer.json");
+    EXPECT_EQ(t.vocab_size(), missing);
+    int status = 0;
+    const std::string out = meganeura("generate -m " + folder_ + " --prompt '" + prompt + "' --max-new 8 --ignore-eos", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_EQ(generated_text(out), t.decode(known, true));
+    std::string list;
+    for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+    EXPECT_EQ(meganeura("tokenize -m " + folder_ + " --decode " + list, &status), t.decode(known) + "\n");
+    EXPECT_EQ(status, 0);
 }
 
 TEST_F(GenerateTest, TokenizeEncodesAndDecodesAsTheLibrary) {

@@ -284,8 +284,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
     std::string out;
     for (const int32_t id : ids) {
-        if (id < 0 || id >= vocab_size() || (impl_->tokens[static_cast<size_t>(id)].empty()))
-            impl_->fail("id " + std::to_string(id) + " is not in the vocabulary of " + std::to_string(vocab_size()));
+        if (id < 0 || id >= vocab_size() || (impl_->tokens[static_cast<size_t>(id)].empty())) continue;
         const std::string& token = impl_->tokens[static_cast<size_t>(id)];
         if (impl_->is_added[static_cast<size_t>(id)]) {
             if (!(skip_special && impl_->special[static_cast<size_t>(id)])) out += token;

@@ -30,7 +30,9 @@ public:
     // only with add_special_tokens. `text` must be UTF-8 (an mn::Error names the byte otherwise).
     std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
     // The text of `ids` (bytes, which may end inside a UTF-8 character when the ids do); special
-    // added tokens are left out with skip_special. An id outside the vocabulary is an mn::Error.
+    // added tokens are left out with skip_special. An id that names no token (past the vocabulary, as
+    // in a model whose vocab_size is padded beyond its tokenizer's, or a gap in it) is left out, as
+    // Hugging Face's decode does.
     std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
     int64_t vocab_size() const;  // the largest id + 1
