@@ -50,6 +50,19 @@ protected:
         }
         return ids;
     }
+    // Makes the model's first greedy token after `prompt` be `id`: its row of the tied embedding
+    // becomes twice the first greedy token's, so that its logit is twice the largest.
+    void make_first_token(const std::string& prompt, int32_t id) {
+        const int32_t first = greedy_ids(prompt, 1).back();
+        io::TensorMap weights = io::read_safetensors(folder_ + "/model.safetensors");
+        io::TensorData& embed = weights.at("model.embed_tokens.weight");
+        std::vector<float> rows = embed.to_f32();
+        const int64_t hidden = embed.shape[1];
+        for (int64_t i = 0; i < hidden; ++i) rows[static_cast<size_t>(id * hidden + i)] = 2 * rows[static_cast<size_t>(first * hidden + i)];
+        embed = io::TensorData::from_f32(embed.shape, rows);
+        io::write_safetensors(folder_ + "/model.safetensors", weights);
+        ASSERT_EQ(greedy_ids(prompt, 1).back(), id);
+    }
     TempDir dir_{"generate"};
     std::string folder_ = dir_.path("tiny");
 };
@@ -99,18 +112,11 @@ TEST_F(GenerateTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
 // A model with more rows than its tokenizer has tokens (Qwen2's vocab_size is padded so): an id
 // the tokenizer lacks is left out of the text, as Hugging Face's decode leaves it out. Generation
 // stopped at it with "id 319 is not in the vocabulary of 319", status 1. Here the tokenizer loses
-// <|im_end|> (id 319) and the model is made to generate it: its row of the tied embedding is twice
-// the first greedy token's, so its logit is twice the largest.
+// <|im_end|> (id 319) and the model is made to generate it.
 TEST_F(GenerateTest, AnIdTheTokenizerLacksDecodesToNothing) {
     const std::string prompt = "The quick brown fox";
-    const int32_t first = greedy_ids(prompt, 1).back(), missing = 319;
-    io::TensorMap weights = io::read_safetensors(folder_ + "/model.safetensors");
-    io::TensorData& embed = weights.at("model.embed_tokens.weight");
-    std::vector<float> rows = embed.to_f32();
-    const int64_t hidden = embed.shape[1];
-    for (int64_t i = 0; i < hidden; ++i) rows[static_cast<size_t>(missing * hidden + i)] = 2 * rows[static_cast<size_t>(first * hidden + i)];
-    embed = io::TensorData::from_f32(embed.shape, rows);
-    io::write_safetensors(folder_ + "/model.safetensors", weights);
+    const int32_t missing = 319;
+    make_first_token(prompt, missing);
     nlohmann::json json = nlohmann::json::parse(std::ifstream(folder_ + "/tokenizer.json"));
     ASSERT_EQ(json["model"]["vocab"]["<|im_end|>"], missing);
     json["model"]["vocab"].erase("<|im_end|>");
@@ -132,6 +138,26 @@ TEST_F(GenerateTest, AnIdTheTokenizerLacksDecodesToNothing) {
     std::string list;
     for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
     EXPECT_EQ(meganeura("tokenize -m " + folder_ + " --decode " + list, &status), t.decode(known) + "\n");
+    EXPECT_EQ(status, 0);
+}
+
+// Byte-level ids decode to any bytes, and a model produces ill-formed UTF-8 (here the byte 0xFF,
+// made the first token): the text is Hugging Face's decode of the ids, each ill-formed sequence one
+// U+FFFD, in generate's stream and in tokenize --decode. Both wrote the bytes as they were.
+TEST_F(GenerateTest, IllFormedUtf8IsTextAsHuggingFaceDecodesIt) {
+    const std::string prompt = "The quick brown fox";
+    make_first_token(prompt, 0xFF);
+    int status = 0;
+    const std::string out = meganeura("generate -m " + folder_ + " --prompt '" + prompt + "' --max-new 8 --ignore-eos", &status);
+    EXPECT_EQ(status, 0) << out;
+    const std::string text = generated_text(out);
+    EXPECT_EQ(text.find('\xFF'), std::string::npos) << text;
+    EXPECT_EQ(text.substr(0, prompt.size() + 3), prompt + "\xEF\xBF\xBD") << text;
+    EXPECT_EQ(io::valid_utf8(text), text);
+    const io::Tokenizer t = io::Tokenizer::from_file(folder_ + "/tokenizer.json");
+    EXPECT_EQ(text, t.decode(greedy_ids(prompt, 8), true));
+    // Hugging Face's decode of these ids (the tokenizers npm package): E2 82 stops short of a character.
+    EXPECT_EQ(meganeura("tokenize -m " + folder_ + " --decode 226,130,97,255", &status), "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD\n");
     EXPECT_EQ(status, 0);
 }
 

@@ -145,6 +145,27 @@ TEST(TokenizerTest, CompleteUtf8Prefix) {
     EXPECT_EQ(io::complete_utf8_prefix("a\xE4\xB8\xAD"), 4u);  // 中 whole
     EXPECT_EQ(io::complete_utf8_prefix("\xF0\x9F\x98"), 0u);
     EXPECT_EQ(io::complete_utf8_prefix(""), 0u);
+    // Ill-formed already, whatever comes next: an overlong start, a surrogate, a byte past F4.
+    EXPECT_EQ(io::complete_utf8_prefix("a\xE0\x80"), 3u);
+    EXPECT_EQ(io::complete_utf8_prefix("\xED\xA0"), 2u);
+    EXPECT_EQ(io::complete_utf8_prefix("a\xF5"), 2u);
+}
+
+// Hugging Face's byte-level decoding of these bytes, as the tokenizers npm package gives it: one
+// U+FFFD per maximal ill-formed subsequence (String::from_utf8_lossy).
+TEST(TokenizerTest, ValidUtf8IsHuggingFacesTextOfTheBytes) {
+    const std::string r = "\xEF\xBF\xBD";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"\xE2\x82" "a", r + "a"},           {"\xFF", r},
+        {"\xE2\x82\xAC", "\xE2\x82\xAC"},    {"\xC0\x80" "a", r + r + "a"},
+        {"\xED\xA0\x80", r + r + r},         {"\xF4\x90\x80\x80", r + r + r + r},
+        {"\xF0\x9F\x98", r},                 {"\x80\x80" "a", r + r + "a"},
+        {"\xE0\x80" "a", r + r + "a"},        {"\xF1\x80" "A\xF1", r + "A" + r},
+        {"caf\xC3\xA9 \xF0\x9F\x98\x80", "caf\xC3\xA9 \xF0\x9F\x98\x80"}};
+    for (const auto& [bytes, text] : cases) EXPECT_EQ(io::valid_utf8(bytes), text) << bytes;
+    const io::Tokenizer t = io::Tokenizer::from_json(tiny_tokenizer().dump(), "tiny");
+    EXPECT_EQ(t.decode({0xE2, 0x82, 'a', 0xFF}), r + "a" + r);
+    EXPECT_EQ(t.decode_bytes({0xE2, 0x82, 'a', 0xFF}), "\xE2\x82" "a\xFF");
 }
 
 }  // namespace

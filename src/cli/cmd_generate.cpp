@@ -38,29 +38,41 @@ models::SamplingOptions sampling(const Flags& f, const ModelArg& m) {
 }
 
 // Prints the text of each generated token as it comes, whole UTF-8 characters only (a character
-// may take several tokens), or the ids, comma-separated, when there is no tokenizer.
+// may take several tokens), or the ids, comma-separated, when there is no tokenizer. The text is
+// Hugging Face's decode of the prompt and the generated ids together: valid UTF-8, each ill-formed
+// sequence of their bytes one U+FFFD (it wrote the bytes as they were).
 class Streamer {
 public:
     explicit Streamer(const io::Tokenizer* t) : t_(t) {}
     void put(int32_t id) {
-        if (!t_) {
-            std::printf("%s%d", first_ ? "" : ",", id);
+        if (t_) {
+            write(t_->decode_bytes({id}, true));
         } else {
-            pending_ += t_->decode({id}, true);
-            const size_t whole = io::complete_utf8_prefix(pending_);
-            std::fwrite(pending_.data(), 1, whole, stdout);
-            pending_.erase(0, whole);
+            std::printf("%s%d", first_ ? "" : ",", id);
+            std::fflush(stdout);
         }
         first_ = false;
-        std::fflush(stdout);
+    }
+    void put_prompt(const std::vector<int32_t>& ids) {
+        if (t_) write(t_->decode_bytes(ids, true));
     }
     void finish() {
-        std::fwrite(pending_.data(), 1, pending_.size(), stdout);
+        const std::string text = io::valid_utf8(pending_);
+        std::fwrite(text.data(), 1, text.size(), stdout);
         std::printf("\n");
         std::fflush(stdout);
     }
 
 private:
+    void write(const std::string& bytes) {
+        pending_ += bytes;
+        const size_t whole = io::complete_utf8_prefix(pending_);
+        const std::string text = io::valid_utf8(std::string_view(pending_).substr(0, whole));
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        pending_.erase(0, whole);
+        std::fflush(stdout);
+    }
+
     const io::Tokenizer* t_;
     std::string pending_;
     bool first_ = true;
@@ -110,10 +122,7 @@ int run_generate(const Flags& f) {
     }
     models::Sampler sampler(options);
     Streamer out(tokenizer ? &*tokenizer : nullptr);
-    if (tokenizer) {
-        const std::string text = tokenizer->decode(prompt, true);
-        std::fwrite(text.data(), 1, text.size(), stdout);
-    }
+    out.put_prompt(prompt);
     const Clock::time_point start = Clock::now();
     std::vector<float> logits = generator.prefill(prompt);
     int32_t next = sampler.next(logits.data(), c.vocab);

@@ -282,6 +282,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+    return valid_utf8(decode_bytes(ids, skip_special));
+}
+
+std::string Tokenizer::decode_bytes(const std::vector<int32_t>& ids, bool skip_special) const {
     std::string out;
     for (const int32_t id : ids) {
         if (id < 0 || id >= vocab_size() || (impl_->tokens[static_cast<size_t>(id)].empty())) continue;
@@ -313,15 +317,58 @@ bool Tokenizer::is_special(int32_t id) const {
     return id >= 0 && id < vocab_size() && impl_->special[static_cast<size_t>(id)];
 }
 
+namespace {
+
+// The UTF-8 sequence at bytes[i], by Unicode's table 3-7 of well-formed sequences: its length when
+// `valid`; else the length of its maximal ill-formed subpart (at least 1), `truncated` when that is
+// a well-formed start the bytes end in.
+struct Utf8Sequence {
+    size_t length;
+    bool valid, truncated;
+};
+
+Utf8Sequence utf8_sequence_at(std::string_view bytes, size_t i) {
+    const auto b = static_cast<uint8_t>(bytes[i]);
+    if (b < 0x80) return {1, true, false};
+    size_t follow = 0;
+    uint8_t low = 0x80, high = 0xBF;  // the range of the second byte; the later ones are 80..BF
+    if (b >= 0xC2 && b <= 0xDF) follow = 1;
+    else if (b == 0xE0) follow = 2, low = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) follow = 2;
+    else if (b == 0xED) follow = 2, high = 0x9F;  // no surrogates
+    else if (b == 0xF0) follow = 3, low = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) follow = 3;
+    else if (b == 0xF4) follow = 3, high = 0x8F;  // nothing past U+10FFFF
+    else return {1, false, false};              // 80..C1 (a continuation, an overlong lead), F5..FF
+    for (size_t n = 1; n <= follow; ++n) {
+        if (i + n == bytes.size()) return {n, false, true};
+        const auto c = static_cast<uint8_t>(bytes[i + n]);
+        if (c < low || c > high) return {n, false, false};
+        low = 0x80, high = 0xBF;
+    }
+    return {follow + 1, true, false};
+}
+
+}  // namespace
+
+std::string valid_utf8(std::string_view bytes) {
+    std::string text;
+    for (size_t i = 0; i < bytes.size();) {
+        const Utf8Sequence s = utf8_sequence_at(bytes, i);
+        if (s.valid) text.append(bytes.substr(i, s.length));
+        else text += "\xEF\xBF\xBD";  // U+FFFD
+        i += s.length;
+    }
+    return text;
+}
+
 size_t complete_utf8_prefix(std::string_view bytes) {
-    size_t end = bytes.size();
-    // Back up over at most three continuation bytes to the lead byte of the last character.
-    size_t lead = end;
-    while (lead > 0 && end - lead < 4 && (static_cast<uint8_t>(bytes[lead - 1]) & 0xC0) == 0x80) --lead;
-    if (lead == 0) return end;
-    const auto b = static_cast<uint8_t>(bytes[lead - 1]);
-    const size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
-    return end - (lead - 1) < need ? lead - 1 : end;
+    for (size_t i = 0; i < bytes.size();) {
+        const Utf8Sequence s = utf8_sequence_at(bytes, i);
+        if (s.truncated) return i;
+        i += s.length;
+    }
+    return bytes.size();
 }
 
 }  // namespace mn::io
