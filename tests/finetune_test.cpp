@@ -182,7 +182,8 @@ TEST_F(FinetuneTest, FullFinetuneWritesAModelFolder) {
 // resumed without --lora-rank became a full fine-tune from the base's weights (its adapter dropped,
 // its moments zero) and wrote a model folder into the LoRA run's; a finished run resumed "finetuned 0
 // steps: loss 0.0000 -> 0.0000"; a file as --out was an internal error (status 3); --epochs beside
-// --steps was ignored.
+// --steps was ignored; the model folder as --out had its weights replaced by the full fine-tune's,
+// then the run failed with status 3.
 TEST_F(FinetuneTest, LoraAndResumeMistakesAreErrors) {
     MN_REQUIRE_TORCH();
     TempDir dir("finetune");
@@ -205,6 +206,21 @@ TEST_F(FinetuneTest, LoraAndResumeMistakesAreErrors) {
     expect_error("--steps 2 --epochs 2 --out " + out, "give --steps or --epochs, not both");
     expect_error("--steps 2 --out " + out + " --lora-targets q_proj", "--lora-targets is for a LoRA fine-tune: give --lora-rank too");
     expect_error("--steps 2 --out " + out + " --lora-rank 4 --lora-alpha 0", "option --lora-alpha is 0");
+    // The model folder as the output: a full run wrote over the base's weights, then failed (status 3).
+    const io::TensorMap weights = io::read_safetensors(base + "/model.safetensors");
+    expect_error("--steps 2 --out " + base, "--out " + base + " is the model folder -m: the run would write over the base there");
+    expect_error("--steps 1 --out " + base + "/ --lora-rank 4", "--out " + base + "/ is the model folder -m");
+    EXPECT_EQ(io::read_safetensors(base + "/model.safetensors").at("model.norm.weight").to_f32(), weights.at("model.norm.weight").to_f32());
+    EXPECT_FALSE(fs::exists(base + "/checkpoint.safetensors"));
+    fs::create_directories(dir.path("o3"));
+    fs::copy(base, dir.path("o3/merged"), fs::copy_options::recursive);
+    {
+        int status = 0;
+        const std::string text = meganeura("finetune -m " + dir.path("o3/merged") + " --data " + dir.path("d.txt") +
+                                           " --seq 16 --batch 2 --steps 1 --lora-rank 4 --merge --out " + dir.path("o3"), &status);
+        EXPECT_EQ(status, 1) << text;
+        EXPECT_NE(text.find("error: --merge writes " + dir.path("o3/merged") + ", the model folder -m"), std::string::npos) << text;
+    }
     expect_error("--steps 2 --out " + out + " --lora-rank 4 --lora-targets q_proj,qproj",
                  "--lora-targets: the model has no module qproj; its layers' linear modules are q_proj, k_proj, v_proj, "
                  "o_proj, gate_proj, up_proj, down_proj");

@@ -71,11 +71,29 @@ void check_targets(const Graph& g, const models::LoraConfig& lora) {
             throw Error("--lora-targets: the model has no module " + t + "; its layers' linear modules are " + joined(linear, ", "));
 }
 
+// The output folder is not the model folder (nor, merging, OUT/merged): a full fine-tune wrote its
+// model.safetensors over the base's, then failed copying config.json onto itself (an internal
+// error, status 3), the base lost; a LoRA run wrote its adapter into the base's folder, which
+// generate --adapter refuses as a model folder.
+void check_not_the_base(const FinetuneRun& run) {
+    const auto same = [](const std::filesystem::path& a, const std::string& b) {
+        std::error_code error;
+        return std::filesystem::equivalent(a, b, error);
+    };
+    const std::string flag = run.resume ? "--resume " : "--out ";
+    if (same(run.out, run.folder.dir))
+        throw Error(flag + run.out + " is the model folder -m: the run would write over the base there; give another folder");
+    const std::filesystem::path merged = std::filesystem::path(run.out) / "merged";
+    if (run.merge && same(merged, run.folder.dir))
+        throw Error("--merge writes " + merged.string() + ", the model folder -m: the merge would write over its base; give another -m or --out");
+}
+
 }  // namespace
 
 FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     const models::ModelFolder& folder = run.folder;
     if (folder.tokenizer.empty()) throw Error("model folder " + folder.dir + ": no tokenizer.json to read --data with");
+    check_not_the_base(run);
     const std::string checkpoint = prepare_output(run.out, run.resume);
 
     const io::Tokenizer tokenizer = io::Tokenizer::from_file(folder.tokenizer);
