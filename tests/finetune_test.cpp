@@ -3,6 +3,7 @@
 // `generate --adapter` agree, and a run resumes from its checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -341,6 +342,29 @@ TEST_F(FinetuneTest, AnInterruptedRunResumesToTheUninterruptedResult) {
         return s.str();
     };
     EXPECT_EQ(csv(cut + "/loss.csv"), csv(whole + "/loss.csv"));
+}
+
+// The cosine schedule's last step trains: the cosine reached 0 at the last step rather than after it,
+// so a run's last step changed nothing, and --steps 1 wrote an adapter whose B were all zero with
+// status 0 ("finetuned 1 steps: loss 6.2461 -> 6.2461").
+TEST_F(FinetuneTest, TheLastStepTrains) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base"), out = dir.path("out");
+    make_tiny_folder(base);
+    write_apache_text(dir.path("d.txt"));
+    int status = 0;
+    const std::string log = meganeura("finetune -m " + base + " --data " + dir.path("d.txt") +
+                                      " --seq 16 --batch 2 --lora-rank 4 --lr 1e-2 --steps 1 --out " + out, &status);
+    ASSERT_EQ(status, 0) << log;
+    int adapted = 0;
+    for (const auto& [name, t] : io::read_safetensors(out + "/adapter_model.safetensors")) {
+        if (name.find(".lora_B.") == std::string::npos) continue;
+        const std::vector<float> b = t.to_f32();
+        EXPECT_TRUE(std::any_of(b.begin(), b.end(), [](float v) { return v != 0; })) << name;
+        ++adapted;
+    }
+    EXPECT_EQ(adapted, 8);
 }
 
 // A model whose weights give a non-finite loss is refused at the first evaluation, naming the

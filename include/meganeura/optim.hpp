@@ -28,7 +28,9 @@ struct AdamW {
 using Optimizer = std::variant<SGD, Adam, AdamW>;
 
 // lr(step) for step = 1, 2, ...: linear warm-up from 0 over `warmup_steps`, then constant or a
-// cosine decay to min_lr_ratio * lr at total_steps.
+// cosine decay as transformers' get_cosine_schedule_with_warmup: step s takes the cosine after
+// s - 1 - warmup_steps of the total_steps - warmup_steps decaying steps, reaching min_lr_ratio * lr
+// after the last (which itself still trains).
 struct LrSchedule {
     enum class Decay { Constant, Cosine } decay = Decay::Constant;
     int64_t warmup_steps = 0;

@@ -11,7 +11,11 @@ namespace mn {
 double LrSchedule::factor(int64_t step) const {
     if (warmup_steps > 0 && step <= warmup_steps) return static_cast<double>(step) / static_cast<double>(warmup_steps);
     if (decay == Decay::Constant || total_steps <= warmup_steps) return 1.0;
-    const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) /
+    // As transformers' get_cosine_schedule_with_warmup: a step takes the cosine's value where the
+    // steps before it have brought it, so the first step after the warm-up has the whole rate and the
+    // last a small one, min_lr_ratio coming after it. The last step had min_lr_ratio's (0: a run's
+    // last step changed nothing, and a one-step fine-tune trained nothing).
+    const double progress = std::min(1.0, static_cast<double>(step - 1 - warmup_steps) /
                                               static_cast<double>(total_steps - warmup_steps));
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
 }

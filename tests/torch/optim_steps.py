@@ -25,7 +25,8 @@ def lr_factor(step, warmup_steps, decay, total_steps, min_lr_ratio):
         return step / warmup_steps
     if decay == "constant" or total_steps <= warmup_steps:
         return 1.0
-    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    # transformers' cosine: step s takes the value after s - 1 steps (s - 1 - warmup of the decay's)
+    progress = min(1.0, (step - 1 - warmup_steps) / (total_steps - warmup_steps))
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
