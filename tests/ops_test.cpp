@@ -67,7 +67,9 @@ TEST_F(OpsTest, Reductions) {
     const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
         {{1}, {}},         {{257}, {0}},         {{7, 33}, {1}},         {{7, 33}, {0}},
         {{3, 7, 33}, {1}}, {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{5, 1, 7}, {0, 2}}, {{4, 1000}, {}},
-        {{3, 6, 5, 7}, {0, 2, 3}}, {{2, 1, 5, 3, 1}, {0, 3}}};
+        {{3, 6, 5, 7}, {0, 2, 3}}, {{2, 1, 5, 3, 1}, {0, 3}},
+        // wide rows (column reductions): one piece, several, a leading axis, partial column blocks
+        {{64, 32}, {0}}, {{1000, 33}, {0}}, {{2, 150, 100}, {0, 1}}, {{4, 3, 70, 40}, {0, 2}}, {{3, 130, 64}, {1}}};
     uint64_t seed = 200;
     for (const auto& [shape, axes] : cases) {
         for (bool keepdim : {false, true}) {
@@ -89,6 +91,18 @@ TEST_F(OpsTest, PerChannelReductionIsOneKernel) {
     g.output("sum", g.sum(g.input("x", {3, 6, 5, 7}), {0, 2, 3}));
     EXPECT_EQ(compile(g, device()).stats().dispatches, 1u);
     expect_matches_reference(g, random_feeds(g, 250));
+}
+
+// A sum over the rows of [rows, features] (a bias's gradient) reads the rows coalesced, in pieces
+// of rows whose partial sums a second kernel adds: two kernels; under 128 rows, one piece and one kernel.
+TEST_F(OpsTest, ColumnSumsReadRowsInPieces) {
+    for (const auto& [rows, dispatches] : std::vector<std::pair<int64_t, uint64_t>>{{3000, 2}, {100, 1}}) {
+        SCOPED_TRACE(rows);
+        Graph g;
+        g.output("sum", g.sum(g.input("x", {rows, 96}), {0}));
+        EXPECT_EQ(compile(g, device()).stats().dispatches, dispatches);
+        expect_matches_reference(g, random_feeds(g, 260));
+    }
 }
 
 TEST_F(OpsTest, SoftmaxAndLogSoftmax) {

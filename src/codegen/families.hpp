@@ -61,6 +61,19 @@ KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch);
 enum class ReduceMode { Sum, Mean, Max, Softmax, LogSoftmax };
 KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
                            const Launch& launch, int64_t lead = 1);
+// Sum or mean over lead and r where inner is wide (a bias's or a norm weight's gradient over the
+// rows of [rows, features]): one workgroup per output reads a column, 4 bytes of each row, so these
+// read the rows coalesced instead, 32 columns per workgroup, with r split into pieces that fill the
+// device and the pieces' partial sums added by `sum` (the matmul family's split sum) into the
+// output; `sum` is absent where one piece suffices. Nothing where the one-workgroup-per-output
+// kernel is the better one (narrow inner, short r, max).
+struct ColumnReduction {
+    KernelSource partial;
+    std::optional<KernelSource> sum;
+    int64_t partial_elements = 0;  // f32 scratch between the two, where there is a sum
+};
+std::optional<ColumnReduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
+                                                     int64_t r, int64_t inner, const Launch& launch, int64_t lead = 1);
 
 // Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
 // ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,

@@ -4,7 +4,10 @@
 // R: a per-channel sum over images and pixels reads the NCHW tensor in place instead of a
 // transposed copy of it.
 // Softmax and log-softmax are the same row walk, three passes (max, sum of exp, write).
+#include <algorithm>
+
 #include "codegen/families.hpp"
+#include "codegen/matmul_common.hpp"
 
 namespace mn::codegen {
 
@@ -84,6 +87,67 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + body;
     k.groups = grid_for(static_cast<uint64_t>(outer * inner), launch.max_groups);
     return k;
+}
+
+std::optional<ColumnReduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
+                                                     int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
+    constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
+    constexpr int64_t kWorkgroups = 1024;  // the pieces of r aim at about this many (an H200 holds ~1000 at 256 threads)
+    constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
+    const uint32_t wg = pow2_at_most(launch.local_size);
+    const int64_t rows = lead * r;
+    if ((mode != ReduceMode::Sum && mode != ReduceMode::Mean) || inner < kColumns || rows < kMinPiece || wg < 2 * kColumns) {
+        return std::nullopt;
+    }
+    const int64_t blocks = outer * ((inner + kColumns - 1) / kColumns);
+    const int64_t pieces = std::clamp<int64_t>((kWorkgroups + blocks - 1) / blocks, 1, rows / kMinPiece);
+    const int64_t piece = (rows + pieces - 1) / pieces;
+    const int64_t splits = (rows + piece - 1) / piece;
+    ColumnReduction out;
+    KernelSource& k = out.partial;
+    k.label = mode == ReduceMode::Sum ? "sum_columns" : "mean_columns";
+    k.iface.local_size = wg;
+    k.iface.spec_constants = {"LEAD", "OUTER", "R", "INNER", "PIECE", "PIECES"};
+    k.spec_values = {checked_u32(lead, "reduction size"), checked_u32(outer, "reduction size"),
+                     checked_u32(r, "reduction size"), checked_u32(inner, "reduction size"),
+                     checked_u32(piece, "reduction size"), checked_u32(splits, "reduction size")};
+    checked_u32(rows * outer * inner, "reduction size");
+    const DType partial_dtype = splits > 1 ? DType::F32 : out_dtype;
+    k.iface.bindings = {{"x", in_dtype}, {"y", partial_dtype, true}};
+    // Row j of the LEAD * R reduced ones, in column c (see reduce_kernel).
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + R"(
+const uint CW = 32u, RL = WG / CW, CB = (INNER + CW - 1u) / CW;  // columns, row lanes, column blocks
+shared float red[WG];
+float at(uint base, uint j) {
+    return float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)]);
+}
+void main() {
+    uint g = mn_group_id();
+    if (g >= PIECES * OUTER * CB) return;
+    uint lid = gl_LocalInvocationID.x, lane = lid / CW;
+    uint p = g / (OUTER * CB), o = (g % (OUTER * CB)) / CB, c = (g % CB) * CW + lid % CW;
+    uint base = o * R * INNER + c, j1 = min(LEAD * R, (p + 1u) * PIECE);
+    vec4 acc = vec4(0.0);  // four rows in flight per thread
+    if (c < INNER) {
+        uint j = p * PIECE + lane;
+        for (; j + 3u * RL < j1; j += 4u * RL) acc += vec4(at(base, j), at(base, j + RL), at(base, j + 2u * RL), at(base, j + 3u * RL));
+        for (; j < j1; j += RL) acc.x += at(base, j);
+    }
+    red[lid] = (acc.x + acc.y) + (acc.z + acc.w);
+    barrier();
+    for (uint s = RL / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) red[lid] += red[lid + s * CW];
+        barrier();
+    }
+)" + std::string("    if (lane == 0u && c < INNER) y.d[p * OUTER * INNER + o * INNER + c] = ") +
+             storage_type(partial_dtype) + "(red[lid]" +
+             (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n}\n";
+    k.groups = grid_for(static_cast<uint64_t>(splits * blocks), launch.max_groups);
+    if (splits > 1) {
+        out.partial_elements = splits * outer * inner;
+        out.sum = matmul_detail::split_sum_kernel(out_dtype, outer * inner, static_cast<uint32_t>(splits), launch.max_groups);
+    }
+    return out;
 }
 
 namespace {

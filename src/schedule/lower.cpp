@@ -175,9 +175,14 @@ private:
 
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1) {
-        emit(codegen::reduce_kernel(mode, s_.values[static_cast<size_t>(in)].dtype,
-                                    s_.values[static_cast<size_t>(out)].dtype, outer, r, inner, t_.reduction, lead),
-             {in, out});
+        const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
+        if (auto columns = codegen::column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead)) {
+            if (!columns->sum) return emit(std::move(columns->partial), {in, out});
+            const int32_t partial = new_value({columns->partial_elements}, DType::F32);
+            emit(std::move(columns->partial), {in, partial});
+            return emit(std::move(*columns->sum), {partial, out});
+        }
+        emit(codegen::reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead), {in, out});
     }
 
     // The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
