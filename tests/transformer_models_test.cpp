@@ -129,6 +129,8 @@ TEST_F(KvCacheTest, LongCacheDecodeSplitsItsKeysAndEqualsTheFullForward) {
     EXPECT_EQ(chunked, c.layers);
     EXPECT_EQ(combined, c.layers);
 
+    // The prefill computes (and reads back) the last position's logits only.
+    EXPECT_EQ(models::build_llama_cached(c, 1, kPrompt, kCache).output.shape(), (Shape{1, 1, c.vocab}));
     models::Generator generator(device(), c, kPrompt, kCache, {dir.path("weights.safetensors")});
     const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
     EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";

@@ -42,8 +42,9 @@ struct LlamaConfig {
 // The KV-cache form of the model: `tokens` new tokens at a run-time position. Inputs:
 // "input_ids" i32 [batch, tokens] and "position" i32 scalar (the first new token's position);
 // state "cache.<layer>.k" / "cache.<layer>.v" [batch, kv_heads, cache_len, head_dim] (zeros at
-// first) is updated in place; output "logits" [batch, tokens, vocab]. The same builder serves the
-// prefill (tokens = prompt length, position 0) and the decode steps (tokens = 1).
+// first) is updated in place; output "logits" [batch, 1, vocab], the last token's (all that
+// generation reads). The same builder serves the prefill (tokens = prompt length, position 0) and
+// the decode steps (tokens = 1).
 BuiltModel build_llama_cached(const LlamaConfig& c, int64_t batch, int64_t tokens, int64_t cache_len);
 std::string cache_name(int64_t layer, const char* which);  // "cache.<layer>.k" / ".v"
 
