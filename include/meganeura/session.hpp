@@ -61,7 +61,11 @@ struct CompileOptions {
 };
 
 struct SessionStats {
-    size_t dispatches = 0, barriers = 0, pipelines = 0;
+    size_t dispatches = 0, barriers = 0, pipelines = 0;  // of a run with the parameters unchanged
+    // Dispatches that run only after a parameter changed: those whose values depend on nothing but
+    // parameters and constants (a batch norm folded into its convolution's weights), in a session
+    // that does not train.
+    size_t hoisted_dispatches = 0;
     uint64_t logical_bytes = 0;   // every transient value at its own address
     uint64_t physical_bytes = 0;  // the planned arena
     uint64_t pinned_bytes = 0;    // parameters, inputs, constants, outputs

@@ -271,6 +271,7 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
         const SessionStats& st = p.session.stats();
         result = {{"wall_ms", summary(wall)},
                   {"dispatches", st.dispatches},
+                  {"hoisted_dispatches", st.hoisted_dispatches},
                   {"barriers", st.barriers},
                   {"pipelines", st.pipelines},
                   {"logical_bytes", st.logical_bytes},

@@ -136,10 +136,13 @@ void initialize(Session::Impl& impl, const Graph& graph) {
 }
 
 // ---- pass: record (uploads, dispatches with the barriers their hazards need, readbacks) ----
-void record(Session::Impl& impl, const Shaders& shaders) {
+// The program of steps [first, end): all of them, or (first = Impl::hoisted_steps) the run that
+// skips the steps hoisted for unchanged parameters, whose pinned results it must not poison.
+std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vector<const rt::Pipeline*>& step_pipelines,
+                                            size_t first) {
     const sched::Schedule& s = impl.schedule;
-    impl.program = std::make_unique<rt::Program>(impl.ctx);
-    rt::Program& prog = *impl.program;
+    auto prog_ptr = std::make_unique<rt::Program>(impl.ctx);
+    rt::Program& prog = *prog_ptr;
     compiler::HazardTracker hazards;
     auto command = [&](const std::vector<compiler::Access>& acc) {
         if (hazards.needs_barrier(acc)) {
@@ -153,32 +156,28 @@ void record(Session::Impl& impl, const Shaders& shaders) {
         command({{dst.buffer, dst.offset, dst.offset + dst.size, true}});
         prog.copy({&impl.upload, at, dst.size}, dst);
     }
+    std::set<int32_t> kept;  // what the skipped steps computed in an earlier run
+    for (size_t i = 0; i < first; ++i) {
+        for (size_t b = 0; b < s.steps[i].values.size(); ++b)
+            if (s.steps[i].kernel.iface.bindings[b].writes) kept.insert(s.root(s.steps[i].values[b]));
+    }
     if (impl.options.poison_outputs) {
         constexpr uint32_t kNaN = 0x7FC00000u;  // also a NaN pair in f16
         command({{&impl.arena, 0, impl.arena.size(), true}});
         prog.fill({&impl.arena, 0, impl.arena.size()}, kNaN);
         for (const auto& [v, at] : impl.readback_at) {
-            if (s.values[static_cast<size_t>(v)].storage != sched::Storage::Transient) continue;
+            if (s.values[static_cast<size_t>(v)].storage != sched::Storage::Transient || kept.count(v)) continue;
             const rt::BufferRange r = impl.range(v);
             command({{r.buffer, r.offset, r.offset + r.size, true}});
             prog.fill(r, kNaN);
         }
     }
-    std::vector<rt::Context::PipelineRequest> requests;
-    for (const sched::Step& step : s.steps) {
-        const auto& k = step.kernel;
-        requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
-                            static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
-    }
-    const std::vector<const rt::Pipeline*> step_pipelines = impl.ctx->prepare_pipelines(requests);
-    std::set<const rt::Pipeline*> pipelines;
     auto checked_write = impl.checked_writes.begin();
-    for (size_t i = 0; i < s.steps.size(); ++i) {
+    for (size_t i = first; i < s.steps.size(); ++i) {
         const sched::Step& step = s.steps[i];
         const auto& k = step.kernel;
         rt::Dispatch d{.pipeline = step_pipelines[i],
                        .groups = k.groups, .label = k.label, .name = impl.dispatch_names.at(i).name};
-        pipelines.insert(d.pipeline);
         std::vector<compiler::Access> acc;
         for (size_t b = 0; b < step.values.size(); ++b) {
             const rt::BufferRange r = impl.range(step.values[b]);
@@ -199,9 +198,23 @@ void record(Session::Impl& impl, const Shaders& shaders) {
         command({{src.buffer, src.offset, src.offset + src.size, false}});
         prog.copy(src, {&impl.readback, at, src.size});
     }
-    impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
     prog.finish(impl.profiled);
-    impl.stats.pipelines = pipelines.size();
+    return prog_ptr;
+}
+
+void record(Session::Impl& impl, const Shaders& shaders) {
+    const sched::Schedule& s = impl.schedule;
+    std::vector<rt::Context::PipelineRequest> requests;
+    for (const sched::Step& step : s.steps) {
+        const auto& k = step.kernel;
+        requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
+                            static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
+    }
+    const std::vector<const rt::Pipeline*> step_pipelines = impl.ctx->prepare_pipelines(requests);
+    impl.stats.pipelines = std::set<const rt::Pipeline*>(step_pipelines.begin(), step_pipelines.end()).size();
+    impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
+    impl.program = record_program(impl, step_pipelines, 0);
+    if (impl.hoisted_steps) impl.steady_program = record_program(impl, step_pipelines, impl.hoisted_steps);
 }
 
 void print_debug(const Session::Impl& impl) {
@@ -258,6 +271,8 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });
 
     sched::order_by_level(s);  // independent steps share a barrier
+    // Training changes the parameters every run, and MEGANEURA_CHECK needs every step in each run.
+    if (!impl->training && !impl->check_graph) impl->hoisted_steps = sched::hoist_parameter_work(s);
     mark("order", [&] { return compiler::dump_schedule(s, graph, true); });
     name_values(*impl, graph);
 
@@ -282,8 +297,10 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     mark("record", nothing);
 
     SessionStats& st = impl->stats;
-    st.dispatches = impl->program->dispatch_count();
-    st.barriers = impl->program->barrier_count();
+    const rt::Program& per_run = impl->steady_program ? *impl->steady_program : *impl->program;
+    st.dispatches = per_run.dispatch_count();
+    st.barriers = per_run.barrier_count();
+    st.hoisted_dispatches = impl->program->dispatch_count() - st.dispatches;
     st.logical_bytes = placement.arena.logical_bytes;
     st.physical_bytes = placement.arena.physical_bytes;
     st.pinned_bytes = placement.pinned_bytes;

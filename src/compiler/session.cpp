@@ -51,6 +51,7 @@ void Session::Impl::write_now(int32_t v, const void* bytes) {
 }
 
 void Session::Impl::write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill) {
+    parameters_changed = true;  // whatever it writes: the hoisted steps run again before the next use
     // Staging in chunks of at most 256 MiB (a value larger than that gets a chunk of its own).
     constexpr uint64_t kChunk = 256ull << 20;
     size_t begin = 0;
@@ -111,6 +112,7 @@ void Session::copy_to(Session& dst, const std::vector<std::string>& names) const
     }
     p.finish();
     p.run();
+    dst.impl_->parameters_changed = true;
 }
 
 std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
@@ -177,25 +179,38 @@ void Session::set(std::string_view name, const std::vector<int32_t>& data) {
     std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + impl_->upload_at.at(v), data.data(), val.bytes());
 }
 
+rt::Program& Session::Impl::next_program() {
+    last_run = steady_program && !parameters_changed ? steady_program.get() : program.get();
+    parameters_changed = false;
+    return *last_run;
+}
+
 void Session::Impl::run_program() {
     const auto start = std::chrono::steady_clock::now();
+    rt::Program& p = next_program();
     if (!check_graph) {
-        program->run();
+        p.run();
     } else {
         const ref::Feeds feeds = compiler::feeds_for_check(*this, *check_graph);
-        program->run();
+        p.run();
         compiler::check_against_reference(*this, *check_graph, feeds, check_limit);
     }
-    if (trace_session)
-        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), dispatch_names,
-                                       profiled ? program->dispatch_times_ms() : decltype(program->dispatch_times_ms()){});
+    if (trace_session) {
+        // The steady program's dispatches are the last ones of the full program's.
+        std::vector<compiler::DispatchName> names(dispatch_names.begin() + (&p == program.get() ? 0 : hoisted_steps),
+                                                  dispatch_names.end());
+        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), names,
+                                       profiled ? p.dispatch_times_ms() : decltype(p.dispatch_times_ms()){});
+    }
 }
 
 void Session::run() { impl_->run_program(); }
 
 void Session::record(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) const {
     if (!command_buffer) throw Error("record: no command buffer");
-    impl_->program->record_into(command_buffer, segment, of);
+    // Segments of one step all come from the program its first segment took.
+    const rt::Program& p = segment == 0 ? impl_->next_program() : *impl_->last_run;
+    p.record_into(command_buffer, segment, of);
 }
 
 namespace {
@@ -268,7 +283,7 @@ const SessionStats& Session::stats() const { return impl_->stats; }
 
 std::vector<std::pair<std::string, double>> Session::profile() const {
     if (!impl_->profiled) throw Error("profile: compile with CompileOptions::profile = true");
-    return impl_->program->dispatch_times_ms();
+    return (impl_->last_run ? impl_->last_run : impl_->program.get())->dispatch_times_ms();
 }
 
 }  // namespace mn

@@ -22,6 +22,14 @@ struct Session::Impl {
     std::map<int32_t, uint64_t> upload_at;    // input root -> offset in `upload`
     std::map<int32_t, uint64_t> readback_at;  // output root -> offset in `readback`
     std::unique_ptr<rt::Program> program;
+    // Steps [0, hoisted_steps) compute the same values every run while the parameters are unchanged
+    // (sched::hoist_parameter_work); steady_program is the program without them, run while
+    // parameters_changed is false (set, load and copy_to of a parameter make it true).
+    size_t hoisted_steps = 0;
+    std::unique_ptr<rt::Program> steady_program;
+    bool parameters_changed = true;
+    rt::Program* last_run = nullptr;  // the one whose dispatch times profile() reports
+    rt::Program& next_program();      // the one a run takes now; parameters_changed is false after
     SessionStats stats;
     bool profiled = false;
     CompileOptions options;

@@ -1,0 +1,81 @@
+// Hoisting: in a program that does not train, a step whose inputs are only parameters and constants,
+// or values such steps compute, gives the same result every run until a parameter changes. ResNet-50
+// folds each batch norm into its convolution's weights that way (w * gamma * rsqrt(var + eps): three
+// kernels per norm, 159 dispatches and ~0.7 ms of an H200 inference). Those steps move to the front
+// of the program, and what they compute for the rest of it is pinned (never aliased), so that the
+// rest can run alone while the parameters stay as they were (Session::Impl::run_program).
+#include <algorithm>
+
+#include "schedule/schedule.hpp"
+
+namespace mn::sched {
+
+size_t hoist_parameter_work(Schedule& s) {
+    const size_t nv = s.values.size(), ns = s.steps.size();
+    auto root = [&](int32_t v) { return static_cast<size_t>(s.root(v)); };
+    // Until nothing changes: a step is hoisted if it reads only invariant values and writes only
+    // transient ones, and a transient value is invariant if every step that writes it is hoisted.
+    std::vector<bool> hoisted(ns, true);
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        std::vector<bool> invariant(nv, false), written_by_other(nv, false);
+        for (size_t v = 0; v < nv; ++v) {
+            const Storage st = s.values[v].storage;
+            invariant[v] = st == Storage::Parameter || st == Storage::Constant;
+        }
+        for (size_t i = 0; i < ns; ++i) {
+            const Step& step = s.steps[i];
+            for (size_t b = 0; b < step.values.size(); ++b) {
+                if (!step.kernel.iface.bindings[b].writes) continue;
+                const size_t v = root(step.values[b]);
+                if (hoisted[i] && s.values[v].storage == Storage::Transient) invariant[v] = true;
+                else written_by_other[v] = true;
+            }
+        }
+        for (size_t v = 0; v < nv; ++v) invariant[v] = invariant[v] && !written_by_other[v];
+        for (size_t i = 0; i < ns; ++i) {
+            if (!hoisted[i]) continue;
+            const Step& step = s.steps[i];
+            for (size_t b = 0; b < step.values.size(); ++b) {
+                const size_t v = root(step.values[b]);
+                const bool ok = step.kernel.iface.bindings[b].writes ? s.values[v].storage == Storage::Transient
+                                                                    : invariant[v];
+                if (!ok) {
+                    hoisted[i] = false;
+                    changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    // The hoisted steps first, in their order and levels; the others after, a level above them all.
+    std::vector<Step> steps;
+    std::vector<int32_t> levels;
+    int32_t top = -1;
+    for (size_t i = 0; i < ns; ++i) {
+        if (!hoisted[i]) continue;
+        steps.push_back(std::move(s.steps[i]));
+        levels.push_back(s.step_level[i]);
+        top = std::max(top, s.step_level[i]);
+    }
+    const size_t prefix = steps.size();
+    std::vector<bool> hoisted_value(nv, false);
+    for (const Step& step : steps) {
+        for (size_t b = 0; b < step.values.size(); ++b)
+            if (step.kernel.iface.bindings[b].writes) hoisted_value[root(step.values[b])] = true;
+    }
+    for (size_t i = 0; i < ns; ++i) {
+        if (hoisted[i]) continue;
+        for (int32_t v : s.steps[i].values) {
+            if (hoisted_value[root(v)]) s.values[root(v)].pinned = true;  // it must outlive the runs that skip its step
+        }
+        steps.push_back(std::move(s.steps[i]));
+        levels.push_back(s.step_level[i] + top + 1);
+    }
+    s.steps = std::move(steps);
+    s.step_level = std::move(levels);
+    return prefix;
+}
+
+}  // namespace mn::sched

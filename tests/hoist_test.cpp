@@ -1,0 +1,88 @@
+// Steps that depend on nothing but parameters and constants run only after a parameter changes
+// (sched::hoist_parameter_work): the per-run program skips them, and set, load and copy_to of a
+// parameter bring them back for the next run. Checked against the float64 reference each time.
+#include <gtest/gtest.h>
+
+#include "gpu_check.hpp"
+#include "temp_dir.hpp"
+
+namespace mn::test {
+namespace {
+
+// A convolution over weights folded from a per-channel scale (ResNet-50's batch norm), and an
+// output that depends on parameters alone.
+struct Folded {
+    Graph g;
+    Tensor y;
+    Folded() {
+        Tensor x = g.input("x", {2, 3, 8, 8});
+        Tensor w = g.parameter("w", {4, 3, 3, 3});
+        Tensor scale = g.parameter("scale", {4, 1, 1, 1});
+        y = g.relu(g.conv2d(x, w * g.exp(scale)));
+        g.output("y", y);
+        g.output("gain", g.exp(scale) + 1.0);
+    }
+};
+
+ref::Feeds feeds_with_scale(const Graph& g, uint64_t seed, double scale) {
+    ref::Feeds f = random_feeds(g, seed);
+    for (double& v : f.at("scale").data) v = scale * v;
+    return f;
+}
+
+void expect_session_matches(Session& s, const Graph& g, const ref::Feeds& feeds) {
+    const auto want = ref::evaluate(g, feeds);
+    for (const auto& [name, id] : g.outputs())
+        EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(id)].data), 1e-5) << name;
+}
+
+TEST(HoistTest, ParameterOnlyStepsRunWhenAParameterChanges) {
+    Folded m;
+    Session s = compile(m.g, device());
+    EXPECT_EQ(s.stats().hoisted_dispatches, 2u);  // w * exp(scale) for the convolution, and the gain
+    EXPECT_EQ(s.stats().dispatches, 1u);          // the convolution and its ReLU
+    ref::Feeds feeds = feeds_with_scale(m.g, 11, 1);
+    set_feeds(s, m.g, feeds);
+    s.run();
+    expect_session_matches(s, m.g, feeds);
+    // A new input only: the folded weights stay as they were computed.
+    feeds.at("x") = random_feeds(m.g, 12).at("x");
+    s.set("x", std::vector<float>(feeds.at("x").data.begin(), feeds.at("x").data.end()));
+    s.run();
+    expect_session_matches(s, m.g, feeds);
+    // A new parameter: folded again before the convolution reads it.
+    feeds.at("scale") = feeds_with_scale(m.g, 13, 0.5).at("scale");
+    s.set("scale", std::vector<float>(feeds.at("scale").data.begin(), feeds.at("scale").data.end()));
+    s.run();
+    expect_session_matches(s, m.g, feeds);
+    s.run();
+    expect_session_matches(s, m.g, feeds);
+
+    // load and copy_to write parameters too.
+    TempDir dir("hoist");
+    Session other = compile(m.g, device());
+    const ref::Feeds other_feeds = feeds_with_scale(m.g, 14, 2);
+    set_feeds(other, m.g, other_feeds);
+    other.save(dir.path("weights.safetensors"));
+    s.load(dir.path("weights.safetensors"));
+    s.run();
+    ref::Feeds loaded = other_feeds;
+    loaded.at("x") = feeds.at("x");
+    expect_session_matches(s, m.g, loaded);
+    set_feeds(other, m.g, feeds);
+    other.copy_to(s, {"scale", "w"});
+    s.run();
+    expect_session_matches(s, m.g, feeds);
+}
+
+// Training changes the parameters every run: nothing is hoisted.
+TEST(HoistTest, TrainingHoistsNothing) {
+    Folded m;
+    CompileOptions train;
+    train.loss = m.g.mean(m.y);
+    train.optimizer = SGD{.lr = 0.1};
+    EXPECT_EQ(compile(m.g, device(), train).stats().hoisted_dispatches, 0u);
+}
+
+}  // namespace
+}  // namespace mn::test
