@@ -284,6 +284,19 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
                                             "conv2d_grad_weight"}));
 }
 
+// A linear layer's two gradient products, dx = dy @ W and dW = dy^T @ x, for loss = sum(linear(x, w) * dy)
+// with dy the input `dy_name` [rows, out]: outputs grad.x and grad.w.
+Graph linear_gradients(int64_t rows, int64_t in, int64_t out, const char* dy_name) {
+    Graph g;
+    Tensor x = g.parameter("x", {rows, in});
+    Tensor w = g.parameter("w", {out, in});
+    Tensor loss = g.sum(g.mul(g.linear(x, w), g.input(dy_name, {rows, out})));
+    const auto grads = grad(loss, {x, w});
+    g.output("grad.x", grads[0]);
+    g.output("grad.w", grads[1]);
+    return g;
+}
+
 // Gradients of 1e-10, where f16 has nothing (its smallest subnormal is 6e-8): the scaled products
 // keep them, at f16's relative precision (see FastPrecision). Both operand orders of a linear layer's
 // backward (dx = dy @ W, dW = dy^T @ x).
@@ -294,13 +307,7 @@ TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
     fast.precision = Precision::Fast;
     for (const char* tile : {"", "64,64,32,32,32,2"}) {
         ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-        Graph g;
-        Tensor x = g.parameter("x", {70, 96});
-        Tensor w = g.parameter("w", {50, 96});
-        Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("tiny", {70, 50})));
-        const auto grads = grad(loss, {x, w});
-        g.output("grad.x", grads[0]);
-        g.output("grad.w", grads[1]);
+        const Graph g = linear_gradients(70, 96, 50, "tiny");
         ref::Feeds feeds = random_feeds(g, 4400);
         for (double& v : feeds.at("tiny").data) v = static_cast<float>(v * 1e-10);
         expect_matches_reference(g, feeds, tol, fast);
@@ -322,13 +329,7 @@ TEST_F(MatmulTest, FastGradientProductsRescaleAlongK) {
         for (double base : {1e-10, 1.0, 1e3}) {
             SCOPED_TRACE(std::string(tile) + " base " + std::to_string(base));
             ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-            Graph g;
-            Tensor x = g.parameter("x", {256, 96});
-            Tensor w = g.parameter("w", {256, 96});
-            Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("dy", {256, 256})));
-            const auto grads = grad(loss, {x, w});
-            g.output("grad.x", grads[0]);
-            g.output("grad.w", grads[1]);
+            const Graph g = linear_gradients(256, 96, 256, "dy");
             ref::Feeds feeds = random_feeds(g, 4401);
             auto& dy = feeds.at("dy").data;
             auto& xs = feeds.at("x").data;
