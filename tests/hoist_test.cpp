@@ -1,6 +1,9 @@
 // Steps that depend on nothing but parameters and constants run only after a parameter changes
 // (sched::hoist_parameter_work): the per-run program skips them, and set, load and copy_to of a
 // parameter bring them back for the next run. Checked against the float64 reference each time.
+#include <algorithm>
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "gpu_check.hpp"
@@ -73,6 +76,27 @@ TEST(HoistTest, ParameterOnlyStepsRunWhenAParameterChanges) {
     other.copy_to(s, {"scale", "w"});
     s.run();
     expect_session_matches(s, m.g, feeds);
+}
+
+// State that no step writes (an eval batch norm's running variance) is as invariant as a parameter;
+// set, it takes effect in the next run. State a step writes (a KV cache) is not: see KvCacheTest.
+TEST(HoistTest, StateNoStepWritesIsHoistedToo) {
+    Graph g;
+    Tensor var = g.state("var", {5}, Init::ones());
+    // (var + 1)^-1/2 as its own value: the reader would compute a broadcast operand itself.
+    g.output("y", g.input("x", {3, 5}) * g.max(g.rsqrt(var + 1.0), {0}, true));
+    Session s = compile(g, device());
+    EXPECT_EQ(s.stats().hoisted_dispatches, 2u);  // rsqrt(var + 1), and its max
+    EXPECT_EQ(s.stats().dispatches, 1u);
+    const std::vector<float> x = {1, 2, 3, 4, 5, -1, -2, -3, -4, -5, 0.5, 0.25, 8, 16, 32};
+    s.set("x", x);
+    for (const std::vector<float>& v : {std::vector<float>(5, 1.f), std::vector<float>{3, 0, 8, 15, 24}}) {
+        s.set("var", v);
+        s.run();
+        const std::vector<float> y = s.get("y");
+        const float smallest = *std::min_element(v.begin(), v.end());
+        for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(y[i], x[i] / std::sqrt(smallest + 1.f)) << i;
+    }
 }
 
 // Training changes the parameters every run: nothing is hoisted.

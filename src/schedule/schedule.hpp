@@ -68,9 +68,9 @@ Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuni
 void order_by_level(Schedule& s);
 
 // After order_by_level, for a program that does not train: moves the steps that compute the same
-// values every run while the parameters stay unchanged (they read only parameters, constants and
-// what such steps write) to the front, pins what they compute for the other steps, and returns how
-// many they are (hoist.cpp).
+// values every run while the parameters stay unchanged (they read only parameters, constants, state
+// no step writes, and what such steps write) to the front, pins what they compute for the other
+// steps, and returns how many they are (hoist.cpp).
 size_t hoist_parameter_work(Schedule& s);
 
 }  // namespace mn::sched
