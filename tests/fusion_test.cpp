@@ -1,6 +1,9 @@
 // Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
 #include <algorithm>
+#include <cstring>
 
+#include "compiler/program_kernels.hpp"
+#include "compiler/training.hpp"
 #include "gpu_check.hpp"
 #include "meganeura/autodiff.hpp"
 #include "schedule/schedule.hpp"
@@ -335,6 +338,95 @@ TEST_F(FusionTest, AssignmentsSeeOldValuesAndUpdateState) {
                 ASSERT_NEAR(plus_one[i], state[i] + 1, 1e-5) << "step " << step;
             }
         }
+    }
+}
+
+// The training step of loss (compiler::append_training) as a plain graph; with named = false its
+// assignments lose their names, so each update runs in its own pointwise kernel as before the batches.
+Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, bool named) {
+    Graph t = g;
+    compiler::append_training(t, t.handle(loss.id), options);
+    Graph out;
+    for (Node n : t.nodes()) {
+        if (!named && n.op == Op::Assign) n.name.clear();
+        out.emit(std::move(n));
+    }
+    for (const auto& [name, id] : t.outputs()) out.output(name, out.handle(id));
+    out.mark_gradient_start(t.gradient_start());
+    return out;
+}
+
+// The updates no gradient product stores (here a 3 x 129 scale, four 129-wide weights and biases, a
+// scalar gain and the projection's bias: eleven tensors of odd sizes, each more than one workgroup but
+// the scalar) run as few dispatches as the device's bindings allow, with the same values bit for bit as
+// each in its own kernel (the graph's assignments unnamed). The projection's update stays its gradient
+// product's epilogue, but Adam's: its L2 decay, added to the gradient that both moments read, is a value
+// the kernel stores too, and the product's kernel would bind 17 buffers, over the fused limit of 16. The
+// frozen parameter is left as it was.
+TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
+    constexpr int64_t C = 129;
+    Graph g;
+    Tensor h = g.input("x", {4, 3, C}) * g.parameter("scale", {3, C}, Init::uniform(0.5, 1.5));
+    for (int l = 0; l < 4; ++l) {
+        const std::string layer = "layer" + std::to_string(l);
+        h = g.tanh(h * g.parameter(layer + ".weight", {C}, Init::uniform(0.5, 1.5)) +
+                   g.parameter(layer + ".bias", {C}, Init::uniform(-0.1, 0.1)));
+    }
+    const Tensor frozen = g.parameter("frozen", {C}, Init::uniform(-1, 1));
+    g.set_requires_grad(frozen, false);
+    h = (h + frozen) * g.parameter("gain", {}, Init::uniform(0.5, 1.5));
+    const Tensor y = g.matmul(g.reshape(h, {12, C}), g.parameter("proj", {C, 37}, Init::uniform(-0.1, 0.1))) +
+                     g.parameter("proj.bias", {37}, Init::uniform(-0.1, 0.1));
+    const Tensor loss = g.mean(y * y);
+    std::vector<float> x(4 * 3 * C);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 23) - 0.1f;
+
+    // The dispatches on lavapipe's 32 bindings: the scalars every member reads (the step size, the bias and decay
+    // factors, the constants) bound once, then per member its gradient and, read and written in place, its
+    // parameter and moments: AdamW's 8 + 4 per member fit six; Adam's 8 + 5 (the decayed gradient) four; SGD's
+    // with momentum 3 + 3 nine; plain SGD's 1 + 2 all eleven.
+    struct Case {
+        std::string name;
+        Optimizer optimizer;
+        size_t members, batches;
+    };
+    const std::vector<Case> cases{{"adamw", AdamW{.lr = 1e-2, .weight_decay = 0.1}, 11, 2},
+                                  {"adam", Adam{.lr = 1e-2, .weight_decay = 0.05}, 12, 3},
+                                  {"sgd", SGD{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}, 11, 2},
+                                  {"sgd", SGD{.lr = 0.1}, 11, 1}};
+    for (const auto& [name, optimizer, want_members, want_batches] : cases) {
+        const CompileOptions options{.loss = loss, .optimizer = optimizer};
+        const Graph batched = training_step(g, loss, options, true), separate = training_step(g, loss, options, false);
+        size_t batches = 0, members = 0;
+        for (const auto& k : compiler::program_kernels(batched, device().context()->caps(), {})) {
+            if (k.label.rfind(name + " x ", 0) != 0) continue;
+            ++batches;
+            members += std::stoul(k.label.substr(name.size() + 3));
+            EXPECT_TRUE(k.label.ends_with(" tensors")) << k.label;
+        }
+        EXPECT_EQ(members, want_members) << name;
+        EXPECT_EQ(batches, want_batches) << name;
+        Session a = compile(batched, device()), b = compile(separate, device());
+        EXPECT_EQ(a.stats().dispatches + members - batches, b.stats().dispatches) << name;
+        for (Session* s : {&a, &b}) s->set("x", x);
+        const std::vector<float> frozen_before = a.get("frozen");
+        for (int64_t t = 1; t <= 3; ++t) {
+            const compiler::StepScalars sc = compiler::step_scalars(options, t);
+            for (Session* s : {&a, &b}) {
+                s->set(compiler::kLearningRate, std::vector<float>{sc.lr});
+                s->set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+                s->set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+                s->run();
+            }
+            for (const Node& n : batched.nodes()) {
+                if (n.op != Op::Parameter && n.op != Op::State) continue;
+                const std::vector<float> va = a.get(n.name), vb = b.get(n.name);
+                ASSERT_EQ(va.size(), vb.size());
+                EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name << " step " << t << ": " << n.name;
+            }
+        }
+        const std::vector<float> frozen_after = a.get("frozen");
+        EXPECT_EQ(std::memcmp(frozen_before.data(), frozen_after.data(), frozen_before.size() * sizeof(float)), 0) << name;
     }
 }
 

@@ -87,7 +87,7 @@ struct Node {
     std::vector<int64_t> ints;  // op attributes, see ops.def
     std::vector<double> data;   // Constant values
     bool flag = false;          // Reduce: keepdim; GeluErf/GeluTanh unused
-    std::string name;           // Input / Parameter
+    std::string name;           // Input / Parameter / State; an Assign's: what the write is (Graph::assign)
     Init init;                  // Parameter
     bool requires_grad = true;  // Parameter: false freezes it (no gradient, no optimizer state, no update)
 };
@@ -207,8 +207,10 @@ public:
     Tensor state(std::string name, Shape shape, Init init = Init::zeros(), DType dtype = DType::F32);
     // Writes `value` into a parameter's or state's storage once everything else in the program
     // has read the old contents (so every other reader of `target`, before or after this call,
-    // sees the old value). Returns a handle to the written value.
-    Tensor assign(Tensor target, Tensor value);
+    // sees the old value). Returns a handle to the written value. A name says what the write is: an
+    // optimizer's updates of the parameters carry the optimizer's ("adamw"), and the compiler runs the
+    // pointwise ones of one name together (schedule/fusion.hpp).
+    Tensor assign(Tensor target, Tensor value, std::string name = {});
 
     // data movement
     Tensor reshape(Tensor x, Shape shape);  // one dim may be -1

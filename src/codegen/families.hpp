@@ -34,6 +34,25 @@ struct PointwiseSpec {
 };
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 
+// Several pointwise kernels as one dispatch (issue 15's multi-tensor optimizer step: the parameter
+// updates no product stores). The workgroups are dealt out to the members in order, each member as
+// many as its own pointwise_kernel would take, and each thread evaluates its member's tree as that
+// kernel does, so the values are the separate kernels' bit for bit. A member reads each input element
+// for element (strides of out_shape) or as a scalar (strides 0). Inputs and outputs name their
+// bindings by key: one key is one binding, which a scalar every member reads shares, and an update in
+// place reads and writes (binding_keys[b] is binding b's key).
+struct PointwiseBatch {
+    struct Member {
+        PointwiseSpec spec;
+        std::vector<int32_t> in_keys;   // per input
+        std::vector<int32_t> out_keys;  // out0, then the extra outputs
+    };
+    std::vector<Member> members;
+};
+KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys);
+// The bindings the batch's kernel would have: its distinct keys.
+size_t batch_bindings(const PointwiseBatch& batch);
+
 // A pointwise tree a matmul or convolution applies to each element of its result before storing it
 // (eval batch norm, bias, activation, residual add, an optimizer's update): `tree` over the product's
 // output shape, whose input `product` is the product's value and whose other inputs, then its extra

@@ -1,5 +1,7 @@
 // Pointwise family: one thread per output element, inputs read through broadcast strides.
 // Also the strided-copy family, which is the same index math with a pure move.
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 
 #include "codegen/families.hpp"
@@ -153,6 +155,93 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
              "    if (i >= N) return;\n" +
              body + stores + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.program.size() - 1) + ");\n}\n";
     k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
+    return k;
+}
+
+namespace {
+
+// Whether the member reads input n as a scalar (strides 0) rather than element for element.
+bool reads_scalar(const PointwiseSpec& spec, size_t n) {
+    const auto& st = spec.in_strides[n];
+    if (std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; })) return true;
+    int64_t expect = 1;
+    for (size_t d = st.size(); d-- > 0;) {
+        if (spec.out_shape[d] != 1 && st[d] != expect) {
+            throw Error("codegen: a batched pointwise kernel reads its inputs element for element or as scalars, input " +
+                        std::to_string(n) + " of a " + shape_str(spec.out_shape) + " member is strided otherwise");
+        }
+        expect *= spec.out_shape[d];
+    }
+    return false;
+}
+
+// The batch's bindings in order of first use: per key, its binding and whether it is written.
+struct BatchBindings {
+    std::map<int32_t, size_t> of;
+    std::vector<int32_t> keys;
+    std::vector<Binding> bindings;
+
+    explicit BatchBindings(const PointwiseBatch& batch) {
+        for (const PointwiseBatch::Member& m : batch.members) {
+            for (size_t n = 0; n < m.in_keys.size(); ++n) add(m.in_keys[n], m.spec.in_dtypes[n], false);
+            add(m.out_keys[0], m.spec.out_dtype, true);
+            for (size_t o = 0; o < m.spec.extra_outputs.size(); ++o) add(m.out_keys[o + 1], m.spec.extra_outputs[o].second, true);
+        }
+    }
+    void add(int32_t key, DType dtype, bool writes) {
+        const auto [it, fresh] = of.try_emplace(key, bindings.size());
+        if (fresh) {
+            keys.push_back(key);
+            bindings.push_back({"t" + std::to_string(it->second), dtype, writes});
+        } else if (bindings[it->second].dtype != dtype) {
+            throw Error("codegen: a batched pointwise kernel binds one key as two dtypes");
+        }
+        bindings[it->second].writes = bindings[it->second].writes || writes;
+    }
+    const std::string& name(int32_t key) const { return bindings[of.at(key)].name; }
+};
+
+}  // namespace
+
+size_t batch_bindings(const PointwiseBatch& batch) { return BatchBindings(batch).bindings.size(); }
+
+KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys) {
+    const BatchBindings b(batch);
+    KernelSource k;
+    k.iface.local_size = launch.local_size;
+    k.iface.bindings = b.bindings;
+    binding_keys = b.keys;
+    // Member m runs workgroups [E<m-1>, E<m>) (E<-1> = 0) over its N<m> elements.
+    std::string funcs, pick;
+    uint64_t groups = 0;
+    for (size_t m = 0; m < batch.members.size(); ++m) {
+        const PointwiseBatch::Member& member = batch.members[m];
+        const PointwiseSpec& spec = member.spec;
+        const std::string ms = std::to_string(m);
+        groups += (static_cast<uint64_t>(numel(spec.out_shape)) + launch.local_size - 1) / launch.local_size;
+        k.iface.spec_constants.insert(k.iface.spec_constants.end(), {"N" + ms, "E" + ms});
+        k.spec_values.insert(k.spec_values.end(), {checked_u32(numel(spec.out_shape), "element count"),
+                                                   checked_u32(static_cast<int64_t>(groups), "workgroup count")});
+        KernelSource labels;  // tree_glsl's op names: the caller labels a batch
+        const std::string body = tree_glsl(spec, [&](int32_t n) {
+            const auto in = static_cast<size_t>(n);
+            return b.name(member.in_keys[in]) + (reads_scalar(spec, in) ? ".d[0]" : ".d[i]");
+        }, labels);
+        std::string stores;
+        for (size_t o = 0; o < spec.extra_outputs.size(); ++o) {
+            const auto [step, dtype] = spec.extra_outputs[o];
+            stores += "    " + b.name(member.out_keys[o + 1]) + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
+        }
+        stores += "    " + b.name(member.out_keys[0]) + ".d[i] = " + storage_type(spec.out_dtype) + "(r" +
+                  std::to_string(spec.program.size() - 1) + ");\n";
+        funcs += "void member" + ms + "(uint i) {\n" + body + stores + "}\n";
+        const std::string first = m == 0 ? "0u" : "E" + std::to_string(m - 1);
+        pick += "    if (g < E" + ms + ") {\n        uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
+                "        if (i < N" + ms + ") member" + ms + "(i);\n        return;\n    }\n";
+    }
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs + "void main() {\n    uint g = mn_group_id();\n" +
+             pick + "}\n";
+    k.groups = grid_for(groups, launch.max_groups);
     return k;
 }
 

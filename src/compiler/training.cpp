@@ -42,6 +42,8 @@ void clip(Graph& g, std::vector<Tensor>& grads, double max_norm) {
 
 // The per-parameter update rules. Scalars shared by every parameter (step size, bias
 // corrections, the decay factor) are built once, so each parameter's update is a few fused kernels.
+// A parameter's assignment carries the optimizer's name: the updates not stored by their gradient's
+// product then run as one dispatch over many tensors (schedule/fusion.hpp), named after it.
 struct Updater {
     Graph& g;
     Tensor lr;
@@ -55,24 +57,25 @@ struct Updater {
             Tensor buf = g.state("optimizer.momentum." + name, p.shape());
             grad = g.assign(buf, buf * o.momentum + grad);
         }
-        g.assign(p, p - lr * grad);
+        g.assign(p, p - lr * grad, "sgd");
     }
     // `base` is the parameter's value before the moment step (AdamW decays it first).
-    void adam(double beta1, double beta2, double eps, Tensor p, Tensor base, Tensor grad, const std::string& name) const {
+    void adam(const char* optimizer, double beta1, double beta2, double eps, Tensor p, Tensor base, Tensor grad,
+              const std::string& name) const {
         Tensor m = g.state("optimizer.exp_avg." + name, p.shape());
         Tensor v = g.state("optimizer.exp_avg_sq." + name, p.shape());
         Tensor m_new = g.assign(m, m * beta1 + grad * (1 - beta1));
         Tensor v_new = g.assign(v, v * beta2 + grad * grad * (1 - beta2));
         // torch's order: denom = sqrt(v) / sqrt(bc2) + eps; p -= (lr / bc1) * m / denom
         Tensor denom = g.sqrt(v_new) / sqrt_bc2 + eps;
-        g.assign(p, base - step_size * m_new / denom);
+        g.assign(p, base - step_size * m_new / denom, optimizer);
     }
     void operator()(const Adam& o, Tensor p, Tensor grad, const std::string& name) const {
         if (o.weight_decay != 0) grad = grad + p * o.weight_decay;
-        adam(o.beta1, o.beta2, o.eps, p, p, grad, name);
+        adam("adam", o.beta1, o.beta2, o.eps, p, p, grad, name);
     }
     void operator()(const AdamW& o, Tensor p, Tensor grad, const std::string& name) const {
-        adam(o.beta1, o.beta2, o.eps, p, decay ? p * *decay : p, grad, name);
+        adam("adamw", o.beta1, o.beta2, o.eps, p, decay ? p * *decay : p, grad, name);
     }
 };
 

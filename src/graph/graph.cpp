@@ -367,7 +367,7 @@ Tensor Graph::cross_entropy_grad(Tensor logits, Tensor labels, Tensor upstream, 
                  .dtype = node(logits).dtype, .ints = {ignore_index}});
 }
 
-Tensor Graph::assign(Tensor target, Tensor value) {
+Tensor Graph::assign(Tensor target, Tensor value, std::string name) {
     check(target, "assign");
     check(value, "assign");
     const Node& t = node(target);
@@ -377,7 +377,7 @@ Tensor Graph::assign(Tensor target, Tensor value) {
         fail("assign", "target '" + t.name + "' is " + shape_str(t.shape) + " " + dtype_name(t.dtype) + ", value is " +
                            shape_str(v.shape) + " " + dtype_name(v.dtype));
     }
-    return emit({.op = Op::Assign, .inputs = {target.id, value.id}, .shape = t.shape, .dtype = t.dtype});
+    return emit({.op = Op::Assign, .inputs = {target.id, value.id}, .shape = t.shape, .dtype = t.dtype, .name = std::move(name)});
 }
 
 // ---- data movement ----

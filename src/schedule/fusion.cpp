@@ -29,6 +29,7 @@ public:
         plan_.epilogue_keeps.assign(g.nodes().size(), false);
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
         plan_.heads_split_by.assign(g.nodes().size(), -1);
+        plan_.batched_update.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -51,6 +52,11 @@ public:
             if (live_[i] && (g_.nodes()[i].op == Op::Attention || g_.nodes()[i].op == Op::Rope)) {
                 try_merge_heads(static_cast<int32_t>(i));
             }
+        }
+        std::set<int32_t> epilogue_roots;
+        for (int32_t r : plan_.epilogue_of) if (r >= 0) epilogue_roots.insert(r);
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {
+            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i), epilogue_roots);
         }
         return std::move(plan_);
     }
@@ -277,6 +283,34 @@ private:
         }
         plan_.in_place_of[static_cast<size_t>(value)] = target;
         plan_.assign_elided[static_cast<size_t>(assign)] = true;
+    }
+
+    // See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product
+    // stores it), reading element for element or scalars, nothing outside it reading what it computes.
+    void try_batch(int32_t assign, const std::set<int32_t>& epilogue_roots) {
+        const Node& a = g_.node(assign);
+        const int32_t root = a.inputs[1];
+        const Node& r = g_.node(root);
+        if (a.name.empty() || g_.node(a.inputs[0]).op != Op::Parameter || !is_pointwise(r) ||
+            plan_.inlined[static_cast<size_t>(root)] || plan_.stored_in[static_cast<size_t>(root)] >= 0 ||
+            epilogue_roots.count(root)) {
+            return;
+        }
+        const auto inside = [&](int32_t reader) { return kernel_of(reader) == root; };
+        // A value the kernel computes is read by it alone, or by an assignment that only it reads.
+        const auto read_inside = [&](int32_t n) {
+            return std::all_of(consumers_[static_cast<size_t>(n)].begin(), consumers_[static_cast<size_t>(n)].end(), [&](int32_t c) {
+                if (g_.node(c).op != Op::Assign) return inside(c);
+                const auto& readers = consumers_[static_cast<size_t>(c)];
+                return std::all_of(readers.begin(), readers.end(), inside);
+            });
+        };
+        bool batchable = true;
+        walk(root, [&](int32_t n) { batchable = batchable && read_inside(n); }, [&](int32_t n) {
+            const Node& leaf = g_.node(n);
+            batchable = batchable && (leaf.shape == r.shape || numel(leaf.shape) == 1);
+        });
+        if (batchable) plan_.batched_update[static_cast<size_t>(root)] = assign;
     }
 
     const Graph& g_;

@@ -27,6 +27,13 @@
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
+//
+// A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
+// optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
+// or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
+// runs with the others of its name in one dispatch, after every other kernel (codegen::
+// pointwise_batch_kernel): what it reads is computed by then, and what it writes no later kernel reads, so
+// moving it there changes no value. The updates stored by their gradient's product stay there (no dispatch).
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +59,9 @@ struct FusionPlan {
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.
     std::vector<int32_t> heads_split_by;
+    // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
+    // that name's batch; or -1.
+    std::vector<int32_t> batched_update;
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,

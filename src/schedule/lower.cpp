@@ -1,10 +1,10 @@
 // Lowering: one or a few kernels per live node, in graph order. Composite ops that need
 // intermediate results (cross-entropy, mse, reductions over scattered axes) get scratch values.
 #include <algorithm>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "schedule/fusion.hpp"
 #include "schedule/schedule.hpp"
@@ -58,6 +58,7 @@ public:
             }
             lower(static_cast<int32_t>(i));
         }
+        for (const auto& [name, members] : batches_) emit_batches(name, members);
         for (int32_t id : copies) {
             const int32_t target = value_of(g_.node(id).inputs[0]);
             const Shape shape = value(target).shape;
@@ -155,7 +156,68 @@ private:
         }
         bind.push_back(out);
         bind.insert(bind.end(), extra.begin(), extra.end());
+        if (const int32_t assign = fusion_.batched_update[static_cast<size_t>(root)]; assign >= 0) {
+            return add_to_batch(g_.node(assign).name, std::move(spec), std::move(bind));
+        }
         emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+    }
+
+    struct Batched {
+        codegen::PointwiseBatch::Member member;
+        std::vector<int32_t> values;  // per key of the member, inputs then outputs: the value it binds
+    };
+    // A batched update (FusionPlan::batched_update) waits for the others of its name; `bind` is what its
+    // pointwise kernel would bind. Each binding's key is the storage it names (its root value), so a
+    // scalar every member reads is one binding and an update in place reads and writes its target through one.
+    void add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind) {
+        Batched b{.member = {.spec = std::move(spec)}, .values = std::move(bind)};
+        const size_t inputs = b.member.spec.in_dtypes.size();
+        for (size_t k = 0; k < b.values.size(); ++k) (k < inputs ? b.member.in_keys : b.member.out_keys).push_back(s_.root(b.values[k]));
+        const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& e) { return e.first == name; });
+        (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));
+    }
+
+    // The batch's members in order, as few dispatches as fit the device's bindings. A member that writes what an
+    // earlier one in the dispatch reads, or reads what it writes, starts the next: their workgroups run in no order.
+    void emit_batches(const std::string& name, const std::vector<Batched>& members) {
+        codegen::PointwiseBatch batch;
+        std::vector<const Batched*> in_batch;
+        std::set<int32_t> reads, writes;
+        const auto flush = [&] {
+            std::vector<int32_t> keys;
+            codegen::KernelSource k = codegen::pointwise_batch_kernel(batch, t_.pointwise, keys);
+            const size_t n = batch.members.size();
+            k.label = name + " x " + std::to_string(n) + (n == 1 ? " tensor" : " tensors");
+            std::map<int32_t, int32_t> value_of_key;  // an output's value (the node it stands for) over the leaf's
+            for (const Batched* b : in_batch) {
+                const auto& m = b->member;
+                for (size_t j = 0; j < b->values.size(); ++j) {
+                    const int32_t key = j < m.in_keys.size() ? m.in_keys[j] : m.out_keys[j - m.in_keys.size()];
+                    if (j >= m.in_keys.size()) value_of_key[key] = b->values[j];
+                    else value_of_key.try_emplace(key, b->values[j]);
+                }
+            }
+            std::vector<int32_t> bind;
+            for (int32_t key : keys) bind.push_back(value_of_key.at(key));
+            emit(std::move(k), std::move(bind));
+            batch.members.clear(), in_batch.clear(), reads.clear(), writes.clear();
+        };
+        for (const Batched& b : members) {
+            const auto& m = b.member;
+            const bool conflict =
+                std::any_of(m.out_keys.begin(), m.out_keys.end(), [&](int32_t k) { return reads.count(k) || writes.count(k); }) ||
+                std::any_of(m.in_keys.begin(), m.in_keys.end(), [&](int32_t k) { return writes.count(k) > 0; });
+            batch.members.push_back(m);
+            if (conflict || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
+                batch.members.pop_back();
+                flush();
+                batch.members.push_back(m);
+            }
+            in_batch.push_back(&b);
+            reads.insert(m.in_keys.begin(), m.in_keys.end());
+            writes.insert(m.out_keys.begin(), m.out_keys.end());
+        }
+        if (!batch.members.empty()) flush();
     }
 
     bool is_view_of(int32_t node, int32_t product) const {
@@ -609,6 +671,7 @@ private:
     Schedule s_;
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
+    std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
 };
@@ -638,6 +701,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
     const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
     t.max_fused_inputs = std::min<uint32_t>(16, caps.max_storage_buffers_per_stage - 1);
+    t.max_batch_bindings = std::min<uint32_t>(1024, caps.max_storage_buffers_per_stage);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
     // Attention: a CPU driver runs a workgroup as one loop, so small groups. A GPU's blocked kernels
     // get 64 rows with 16 threads per group of 4 (256 threads; 4 head-dim columns each at D = 64) and

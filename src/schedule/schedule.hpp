@@ -49,6 +49,10 @@ struct Tuning {
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel
+    // Bindings of one batch of parameter updates (codegen::pointwise_batch_kernel): the device's storage buffers
+    // per stage, at most 1024 (a function per member in its shader). A GPU's 1024 take SmolLM2-135M's 62 updates
+    // (258 bindings with AdamW) and ResNet-50's 107 (436) in one dispatch; lavapipe's 32 take 6 AdamW updates.
+    uint32_t max_batch_bindings = 1024;
     // Which gradient products (the matmuls and convolutions mn::grad appends) take the cooperative
     // kernels, with their operands scaled into f16's range (MatmulTuning::coop_scaled); the others stay
     // f32. MEGANEURA_FAST_GRADIENTS=f32|f16|auto. Auto, the default, is what measured faster on the
