@@ -208,8 +208,9 @@ void Session::run() { impl_->run_program(); }
 
 void Session::record(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) const {
     if (!command_buffer) throw Error("record: no command buffer");
-    // Segments of one step all come from the program its first segment took.
-    const rt::Program& p = segment == 0 ? impl_->next_program() : *impl_->last_run;
+    // Segments of one step all come from the program its first segment took (segment 0 comes first;
+    // a later one without it records from the whole program).
+    const rt::Program& p = segment == 0 || !impl_->last_run ? impl_->next_program() : *impl_->last_run;
     p.record_into(command_buffer, segment, of);
 }
 
