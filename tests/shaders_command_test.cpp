@@ -37,6 +37,8 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
         EXPECT_NE(out.find("mlp " + std::string(program) + " for Apple M2 (profile): " + std::to_string(kernels) + " kernels"),
                   std::string::npos) << out;
         for (const auto& e : fs::directory_iterator(dir)) {
+            // Labels with spaces ("sgd x 2 tensors", the batched updates of training) are written with underscores.
+            EXPECT_EQ(e.path().filename().string().find(' '), std::string::npos) << e.path();
             std::ifstream in(e.path(), std::ios::binary);
             if (e.path().extension() == ".spv") {
                 uint32_t magic = 0;

@@ -2,6 +2,7 @@
 // SPIR-V a device would run and, with --msl, as the Metal Shading Language MoltenVK would make of it.
 // The kernels are specialized for the device opened here, or for a device profile (--caps), so the
 // kernels an Apple GPU would get can be read and compiled on a machine without one.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,7 @@ void write(const std::filesystem::path& path, const char* data, size_t bytes) {
 }
 
 // Writes each distinct kernel of the program (dispatches of one family variant share their SPIR-V)
-// as NN-label.spv and .metal, in the order of first dispatch; returns how many.
+// as NN-label.spv and .metal (spaces in a label as underscores), in the order of first dispatch; returns how many.
 size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt::DeviceCaps& caps, bool msl,
                      const std::filesystem::path& dir) {
     std::map<std::string, size_t> index;  // GLSL -> its position in sources
@@ -48,7 +49,9 @@ size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt
     for (size_t i = 0; i < sources.size(); ++i) {
         char stem[16];
         std::snprintf(stem, sizeof stem, "%03zu-", i);
-        const std::filesystem::path base = dir / (stem + labels[i]);
+        std::string label = labels[i];
+        std::replace(label.begin(), label.end(), ' ', '_');  // "adamw x 62 tensors": no spaces in file names
+        const std::filesystem::path base = dir / (stem + label);
         write(base.string() + ".spv", reinterpret_cast<const char*>(spirv[i]->data()), spirv[i]->size() * 4);
         if (!msl) continue;
         std::string metal;
