@@ -126,8 +126,8 @@ struct MatmulTuning {
     // subgroup size the coop kernel is built for (required at pipeline creation).
     uint32_t coop_subgroup = 0;
     uint32_t max_subgroups = 0;  // per workgroup at that size (DeviceCaps::max_workgroup_subgroups); 0: unknown
-    // The cooperative kernels scale each operand into f16's range first (gradient products: see
-    // matmul_coop.cpp's find_scales).
+    // The cooperative kernels scale each operand's K slices into f16's range (gradient products: see
+    // matmul_coop.cpp's take_scales).
     bool coop_scaled = false;
     const char* coop_declined = "precision strict";  // why coop_subgroup is 0 (MEGANEURA_DEBUG's explanation)
     uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)

@@ -1,6 +1,6 @@
 // The check is a linear layer and its two gradient products at odd sizes (edge tiles, the operands
 // read transposed in place, and the scaled gradient kernels where MEGANEURA_FAST_GRADIENTS=f16 puts
-// the gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x; and a
+// the matmul gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x; and a
 // padded 3x3 convolution with its input gradient (the implicit GEMM's gathers, and the scaled
 // kernel that precision fast gives convolutions' input gradients by default). f16 operands carry
 // ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far more, so
