@@ -75,6 +75,18 @@ std::vector<float> row(const std::vector<float>& logits, int64_t r, int64_t voca
     return {logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab};
 }
 
+// The first `prompt` tokens prefilled, then the others decoded one at a time: the logits after each
+// equal `want`'s row at its position (want: one forward over all of `tokens`).
+void expect_generation_follows(models::Generator& generator, const std::vector<int32_t>& tokens, int64_t prompt,
+                               const std::vector<float>& want, int64_t vocab) {
+    const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + prompt});
+    EXPECT_LE(relative_l2(prompt_logits, widen(row(want, prompt - 1, vocab))), 1e-5) << "prefill";
+    for (auto t = static_cast<size_t>(prompt); t < tokens.size(); ++t) {
+        const std::vector<float> logits = generator.decode(tokens[t], static_cast<int64_t>(t));
+        EXPECT_LE(relative_l2(logits, widen(row(want, static_cast<int64_t>(t), vocab))), 1e-5) << "decode position " << t;
+    }
+}
+
 // A prompt prefilled at once, then one token per decode run: the logits at every position equal
 // those of one forward over the whole sequence.
 TEST_F(KvCacheTest, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
@@ -94,12 +106,7 @@ TEST_F(KvCacheTest, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
 
     // The prompt prefilled at once; the cache and the weights copied to the decode program on the device.
     models::Generator generator(device(), c, kPrompt, kCache, {dir.path("weights.safetensors")});
-    const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
-    EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";
-    for (int64_t t = kPrompt; t < total; ++t) {
-        const std::vector<float> logits = generator.decode(tokens[static_cast<size_t>(t)], t);
-        EXPECT_LE(relative_l2(logits, widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
-    }
+    expect_generation_follows(generator, tokens, kPrompt, want, c.vocab);
 }
 
 // A cache long enough that the decode step splits its keys across workgroups (flash-decoding, the
@@ -132,12 +139,7 @@ TEST_F(KvCacheTest, LongCacheDecodeSplitsItsKeysAndEqualsTheFullForward) {
     // The prefill computes (and reads back) the last position's logits only.
     EXPECT_EQ(models::build_llama_cached(c, 1, kPrompt, kCache).output.shape(), (Shape{1, 1, c.vocab}));
     models::Generator generator(device(), c, kPrompt, kCache, {dir.path("weights.safetensors")});
-    const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + kPrompt});
-    EXPECT_LE(relative_l2(prompt_logits, widen(row(want, kPrompt - 1, c.vocab))), 1e-5) << "prefill";
-    for (int64_t t = kPrompt; t < kCache; ++t) {
-        const std::vector<float> logits = generator.decode(tokens[static_cast<size_t>(t)], t);
-        EXPECT_LE(relative_l2(logits, widen(row(want, t, c.vocab))), 1e-5) << "decode position " << t;
-    }
+    expect_generation_follows(generator, tokens, kPrompt, want, c.vocab);
 }
 
 // `meganeura generate` prints greedy continuations: each printed token is the argmax of the full
