@@ -210,7 +210,8 @@ void record(Session::Impl& impl, const Shaders& shaders) {
         requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
                             static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
     }
-    const std::vector<const rt::Pipeline*> step_pipelines = impl.ctx->prepare_pipelines(requests);
+    impl.step_pipelines = impl.ctx->prepare_pipelines(requests);
+    const auto& step_pipelines = impl.step_pipelines;
     impl.stats.pipelines = std::set<const rt::Pipeline*>(step_pipelines.begin(), step_pipelines.end()).size();
     impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
     impl.program = record_program(impl, step_pipelines, 0);
@@ -225,10 +226,13 @@ void print_debug(const Session::Impl& impl) {
                  static_cast<unsigned long long>(st.logical_bytes), static_cast<unsigned long long>(st.pinned_bytes),
                  st.compile_ms);
     for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
-    for (const auto& step : impl.schedule.steps) {
+    for (size_t i = 0; i < impl.schedule.steps.size(); ++i) {
+        const auto& step = impl.schedule.steps[i];
         std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
                      step.kernel.groups[1], step.kernel.groups[2], step.kernel.choice.empty() ? "" : ": ",
                      step.kernel.choice.c_str());
+        if (const std::string& s = impl.step_pipelines[i]->statistics; !s.empty())
+            std::fprintf(stderr, "    driver: %s\n", s.c_str());
         if (debug_level() >= 3) std::fprintf(stderr, "%s\n", step.kernel.glsl.c_str());
     }
 }

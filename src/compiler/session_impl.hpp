@@ -22,6 +22,7 @@ struct Session::Impl {
     std::map<int32_t, uint64_t> upload_at;    // input root -> offset in `upload`
     std::map<int32_t, uint64_t> readback_at;  // output root -> offset in `readback`
     std::unique_ptr<rt::Program> program;
+    std::vector<const rt::Pipeline*> step_pipelines;  // per schedule step
     // Steps [0, hoisted_steps) compute the same values every run while the parameters are unchanged
     // (sched::hoist_parameter_work); steady_program is the program without them, run while
     // parameters_changed is false (set, load and copy_to of a parameter make it true).

@@ -28,6 +28,7 @@ void FeatureChain::link(const PhysicalDevice& d) {
     if (d.has(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) add(coop_nv);
     if (d.has(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME)) add(coop_khr);
     if (d.has(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME)) add(bf16);
+    if (d.has(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) add(executables);
     *next = nullptr;
 }
 

@@ -91,6 +91,11 @@ size_t select(const std::vector<PhysicalDevice>& devices, const std::string& sel
     throw Error(msg);
 }
 
+bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
 void create_device(Context::Impl& impl) {
     const PhysicalDevice& d = impl.physical;
     FeatureChain supported, wanted;
@@ -118,12 +123,16 @@ void create_device(Context::Impl& impl) {
     MN_ENABLE(bf16, shaderBFloat16CooperativeMatrix);
 #undef MN_ENABLE
     impl.full_subgroups = wanted.v13.computeFullSubgroups;
+    // Statistics make the driver keep what it compiled; only when asked for.
+    const bool statistics = env_flag("MEGANEURA_PIPELINE_STATISTICS") && supported.executables.pipelineExecutableInfo;
+    wanted.executables.pipelineExecutableInfo = statistics;
 
     // Exactly the extensions whose feature structs link() chained, and the portability subset, which a
     // device that lists it (MoltenVK) must have enabled.
     std::vector<const char*> extensions;
     for (const char* e : {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME,
-                          VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME, VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME})
+                          VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME, VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME,
+                          VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME})
         if (d.has(e)) extensions.push_back(e);
 
     float priority = 1.0f;
@@ -138,6 +147,12 @@ void create_device(Context::Impl& impl) {
     info.ppEnabledExtensionNames = extensions.data();
     MN_VK_CHECK(vkCreateDevice(d.handle, &info, nullptr, &impl.device));
     vkGetDeviceQueue(impl.device, d.queue_family, 0, &impl.queue);
+    if (statistics) {
+        impl.executable_properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+            vkGetDeviceProcAddr(impl.device, "vkGetPipelineExecutablePropertiesKHR"));
+        impl.executable_statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+            vkGetDeviceProcAddr(impl.device, "vkGetPipelineExecutableStatisticsKHR"));
+    }
     vkGetPhysicalDeviceMemoryProperties(d.handle, &impl.memory);
 }
 
@@ -188,11 +203,6 @@ void restrict_to_enabled(PhysicalDevice& d, const VkPhysicalDeviceFeatures2* cha
     // Kernels target the SPIR-V of caps.api_version; SPIR-V 1.6 (Vulkan 1.3) sets the workgroup size
     // with LocalSizeId, which needs maintenance4.
     c.api_version = std::min(d.api, v13.maintenance4 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2);
-}
-
-bool env_flag(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::strcmp(v, "0") != 0;
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ struct FeatureChain {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
     VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR};
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
 
     FeatureChain() = default;
     FeatureChain(const FeatureChain&) = delete;
@@ -65,6 +67,10 @@ struct Context::Impl {
     VkQueue queue = VK_NULL_HANDLE;
     std::mutex queue_mutex;  // vkQueueSubmit needs external synchronization
     bool full_subgroups = false;  // computeFullSubgroups enabled
+    // MEGANEURA_PIPELINE_STATISTICS on a device with VK_KHR_pipeline_executable_properties: each
+    // pipeline keeps the driver's statistics of its machine code (Pipeline::statistics).
+    PFN_vkGetPipelineExecutablePropertiesKHR executable_properties = nullptr;
+    PFN_vkGetPipelineExecutableStatisticsKHR executable_statistics = nullptr;
 
     VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
     std::string pipeline_cache_path;  // empty: no disk cache

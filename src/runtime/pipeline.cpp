@@ -159,6 +159,33 @@ std::unique_ptr<Pipeline> new_pipeline(Context::Impl& m, const Request& r) {
     return p;
 }
 
+// "name value; ..." for every statistic of the pipeline's executables (a compute pipeline has one).
+std::string executable_statistics(const Context::Impl& m, VkPipeline pipeline) {
+    VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, nullptr, pipeline};
+    uint32_t executables = 0;
+    if (m.executable_properties(m.device, &info, &executables, nullptr) != VK_SUCCESS) return "";
+    std::string out;
+    for (uint32_t x = 0; x < executables; ++x) {
+        VkPipelineExecutableInfoKHR which{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, pipeline, x};
+        uint32_t count = 0;
+        if (m.executable_statistics(m.device, &which, &count, nullptr) != VK_SUCCESS) continue;
+        std::vector<VkPipelineExecutableStatisticKHR> stats(count, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+        if (m.executable_statistics(m.device, &which, &count, stats.data()) != VK_SUCCESS) continue;
+        for (const auto& s : stats) {
+            std::string value;
+            switch (s.format) {
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: value = s.value.b32 ? "true" : "false"; break;
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: value = std::to_string(s.value.i64); break;
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: value = std::to_string(s.value.u64); break;
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: value = std::to_string(s.value.f64); break;
+                default: continue;
+            }
+            out += (out.empty() ? "" : "; ") + std::string(s.name) + " " + value;
+        }
+    }
+    return out;
+}
+
 // The driver's compilation of p; thread-safe (the VkPipelineCache synchronizes itself). Returns the
 // failing call's result, VK_SUCCESS when p->handle was made.
 VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const char** failed) {
@@ -189,9 +216,11 @@ VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const ch
         if (m.full_subgroups) info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     }
     info.layout = p.layout;
+    if (m.executable_statistics) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     VkResult e = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p.handle);
     vkDestroyShaderModule(m.device, module, nullptr);
     if (e != VK_SUCCESS) *failed = "vkCreateComputePipelines";
+    if (e == VK_SUCCESS && m.executable_statistics) p.statistics = executable_statistics(m, p.handle);
     return e;
 }
 

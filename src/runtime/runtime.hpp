@@ -127,6 +127,9 @@ public:
     VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
     uint32_t bindings = 0;
     uint32_t push_constant_bytes = 0;
+    // The driver's statistics of the machine code ("name value" pairs, e.g. its registers per
+    // thread), with MEGANEURA_PIPELINE_STATISTICS=1 on a device that reports them; else empty.
+    std::string statistics;
 };
 
 struct Dispatch {
