@@ -4,12 +4,17 @@
 // one matmul is its dispatches' timestamp intervals (product, plus the split-K sum where there is
 // one; each interval starts at the previous timestamp, so it includes the barrier before it),
 // averaged over the R copies of a run; the table gives the median over runs, after warm-up. Operands are parameters filled
-// once with uniform random values, so no upload is timed.
+// once with uniform random values, so no upload is timed. The first copy reads a + (z - z), z a
+// one-element input: a program that does not train runs its parameter-only dispatches once, not
+// every run (hoisting), and without z every copy would be one.
 //
-//   matmul_bench [--runs N] [--tiles]
+//   matmul_bench [--runs N] [--tiles] [--coop-tiles T;T;...] [--only NAME,NAME,...] [--f16]
 //
 // --tiles also times other tile geometries and split-K off (MEGANEURA_MATMUL_TILE,
-// MEGANEURA_MATMUL_SPLITS), to check the heuristic's choice. "fast vs strict" is the relative L2
+// MEGANEURA_MATMUL_SPLITS), to check the heuristic's choice. --coop-tiles times precision fast at
+// each given cooperative tile (MEGANEURA_COOP_TILE's bm,bn,wm,wn,bk,stages). --only keeps the
+// workloads whose names contain one of the given words. --f16 gives precision fast f16 operands and
+// output (cast once from the f32 parameters, outside the timed dispatches), as cuBLAS's f16 GEMM reads. "fast vs strict" is the relative L2
 // difference of the two results (the f16 rounding of the operands where fast uses cooperative
 // matrices).
 #include <algorithm>
@@ -66,6 +71,7 @@ struct Timed {
 constexpr int kCopies = 10;
 constexpr int kWarmupMs = 200;
 constexpr int kSessions = 2;  // each configuration is compiled and timed twice, to show the spread
+bool f16_operands = false;   // --f16
 
 // `env` is a list of (variable, value) tuning overrides for this session.
 Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precision,
@@ -76,6 +82,13 @@ Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precis
     const mn::Shape sb = w.tb ? mn::Shape{w.n, w.k} : mn::Shape{w.k, w.n};
     auto a = g.parameter("a", sa, mn::Init::uniform(-1, 1));
     auto b = g.parameter("b", sb, mn::Init::uniform(-1, 1));
+    const mn::DType dtype = f16_operands && precision == mn::Precision::Fast ? mn::DType::F16 : mn::DType::F32;
+    if (dtype == mn::DType::F16) {  // casts of parameters alone: hoisted, run once
+        a = g.cast(a, dtype);
+        b = g.cast(b, dtype);
+    }
+    auto z = g.input("z", {1, 1}, dtype);
+    a = g.add(a, g.sub(z, z));
     // Copy i + 1 reads a + (x - x) with x one element of copy i's result: exactly a, but only
     // after copy i, so the copies run one after another (independent ones would share a level
     // and overlap, and their timestamps would say nothing).
@@ -93,6 +106,7 @@ Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precis
     options.seed = 7;  // the same operands in both precisions
     mn::Session s = mn::compile(g, dev, options);
     for (const auto& [name, value] : env) unsetenv(name);
+    s.set("z", std::vector<float>{0.0f});
     // Warm up for a fixed wall time, not a count: the GPU's clocks rise only under sustained load.
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWarmupMs);
     while (std::chrono::steady_clock::now() < warm_until) s.run();
@@ -132,11 +146,31 @@ double tflops(const Workload& w, double ms) { return 2.0 * w.m * w.n * w.k / (ms
 int main(int argc, char** argv) try {
     int runs = 20;
     bool tiles = false;
+    std::vector<std::string> coop_tiles, only;
+    auto split = [](const std::string& s, char sep) {
+        std::vector<std::string> parts;
+        for (size_t at = 0; at <= s.size();) {
+            const size_t end = std::min(s.find(sep, at), s.size());
+            if (end > at) parts.push_back(s.substr(at, end - at));
+            at = end + 1;
+        }
+        return parts;
+    };
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--tiles")) tiles = true;
-        else throw mn::Error(std::string("unknown argument ") + argv[i] + " (matmul_bench [--runs N] [--tiles])");
+        else if (!std::strcmp(argv[i], "--coop-tiles") && i + 1 < argc) coop_tiles = split(argv[++i], ';');
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = split(argv[++i], ',');
+        else if (!std::strcmp(argv[i], "--f16")) f16_operands = true;
+        else throw mn::Error(std::string("unknown argument ") + argv[i] +
+                             " (matmul_bench [--runs N] [--tiles] [--coop-tiles T;T;...] [--only NAME,...] [--f16])");
     }
+    auto chosen = [&](const Workload& w) {
+        if (only.empty()) return true;
+        for (const auto& o : only)
+            if (std::strstr(w.name, o.c_str())) return true;
+        return false;
+    };
     auto dev = mn::Device::open();
     std::printf("%s", dev.describe().c_str());
     std::printf("%d copies of the matmul per submit; median over %d runs after %d ms of warm-up runs; GPU time from "
@@ -144,7 +178,7 @@ int main(int argc, char** argv) try {
                 "'other' the other one.\n\n", kCopies, runs, kWarmupMs, kSessions);
     std::printf("| workload | M x K x N | strict kernel | strict ms | other | strict TFLOP/s | fast kernel | fast ms "
                 "| other | fast TFLOP/s | fast vs strict |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    std::vector<std::string> sweep;
+    std::vector<std::string> sweep, coop_sweep;
     auto sessions = [&](const Workload& w, mn::Precision p, std::pair<Timed, double>& out) {
         out.first = time_matmul(dev, w, p, {}, runs, true);
         out.second = out.first.ms;
@@ -155,6 +189,7 @@ int main(int argc, char** argv) try {
         }
     };
     for (const auto& w : kWorkloads) {
+        if (!chosen(w)) continue;
         std::pair<Timed, double> strict, fast;
         sessions(w, mn::Precision::Strict, strict);
         sessions(w, mn::Precision::Fast, fast);
@@ -166,6 +201,16 @@ int main(int argc, char** argv) try {
                     fast.first.label.c_str(), fast.first.ms, fast.second, tflops(w, fast.first.ms),
                     relative_l2(fast.first.out, strict.first.out));
         std::fflush(stdout);
+        if (!coop_tiles.empty() && w.m > 1) {
+            std::string row = std::string("| ") + w.name + " | " + shape + " |";
+            for (const auto& tile : coop_tiles) {
+                char v[48];
+                const double ms = time_matmul(dev, w, mn::Precision::Fast, {{"MEGANEURA_COOP_TILE", tile.c_str()}}, runs, false).ms;
+                std::snprintf(v, sizeof v, " %.4f / %.1f |", ms, tflops(w, ms));
+                row += v;
+            }
+            coop_sweep.push_back(row);
+        }
         if (!tiles || w.m == 1) continue;
         std::string row = std::string("| ") + w.name + " | " + shape + " |";
         for (mn::Precision p : {mn::Precision::Strict, mn::Precision::Fast}) {
@@ -187,6 +232,14 @@ int main(int argc, char** argv) try {
                     "| workload | M x K x N | strict 128 | 128/32 | 64 | 64/32 | 32 | 32/32 | strict no split "
                     "| fast 128 | 64 | 32 | fast no split |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (const auto& r : sweep) std::printf("%s\n", r.c_str());
+    }
+    if (!coop_tiles.empty()) {
+        std::printf("\nprecision fast by forced cooperative tile (bm,bn,wm,wn,bk,stages): ms / TFLOP/s\n\n| workload | M x K x N |");
+        for (const auto& t : coop_tiles) std::printf(" %s |", t.c_str());
+        std::printf("\n|---|---|");
+        for (size_t i = 0; i < coop_tiles.size(); ++i) std::printf("---|");
+        std::printf("\n");
+        for (const auto& r : coop_sweep) std::printf("%s\n", r.c_str());
     }
     return 0;
 } catch (const std::exception& e) {
