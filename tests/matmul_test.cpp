@@ -66,11 +66,12 @@ const std::vector<Case> kLongK = {
 };
 
 
-void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, CompileOptions options = {}) {
+void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, CompileOptions options = {},
+                 DType dtype = DType::F32) {
     for (const auto& c : cases) {
         SCOPED_TRACE(shape_str(c.a) + (c.ta ? "^T" : "") + " @ " + shape_str(c.b) + (c.tb ? "^T" : ""));
         Graph g;
-        g.output("c", g.matmul(g.input("a", c.a), g.input("b", c.b), c.ta, c.tb));
+        g.output("c", g.matmul(g.input("a", c.a, dtype), g.input("b", c.b, dtype), c.ta, c.tb));
         expect_matches_reference(g, random_feeds(g, seed++), tol, options);
     }
 }
@@ -131,6 +132,10 @@ TEST_F(MatmulTest, FastPrecision) {
         SCOPED_TRACE(std::string("cooperative tile ") + tile);
         ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
         check_cases(kTiled, 4250, tol, fast);
+        // f16 operands and output (on cooperative matrices, rows of whole 16 bytes are staged as they
+        // are): the reference multiplies the same f16 values, so the error is the output's rounding to
+        // f16, relative 2^-11 per element at most, on either kernel.
+        check_cases(kTiled, 4270, 2e-3, fast, DType::F16);
     }
     check_cases(kGemv, 4300, 1e-5, fast);  // M or N == 1 stays on the f32 GEMV
     check_cases(kLongK, 4310, tol, fast);
@@ -197,11 +202,12 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
 }
 
 // The cooperative kernel's GLSL compiles for every transpose and alignment variant and every tile,
-// also where no device can run it (CI), so a broken shader is caught before it reaches a GPU.
+// f32 and f16 operands (f16 rows of whole 16 bytes are fetched as they are), also where no device
+// can run it (CI), so a broken shader is caught before it reaches a GPU.
 TEST(MatmulCoopSource, CompilesWithGlslang) {
     for (const char* tile : kCoopTiles) {
-        for (bool scaled : {false, true}) {
-            SCOPED_TRACE(std::string(tile) + (scaled ? " scaled" : ""));
+        for (auto [scaled, dtype] : {std::pair{false, DType::F32}, {true, DType::F32}, {false, DType::F16}}) {
+            SCOPED_TRACE(std::string(tile) + (scaled ? " scaled" : "") + " " + dtype_name(dtype));
             ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
             codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
             tuning.max_shared_memory = 48 * 1024;
@@ -209,7 +215,7 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
             tuning.coop_scaled = scaled;
             for (const auto& c : kTiled) {
                 const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
-                codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                codegen::MatmulSpec spec{.dtype = dtype, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
                                          .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
                                          .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
                 const auto k = codegen::matmul_kernels(spec, tuning).product;

@@ -233,8 +233,7 @@ void fetch(uint k0) {
         uint gm = m0 + (lid + p * WG) / KC;
         float v[8];
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = gm < M && kb + q < k_end ? load_a(g, gm, AT(q)) : 0.0;
-        ra[p][0] = vec4(v[0], v[1], v[2], v[3]);
-        ra[p][1] = vec4(v[4], v[5], v[6], v[7]);
+        put_a(p, vec4(v[0], v[1], v[2], v[3]), vec4(v[4], v[5], v[6], v[7]));
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         float v[8];
@@ -245,8 +244,7 @@ void fetch(uint k0) {
         uint gk = k0 + (lid + p * WG) / B_G;
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = q < b_cols_in && gk < k_end ? load_b(bcols[q], gk) : 0.0;
 #endif
-        rb[p][0] = vec4(v[0], v[1], v[2], v[3]);
-        rb[p][1] = vec4(v[4], v[5], v[6], v[7]);
+        put_b(p, vec4(v[0], v[1], v[2], v[3]), vec4(v[4], v[5], v[6], v[7]));
     }
 #undef AT
 }
@@ -397,6 +395,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
     if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split);
+    k.choice += "; " + matmul_detail::gemm_size(gemm);
     const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
         throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +

@@ -28,13 +28,18 @@ void add_batch_constants(KernelSource& k, const std::string& prefix, const std::
     }
 }
 
-// The operand's contiguous dimension: K for A and for B^T, M for A^T, N for B.
+}  // namespace
+
+std::string gemm_size(const MatmulSpec& spec) {
+    std::string s = "M x N x K " + std::to_string(spec.m) + "x" + std::to_string(spec.n) + "x" + std::to_string(spec.k);
+    if (numel(spec.batch) > 1) s += ", batch " + std::to_string(numel(spec.batch));
+    return s;
+}
+
 int64_t inner_dim(const MatmulSpec& spec, char operand) {
     if (operand == 'a') return spec.trans_a ? spec.m : spec.k;
     return spec.trans_b ? spec.k : spec.n;
 }
-
-}  // namespace
 
 const char* const kRegisterFetchGlsl = R"(
 const uint GA = BM * BK / 4u / WG;
@@ -336,8 +341,8 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 }
 
 const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t) {
-    if (spec.dtype != DType::F32) return "not an f32 product";
-    return t.coop_subgroup ? "" : t.coop_declined;
+    if (!t.coop_subgroup) return t.coop_declined;
+    return spec.dtype != DType::F32 ? "not an f32 product" : "";  // the convolutions' coop kernels read f32
 }
 
 }  // namespace matmul_detail
@@ -352,7 +357,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     }
     uint32_t k_split;
     std::string why;
-    if (t.coop_subgroup && spec.dtype == DType::F32) {
+    if (t.coop_subgroup) {
         const CoopGeometry g = choose_coop_geometry(spec, t, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
         out.product = coop_kernel(spec, g, t, k_split);
@@ -363,7 +368,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         out.product = tiled_kernel(spec, g, k_split, t.max_groups);
         why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }
-    out.product.choice = why + (k_split < spec.k ? "; K split in pieces of " + std::to_string(k_split) : "");
+    out.product.choice = why + (k_split < spec.k ? "; K split in pieces of " + std::to_string(k_split) : "") + "; " +
+                         gemm_size(spec);
     if (k_split < spec.k) {
         const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;

@@ -25,6 +25,10 @@ std::string common_glsl(const MatmulSpec& spec);
 // <X>_OUTER and <X>_INNER (the operand's two dims in memory order).
 std::string loader_glsl(const MatmulSpec& spec, char operand);
 
+// "M x N x K 128x576x1536" (and the batch), for KernelSource::choice.
+std::string gemm_size(const MatmulSpec& spec);
+// The operand's contiguous dimension: K for A and for B^T, M for A^T, N for B.
+int64_t inner_dim(const MatmulSpec& spec, char operand);
 // Whether the contiguous dimension of operand x allows 16-byte access.
 bool vec4_operand(const MatmulSpec& spec, char operand);
 
@@ -84,9 +88,9 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 // What the convolution family's cooperative kernels share with the matmul's: the extensions, the
 // geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG and
 // A_K_INNER, B_K_INNER (each operand's shared order: k inner or k outer) defined before it, and
-// definitions of `void fetch(uint k0)` (group p of this thread's slice into ra[p], rb[p]: see the
-// core's A_G and GA) and `void store_element(uint m, uint n, float v)` after it. It defines the
-// shared stages As, Bs (uvec4: 8 halves), ra, rb, stash(), a_scale and b_scale (1 unless
+// definitions of `void fetch(uint k0)` (group p of this thread's slice, 8 elements as two vec4s, to
+// put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `void store_element(uint m, uint n,
+// float v)` after it. It defines the shared stages As, Bs (uvec4: 8 halves), put_a, put_b, stash(), a_scale and b_scale (1 unless
 // tuning.coop_scaled), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
 // (into acc) and `coop_store_elements()`.
 extern const char* const kCoopExtensions;

@@ -48,8 +48,7 @@ const uint B_ROWS = BK, B_S4 = BN / 8u + 1u;
 // thread stages GA (GB) groups of each, group e = lid + p * WG at row e / A_G, position e % A_G.
 const uint A_G = A_S4 - 1u, B_G = B_S4 - 1u;
 const uint GA = A_ROWS * A_G / WG, GB = B_ROWS * B_G / WG;
-vec4 ra[GA][2], rb[GB][2];  // what fetch() loaded: group p's 8 elements
-void fetch(uint k0);
+void fetch(uint k0);  // the includer's: each of the thread's groups into ra[p] and rb[p] (see below)
 void store_element(uint m, uint n, float v);
 shared uvec4 As[STAGES * A_ROWS * A_S4];
 shared uvec4 Bs[STAGES * B_ROWS * B_S4];
@@ -64,6 +63,27 @@ uvec4 pack8(vec4 lo, vec4 hi, float s) {
     return uvec4(packFloat2x16(f16vec2(lo.xy)), packFloat2x16(f16vec2(lo.zw)), packFloat2x16(f16vec2(hi.xy)),
                  packFloat2x16(f16vec2(hi.zw)));
 }
+
+#ifndef A_RAW8
+#define A_RAW8 0
+#define B_RAW8 0
+#endif
+// What fetch() loaded, group p's 8 elements. An f32 operand stays f32 (two vec4s) until stash()
+// converts it: its loads are then still in flight while the current slice is multiplied, which
+// converting them in fetch() would first wait for (ResNet-50's and Whisper's matmuls took 15-20%
+// longer that way on the H200). An f16 operand read as it is (A_RAW8, B_RAW8) is one uvec4.
+#if A_RAW8
+uvec4 ra[GA];
+#else
+vec4 ra[GA][2];
+void put_a(uint p, vec4 lo, vec4 hi) { ra[p][0] = lo; ra[p][1] = hi; }
+#endif
+#if B_RAW8
+uvec4 rb[GB];
+#else
+vec4 rb[GB][2];
+void put_b(uint p, vec4 lo, vec4 hi) { rb[p][0] = lo; rb[p][1] = hi; }
+#endif
 
 #if SCALED
 // Gradients are often far below f16's normal range (2^-14), where f16 keeps few bits or none. So
@@ -116,6 +136,17 @@ void take_scales(uint slot) {
 const float a_scale = 1.0, b_scale = 1.0;
 #endif
 
+#if A_RAW8
+uvec4 staged_a(uint p) { return ra[p]; }
+#else
+uvec4 staged_a(uint p) { return pack8(ra[p][0], ra[p][1], a_scale); }
+#endif
+#if B_RAW8
+uvec4 staged_b(uint p) { return rb[p]; }
+#else
+uvec4 staged_b(uint p) { return pack8(rb[p][0], rb[p][1], b_scale); }
+#endif
+
 void coop_start() {
     lid = gl_LocalInvocationID.x;
     warp = lid / SG;
@@ -127,11 +158,11 @@ void coop_start() {
 void stash(uint s) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint e = lid + p * WG;
-        As[(s * A_ROWS + e / A_G) * A_S4 + e % A_G] = pack8(ra[p][0], ra[p][1], a_scale);
+        As[(s * A_ROWS + e / A_G) * A_S4 + e % A_G] = staged_a(p);
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint e = lid + p * WG;
-        Bs[(s * B_ROWS + e / B_G) * B_S4 + e % B_G] = pack8(rb[p][0], rb[p][1], b_scale);
+        Bs[(s * B_ROWS + e / B_G) * B_S4 + e % B_G] = staged_b(p);
     }
 }
 
@@ -241,28 +272,35 @@ const char* const kMatmulStaging = R"(
 #define B_K_INNER 0
 #endif
 uint m0, n0, a_off, b_off;
+#if A_RAW8 || B_RAW8
+// f16 operands whose rows are whole groups of 8: a group is one 16-byte load, staged as it is.
+layout(std430, set = 0, binding = 0) readonly buffer B_a8 { uvec4 d[]; } a8;
+layout(std430, set = 0, binding = 1) readonly buffer B_b8 { uvec4 d[]; } b8;
+#endif
 )";
 
 const char* const kMatmulMain = R"(
 void fetch(uint k0) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / A_G, i = (g % A_G) * 8u;
-#if TRANS_A
-        ra[p][0] = load_a(a_off, k0 + o, m0 + i);
-        ra[p][1] = load_a(a_off, k0 + o, m0 + i + 4u);
+#if A_RAW8
+        uint ao = TRANS_A != 0 ? k0 + o : m0 + o, ai = TRANS_A != 0 ? m0 + i : k0 + i;
+        ra[p] = ao < A_OUTER && ai < A_INNER ? a8.d[(a_off + ao * A_INNER + ai) >> 3] : uvec4(0u);
+#elif TRANS_A
+        put_a(p, load_a(a_off, k0 + o, m0 + i), load_a(a_off, k0 + o, m0 + i + 4u));
 #else
-        ra[p][0] = load_a(a_off, m0 + o, k0 + i);
-        ra[p][1] = load_a(a_off, m0 + o, k0 + i + 4u);
+        put_a(p, load_a(a_off, m0 + o, k0 + i), load_a(a_off, m0 + o, k0 + i + 4u));
 #endif
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint g = lid + p * WG, o = g / B_G, i = (g % B_G) * 8u;
-#if TRANS_B
-        rb[p][0] = load_b(b_off, n0 + o, k0 + i);
-        rb[p][1] = load_b(b_off, n0 + o, k0 + i + 4u);
+#if B_RAW8
+        uint bo = TRANS_B != 0 ? n0 + o : k0 + o, bi = TRANS_B != 0 ? k0 + i : n0 + i;
+        rb[p] = bo < B_OUTER && bi < B_INNER ? b8.d[(b_off + bo * B_INNER + bi) >> 3] : uvec4(0u);
+#elif TRANS_B
+        put_b(p, load_b(b_off, n0 + o, k0 + i), load_b(b_off, n0 + o, k0 + i + 4u));
 #else
-        rb[p][0] = load_b(b_off, k0 + o, n0 + i);
-        rb[p][1] = load_b(b_off, k0 + o, n0 + i + 4u);
+        put_b(p, load_b(b_off, k0 + o, n0 + i), load_b(b_off, k0 + o, n0 + i + 4u));
 #endif
     }
 }
@@ -270,7 +308,7 @@ void fetch(uint k0) {
 uint c_off;  // split-K: partial products [split][batch][M][N]
 void store_element(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = EPI(c_off + gm * N + gn, v);
+    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = STORE(EPI(c_off + gm * N + gn, v));
 }
 
 void main() {
@@ -285,7 +323,7 @@ void main() {
     if (m0 + BM <= M && n0 + BN <= N) {  // wholly inside, rows 16-byte aligned: store directly
         [[unroll]] for (uint i = 0u; i < FM; ++i)
             [[unroll]] for (uint j = 0u; j < FN; ++j)
-                coopMatStoreNV(acc[i][j], c.d, c_off + (m0 + wm + i * 16u) * N + n0 + wn + j * 16u, N, false);
+                coopMatStoreNV(C_MAT(acc[i][j]), c.d, c_off + (m0 + wm + i * 16u) * N + n0 + wn + j * 16u, N, false);
         return;
     }
 #endif
@@ -326,10 +364,21 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     k.required_subgroup_size = tuning.coop_subgroup;
     const Epilogue* e = split_k < spec.k ? nullptr : spec.epilogue;
     const std::string epilogue = epilogue_glsl(e, k);
-    // VEC_C stores whole accumulators straight to memory: an epilogue goes element by element.
+    // VEC_C stores whole accumulators straight to memory (rows of whole 16 bytes): an epilogue goes
+    // element by element.
+    // An f16 operand whose rows (and batch entries) are whole groups of 8 halves is fetched and
+    // staged as it is (the scaled kernels scale f32 operands: gradients are f32).
+    const bool f16 = spec.dtype == DType::F16;
+    auto raw8 = [&](char x) {
+        const auto& strides = x == 'a' ? spec.a_batch_strides : spec.b_batch_strides;
+        const bool whole = inner_dim(spec, x) % 8 == 0 &&
+                           std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s % 8 == 0; });
+        return f16 && !tuning.coop_scaled && whole ? "1" : "0";
+    };
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % 4 == 0 && !e ? "1" : "0") + "\n";
+                       (spec.n % (f16 ? 8 : 4) == 0 && !e ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
+                       raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + epilogue + loader_glsl(spec, 'a') +
              loader_glsl(spec, 'b') + kMatmulStaging + kCoopProductGlsl + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
