@@ -196,7 +196,11 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     choice = codegen::matmul_kernels(spec, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative ", 0), 0u) << choice;
     EXPECT_NE(choice.find("128x128x64/1: exceeds the device's shared memory"), std::string::npos) << choice;
-    EXPECT_NE(choice.find("128x256x32/1: 1 waves"), std::string::npos) << choice;
+    EXPECT_EQ(choice.rfind("cooperative 128x64x64/1 (by size;", 0), 0u) << choice;  // 2^27 multiply-adds
+    const codegen::MatmulSpec small{.dtype = DType::F32, .m = 64, .n = 64, .k = 64};
+    choice = codegen::matmul_kernels(small, t).product.choice;
+    EXPECT_NE(choice.find("128x64x64/1: for products of 2^27 multiply-adds or more"), std::string::npos) << choice;
+    EXPECT_EQ(choice.rfind("cooperative 32x32x32/2", 0), 0u) << choice;
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }

@@ -8,6 +8,7 @@
 // Tile sizes follow the grid and the device's compute-unit count (see pick), and K is split when
 // even the smallest tile leaves the device underfilled (see choose_k_split).
 #include <algorithm>
+#include <bit>
 
 #include "codegen/matmul_common.hpp"
 
@@ -327,17 +328,44 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
         if (why) *why = tile_name(g) + " (forced: MEGANEURA_COOP_TILE)";
         return g;
     }
-    // Efficiencies: relative rates of the tiles on a 4096^3 matmul on an H200 (examples/matmul_bench,
-    // 2026-12-01: 122, 122, 59 TFLOP/s; the 32-wide tile ~0.36 of the largest). Two stages measured
-    // slower than one 64-deep slice (94 against 122 TFLOP/s at 128 x 128).
-    const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, 1.0}, {128, 256, 64, 64, 32, 1, 1.0},
-                                            {64, 64, 32, 32, 32, 2, 0.48}, {32, 32, 16, 16, 32, 2, 0.36}};
-    return pick(coop, spec, t, [&](const CoopGeometry& c) -> const char* {
-        if (!coop_geometry_divides(c, t.coop_subgroup)) return "does not divide among subgroups of this size";
-        if (c.subgroups() * t.coop_subgroup > t.max_invocations || (t.max_subgroups && c.subgroups() > t.max_subgroups))
-            return "exceeds the device's workgroup size";
-        return coop_shared_bytes(c) > t.max_shared_memory ? "exceeds the device's shared memory" : nullptr;
-    }, why);
+    // By the product's size, M x N x K x batch multiply-adds: each tile is taken from its min_work on
+    // (where it fits), measured on an H200 with every tile forced on ResNet-50's and the U-Net's
+    // products and on the matmul shapes (2026-12-01, bench/results/2026-12-01-coop-tiles-h200.md).
+    // Against the waves cost model this replaces, ResNet-50's products took 22% less time, the
+    // U-Net's about the same. 128x128 wins on large products (the lm head, 4096^3: 122 against 78
+    // TFLOP/s for 128x64); 128x64 on mid-size ones, where 128x128's 213 registers a thread leave
+    // its one workgroup per compute unit waiting on its loads (ResNet-50's convolutions: 0.038
+    // against 0.068 ms at 64 x 12544 x 576); 32x32 on small ones (the U-Net's: 0.016 against
+    // 0.019 ms at 64 x 2048 x 576). Two stages were slower than one 64-deep slice (94 against 122
+    // TFLOP/s at 128x128). Where none is taken by size, the smallest that fits is.
+    const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
+                                            {128, 64, 32, 32, 64, 1, int64_t(1) << 27},
+                                            {64, 64, 32, 32, 32, 2, int64_t(1) << 27},
+                                            {32, 32, 16, 16, 32, 2, 0}};
+    const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
+    std::string notes;
+    const CoopGeometry* smallest = nullptr;
+    for (const CoopGeometry& c : coop) {
+        notes += (notes.empty() ? "" : "; ") + tile_name(c) + ": ";
+        const char* no = nullptr;
+        if (!coop_geometry_divides(c, t.coop_subgroup)) no = "does not divide among subgroups of this size";
+        else if (c.subgroups() * t.coop_subgroup > t.max_invocations || (t.max_subgroups && c.subgroups() > t.max_subgroups))
+            no = "exceeds the device's workgroup size";
+        else if (coop_shared_bytes(c) > t.max_shared_memory) no = "exceeds the device's shared memory";
+        if (no) {
+            notes += no;
+            continue;
+        }
+        smallest = &c;
+        if (t.forced_bm ? c.bm == t.forced_bm : work >= static_cast<double>(c.min_work)) {
+            if (why) *why = tile_name(c) + (t.forced_bm ? " (forced: MEGANEURA_MATMUL_TILE; " : " (by size; ") + notes + "taken)";
+            return c;
+        }
+        notes += t.forced_bm ? "not the forced height" : "for products of 2^" + std::to_string(std::bit_width(uint64_t(c.min_work)) - 1) + " multiply-adds or more";
+    }
+    if (!smallest) throw Error("matmul: no cooperative tile fits this device");
+    if (why) *why = tile_name(*smallest) + " (the smallest that fits; " + notes + ")";
+    return *smallest;
 }
 
 const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t) {

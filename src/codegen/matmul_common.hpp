@@ -78,7 +78,7 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 // subgroup (multiples of 16), K staged BK deep as f16 in `stages` shared buffers (1 or 2).
 struct CoopGeometry {
     uint32_t bm, bn, wm, wn, bk = 32, stages = 2;
-    double efficiency = 1;  // relative rate when the device is full (for the tile choice)
+    int64_t min_work = 0;  // the smallest product (multiply-adds) the tile is chosen for
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
