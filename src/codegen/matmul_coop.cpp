@@ -72,17 +72,18 @@ uvec4 pack8(vec4 lo, vec4 hi, float s) {
 // converts it: its loads are then still in flight while the current slice is multiplied, which
 // converting them in fetch() would first wait for (ResNet-50's and Whisper's matmuls took 15-20%
 // longer that way on the H200). An f16 operand read as it is (A_RAW8, B_RAW8) is one uvec4.
+#define F32_GROUPS(r, groups, put) \
+    vec4 r[groups][2]; \
+    void put(uint p, vec4 lo, vec4 hi) { r[p][0] = lo; r[p][1] = hi; }
 #if A_RAW8
 uvec4 ra[GA];
 #else
-vec4 ra[GA][2];
-void put_a(uint p, vec4 lo, vec4 hi) { ra[p][0] = lo; ra[p][1] = hi; }
+F32_GROUPS(ra, GA, put_a)
 #endif
 #if B_RAW8
 uvec4 rb[GB];
 #else
-vec4 rb[GB][2];
-void put_b(uint p, vec4 lo, vec4 hi) { rb[p][0] = lo; rb[p][1] = hi; }
+F32_GROUPS(rb, GB, put_b)
 #endif
 
 #if SCALED
