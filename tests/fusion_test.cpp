@@ -127,6 +127,28 @@ TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
     expect_matches_reference(g, feeds);
 }
 
+// Sibling products (optimize/siblings.cpp) are one product whose kernel stores each slice of its columns
+// as a tensor of its own (FusionPlan::column_slices): one dispatch per run (two where K is split: the
+// split sum stores the parts), the stacked weight's three copies hoisted. Odd widths, so no part is
+// stored 16 bytes at a time; on the GEMV (one row) and the tiled kernel.
+TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
+    for (const char* splits : {"1", "3"}) {
+        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+        for (const int64_t rows : {1, 5}) {
+            Graph g;
+            const Tensor x = g.input("x", {rows, 70});
+            for (const auto& [name, width] : {std::pair{"q", 7}, {"k", 12}, {"v", 3}}) {
+                g.output(name, g.linear(x, g.parameter(std::string("w") + name, {width, 70})));
+            }
+            const SessionStats stats = compile(g, device()).stats();
+            const bool split = rows > 1 && std::strcmp(splits, "3") == 0;  // a GEMV never splits K
+            EXPECT_EQ(stats.dispatches, split ? 2u : 1u) << rows << " rows, splits " << splits;
+            EXPECT_EQ(stats.hoisted_dispatches, 3u);
+            expect_matches_reference(g, random_feeds(g, 21));
+        }
+    }
+}
+
 TEST_F(FusionTest, MatmulStoresThroughItsEpilogue) {
     for (const Shape& x_shape : {Shape{5, 7}, Shape{1, 7}}) {  // the tiled kernel; gemv
         Graph g;

@@ -93,6 +93,47 @@ TEST(OptimizeTest, ForwardAndGradientNodesAreNotMerged) {
     expect_same_outputs(g, o, 5);
 }
 
+// Linear layers reading one input (q, k and v) become one product over their weights stacked by rows and
+// a slice of its columns each, computing the same values bit for bit; one read by a pointwise op (a SwiGLU's
+// gate, which its reader stores as the product's epilogue) stays its own product, and one nothing reads
+// goes.
+TEST(OptimizeTest, SiblingProductsBecomeOneOverTheirStackedWeights) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 3, 8});
+    const Tensor q = g.linear(x, g.parameter("q", {6, 8}));
+    const Tensor k = g.linear(x, g.parameter("k", {4, 8}));
+    const Tensor v = g.linear(x, g.parameter("v", {5, 8}));
+    const Tensor gate = g.linear(x, g.parameter("gate", {7, 8}));
+    g.linear(x, g.parameter("unused", {3, 8}));
+    g.output("q", g.softmax(q, -1));
+    g.output("k", k);
+    g.output("v", g.sum(v, {1}));
+    g.output("gated", g.silu(gate));
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.siblings, 2u);  // k and v are slices of q's product now
+    EXPECT_EQ(count_op(o, Op::MatMul), 2u);  // the stacked one, and the gate's
+    EXPECT_EQ(count_op(o, Op::Concat), 1u);
+    EXPECT_EQ(count_op(o, Op::Slice), 3u);
+    for (const char* name : {"q", "k", "v", "gate", "unused"}) EXPECT_TRUE(o.find(name).has_value()) << name;
+    expect_same_outputs(g, o, 7);
+}
+
+// A program that trains (here one assignment of a parameter) keeps its siblings apart: its weights change
+// every step, so stacking them would be copies every step, not once.
+TEST(OptimizeTest, SiblingProductsOfAProgramThatTrainsStayApart) {
+    Graph g;
+    const Tensor x = g.input("x", {3, 8});
+    const Tensor wq = g.parameter("q", {6, 8});
+    g.output("q", g.matmul(x, wq, false, true));
+    g.output("k", g.matmul(x, g.parameter("k", {4, 8}), false, true));
+    g.assign(wq, wq * 0.5);
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.siblings, 0u);
+    EXPECT_EQ(count_op(o, Op::MatMul), 2u);
+}
+
 // On the GPU, a training step of a model whose graph the pass changes is the same with it and without it.
 using OptimizeGpuTest = GpuTest;
 TEST_F(OptimizeGpuTest, TrainingStepsAgreeWithAndWithoutTheRewrites) {

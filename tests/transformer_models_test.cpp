@@ -19,6 +19,7 @@
 #include "models/runner.hpp"
 #include "models/smollm2.hpp"
 #include "models/whisper.hpp"
+#include "optimize/optimize.hpp"
 #include "temp_dir.hpp"
 
 namespace mn::test {
@@ -176,6 +177,68 @@ TEST_F(KvCacheTest, GenerateIsGreedyUnderTheFullForward) {
         r[static_cast<size_t>(best)] = -INFINITY;
         if (top - *std::max_element(r.begin(), r.end()) < 1e-4f) continue;  // a near tie: either is greedy
         EXPECT_EQ(best, sequence[static_cast<size_t>(t + 1)]) << "position " << t + 1 << " of " << text;
+    }
+}
+
+// ---- q, k and v as one product (optimize/siblings.cpp) ----
+
+class SiblingProductsTest : public GpuTest {};
+
+// Small random weights, random KV caches, token ids in the vocabulary and a cache position that leaves
+// room for the tokens.
+ref::Feeds llama_feeds(const Graph& g, int64_t vocab, uint64_t seed) {
+    ref::Feeds feeds = random_feeds(g, seed, {-0.2, 0.2});
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> cache(-1, 1);
+    for (const Node& n : g.nodes()) {
+        if (n.op == Op::State) {
+            ref::Value v{n.shape, std::vector<double>(static_cast<size_t>(numel(n.shape)))};
+            for (double& x : v.data) x = static_cast<float>(cache(rng));
+            feeds[n.name] = std::move(v);
+        }
+        if (n.op != Op::Input || n.dtype != DType::I32) continue;
+        std::vector<double>& ids = feeds.at(n.name).data;
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = n.name == "position" ? 5 : static_cast<double>((i * 37 + seed) % vocab);
+    }
+    return feeds;
+}
+
+// In inference, a prefill and a decode step of the tiny SmolLM2, each layer's q, k and v are one product
+// that stores the three: per layer two dispatches fewer per run than the program without the fusion (the
+// same passes otherwise), in the level the three products shared, and the stacked weight's three copies
+// (one per weight) run once, hoisted, and again after new weights are set. The outputs, and the KV caches
+// as their assignments leave them, against the float64 reference of the graph as built.
+TEST_F(SiblingProductsTest, QkvIsOneProductInInferenceAndDecode) {
+    const models::LlamaConfig c = models::LlamaConfig::tiny();
+    const std::pair<const char*, models::BuiltModel> programs[] = {
+        {"inference", models::build_causal_lm(c, {1, 7})},
+        {"prefill", models::build_llama_cached(c, 1, 4, 11)},
+        {"decode", models::build_llama_cached(c, 1, 1, 11)},
+    };
+    for (const auto& [what, model] : programs) {
+        const Graph& g = *model.graph;
+        optimize::Stats stats;
+        const Graph apart = optimize::eliminate_dead_code(optimize::simplify(g, stats), stats);
+        const SessionStats unfused = compile(apart, device(), {.optimize = false}).stats();
+        Session s = compile(g, device());
+        EXPECT_EQ(s.stats().dispatches, unfused.dispatches - 2 * c.layers) << what;
+        EXPECT_EQ(s.stats().barriers, unfused.barriers) << what;
+        EXPECT_EQ(s.stats().hoisted_dispatches, unfused.hoisted_dispatches + 3 * c.layers) << what;
+
+        for (const uint64_t seed : {3, 4}) {  // new weights for the second run: the stacked ones are copied again
+            const ref::Feeds feeds = llama_feeds(g, c.vocab, seed);
+            set_feeds(s, g, feeds);
+            s.run();
+            const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+            for (const auto& [name, id] : g.outputs()) {
+                EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(id)].data), 1e-5) << what << " " << name;
+            }
+            for (size_t id = 0; id < g.nodes().size(); ++id) {
+                if (g.nodes()[id].op != Op::Assign) continue;
+                const std::string& cache = g.node(g.nodes()[id].inputs[0]).name;
+                EXPECT_LE(relative_l2(s.get(cache), want[id].data), 1e-5) << what << " " << cache;
+            }
+        }
     }
 }
 

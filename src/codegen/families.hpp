@@ -114,6 +114,9 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
     const Epilogue* epilogue = nullptr;  // applied by the product, or by the split sum where K is split
+    // The output's columns as separate tensors, these widths in order (batch-free products only): column j
+    // of a row goes to the part that holds it, bound after the first (c) in order. Empty: one tensor.
+    std::vector<int64_t> column_parts;
 };
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
 struct MatmulTuning {

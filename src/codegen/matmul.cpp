@@ -179,26 +179,27 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 }
 
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue) {
+                              const Epilogue* epilogue, const std::vector<int64_t>& column_parts) {
     KernelSource k;
     k.label = "matmul_split_sum";
     k.iface.local_size = 256;
     k.iface.spec_constants = {"T", "S"};
     k.spec_values = {checked_u32(elements, "matmul output size"), splits};
     k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
+    const std::string store = store_glsl(k, out_dtype, column_parts);
     const std::string epi = epilogue_glsl(epilogue, k);
     const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
     std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + "#define STORE " + storage_type(out_dtype) +
                     "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
     g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
-         "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
+         "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n" + store;
     g += vec ? R"(
 void main() {
     uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
     if (i >= T / 4u) return;
     vec4 s = vec4(0.0);
     for (uint q = 0u; q < S; ++q) s += p4.d[q * (T / 4u) + i];
-    c4.d[i] = STORE4(EPI4(4u * i, s));
+    store_c4(4u * i, EPI4(4u * i, s));
 }
 )"
              : R"(
@@ -207,12 +208,33 @@ void main() {
     if (i >= T) return;
     float s = 0.0;
     for (uint q = 0u; q < S; ++q) s += p.d[q * T + i];
-    c.d[i] = STORE(EPI(i, s));
+    store_c(i, EPI(i, s));
 }
 )";
     k.glsl = g;
     k.groups = grid_for((static_cast<uint64_t>(vec ? elements / 4 : elements) + 255) / 256, max_groups);
     return k;
+}
+
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<int64_t>& parts) {
+    if (parts.empty()) {
+        return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
+               "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";
+    }
+    // The part widths PART0.. as constants; the row's columns walked part by part.
+    std::string row = "0u", body;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const std::string width = "PART" + std::to_string(p), name = p ? "c" + std::to_string(p) : "c";
+        k.iface.spec_constants.push_back(width);
+        k.spec_values.push_back(checked_u32(parts[p], "matmul column part"));
+        if (p) k.iface.bindings.push_back({name, dtype, true});
+        row += " + " + width;
+        body += "    if (col < " + width + ") { " + name + ".d[row * " + width + " + col] = STORE(v); return; }\n"
+                "    col -= " + width + ";\n";
+    }
+    return "void store_c(uint i, float v) {\n    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body +
+           "}\n"
+           "void store_c4(uint i, vec4 v) { store_c(i, v.x); store_c(i + 1u, v.y); store_c(i + 2u, v.z); store_c(i + 3u, v.w); }\n";
 }
 
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {
@@ -378,6 +400,7 @@ const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t) {
 using namespace matmul_detail;
 
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
+    if (!spec.column_parts.empty() && !spec.batch.empty()) throw Error("matmul: column parts of a batched product");
     MatmulKernels out;
     if (spec.m == 1 || spec.n == 1) {
         out.product = gemv_kernel(spec, t);
@@ -403,7 +426,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
         out.partial_elements = elements * splits;
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue);
+        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts);
     }
     return out;
 }

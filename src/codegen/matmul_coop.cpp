@@ -309,7 +309,7 @@ void fetch(uint k0) {
 uint c_off;  // split-K: partial products [split][batch][M][N]
 void store_element(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) c.d[c_off + gm * N + gn] = STORE(EPI(c_off + gm * N + gn, v));
+    if (gm < M && gn < N) store_c(c_off + gm * N + gn, EPI(c_off + gm * N + gn, v));
 }
 
 void main() {
@@ -363,10 +363,13 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     KernelSource k = base_kernel(spec, t.subgroups() * tuning.coop_subgroup,
                                  tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop", split_k);
     k.required_subgroup_size = tuning.coop_subgroup;
-    const Epilogue* e = split_k < spec.k ? nullptr : spec.epilogue;
+    const bool partial = split_k < spec.k;  // the split sum stores the output
+    const std::vector<int64_t> parts = partial ? std::vector<int64_t>{} : spec.column_parts;
+    const std::string store = store_glsl(k, spec.dtype, parts);
+    const Epilogue* e = partial ? nullptr : spec.epilogue;
     const std::string epilogue = epilogue_glsl(e, k);
-    // VEC_C stores whole accumulators straight to memory (rows of whole 16 bytes): an epilogue goes
-    // element by element.
+    // VEC_C stores whole accumulators straight to memory (rows of whole 16 bytes): an epilogue or column
+    // parts go element by element.
     // An f16 operand whose rows (and batch entries) are whole groups of 8 halves is fetched and
     // staged as it is (the scaled kernels scale f32 operands: gradients are f32).
     const bool f16 = spec.dtype == DType::F16;
@@ -378,9 +381,9 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     };
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % (f16 ? 8 : 4) == 0 && !e ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
+                       (spec.n % (f16 ? 8 : 4) == 0 && !e && parts.empty() ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
                        raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
-    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + epilogue + loader_glsl(spec, 'a') +
+    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') +
              loader_glsl(spec, 'b') + kMatmulStaging + kCoopProductGlsl + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
     return k;

@@ -74,7 +74,7 @@ void main() {
     if (s != 0u) return;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         uint j = j0 + r * CW;
-        if (j < J) c.d[gl_WorkGroupID.z * J + j] = STORE(EPI(gl_WorkGroupID.z * J + j, partial[r * WG + lid]));
+        if (j < J) store_c(gl_WorkGroupID.z * J + j, EPI(gl_WorkGroupID.z * J + j, partial[r * WG + lid]));
     }
 }
 )";
@@ -100,13 +100,14 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     uint32_t rows = 4;
     while (rows > 1 && (outputs + rows * cw - 1) / (rows * cw) * batch < target) rows /= 2;
     KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
+    const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string defs = define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
                        "#define W_KC " + (w_kc ? "1" : "0") + "\n#define VEC_K " + (vec_k ? "1" : "0") + "\n" +
                        "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + epilogue + kBody;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + kBody;
     const int64_t groups = (outputs + rows * cw - 1) / (rows * cw);
     if (groups > t.max_groups || batch > t.max_groups) {
         throw Error("matmul grid " + std::to_string(groups) + "x1x" + std::to_string(batch) +

@@ -72,10 +72,10 @@ void main() {
         [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) {
             uint gn = n0 + j * TX * 4u + tx * 4u;
 #if VEC_C
-            if (gn < N) c4.d[(c_off + gm * N + gn) >> 2] = STORE4(EPI4(c_off + gm * N + gn, acc[r][j]));
+            if (gn < N) store_c4(c_off + gm * N + gn, EPI4(c_off + gm * N + gn, acc[r][j]));
 #else
             [[unroll]] for (uint q = 0u; q < 4u; ++q)
-                if (gn + q < N) c.d[c_off + gm * N + gn + q] = STORE(EPI(c_off + gm * N + gn + q, acc[r][j][q]));
+                if (gn + q < N) store_c(c_off + gm * N + gn + q, EPI(c_off + gm * N + gn + q, acc[r][j][q]));
 #endif
         }
     }
@@ -90,11 +90,13 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
         throw Error("matmul tiles must divide evenly");
     }
     KernelSource k = base_kernel(spec, wg, "matmul", split_k);
-    const std::string epilogue = epilogue_glsl(split_k < spec.k ? nullptr : spec.epilogue, k);
+    const bool partial = split_k < spec.k;  // the split sum stores the output
+    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<int64_t>{} : spec.column_parts);
+    const std::string epilogue = epilogue_glsl(partial ? nullptr : spec.epilogue, k);
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
                        define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }

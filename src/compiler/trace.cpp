@@ -85,10 +85,11 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
             gradient = gradient || node >= graph.gradient_start();
         }
         if (d.nodes.empty()) ops = step.kernel.label;  // scratch only (a split-K partial sum)
-        // A product or norm storing through an epilogue writes only the epilogue's value: it is named first.
+        // A product or norm storing through an epilogue writes only the epilogue's value, and a product storing
+        // its column slices (q, k and v) only those: it is named first.
         for (const std::string product : {"matmul", "conv2d", "rms_norm", "layer_norm", "group_norm"}) {
             const std::string& label = step.kernel.label;
-            if (label.rfind(product, 0) == 0 && label.find('+') != std::string::npos && ops.find(product) == std::string::npos) {
+            if (label.rfind(product, 0) == 0 && ops.find(product) == std::string::npos) {
                 ops = product + ", " + ops;
             }
         }

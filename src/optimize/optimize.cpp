@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "optimize/rebuild.hpp"
+
 namespace mn::optimize {
 namespace {
 
@@ -63,42 +65,16 @@ int32_t identity_of(const Node& n, const Graph& g) {
     return -1;
 }
 
-constexpr int32_t kEmit = -1, kDropped = -2;  // what a rebuild's decision may say besides a node id
-
 using Key = std::tuple<Op, std::vector<int32_t>, Shape, DType, std::vector<int64_t>, std::vector<double>, bool, bool>;
-
-// A copy of `g`, node by node in order: `decide(i, node, copy so far)` sees node i with its inputs
-// already renumbered, and answers kEmit (copy it), kDropped (nothing reads it) or the id of a node of
-// the copy that stands for it. The gradient boundary and the outputs carry over.
-template <class Decide>
-Graph rebuild(const Graph& g, Decide&& decide) {
-    Graph out;
-    std::vector<int32_t> to(g.nodes().size(), -1);
-    for (size_t i = 0; i < g.nodes().size(); ++i) {
-        Node n = g.nodes()[i];
-        for (int32_t& in : n.inputs) in = to[static_cast<size_t>(in)];
-        const int32_t same = decide(i, n, out);
-        if (same >= 0 || same == kDropped) {
-            to[i] = same;
-            continue;
-        }
-        to[i] = out.emit(std::move(n)).id;
-        if (static_cast<int32_t>(i) >= g.gradient_start()) out.mark_gradient_start(to[i]);
-    }
-    for (const auto& [name, id] : g.outputs()) out.output(name, out.handle(to[static_cast<size_t>(id)]));
-    return out;
-}
 
 }  // namespace
 
-Graph optimize(const Graph& g, Stats* stats) {
-    Stats s;
+Graph simplify(const Graph& g, Stats& s) {
     std::vector<bool> is_output(g.nodes().size(), false);
     for (const auto& [name, id] : g.outputs()) is_output[static_cast<size_t>(id)] = true;
-
     // Identities and common subexpressions, in one sweep in node order.
     std::map<Key, int32_t> seen;
-    const Graph rewritten = rebuild(g, [&](size_t i, const Node& n, const Graph& out) -> int32_t {
+    return rebuild(g, [&](size_t i, const Node& n, const Graph& out) -> int32_t {
         const bool has_nan = std::any_of(n.data.begin(), n.data.end(), [](double x) { return x != x; });  // no key order
         if (is_output[i] || is_leaf(n.op) || n.op == Op::Assign || has_nan) return kEmit;
         if (const int32_t same = identity_of(n, out); same >= 0) {
@@ -117,22 +93,29 @@ Graph optimize(const Graph& g, Stats* stats) {
         }
         return kEmit;
     });
+}
 
-    // Dead code, including what the rewrites left unread: only what an output or an assignment needs,
-    // and every leaf.
-    const auto& nodes = rewritten.nodes();
+Graph eliminate_dead_code(const Graph& g, Stats& s) {
+    const auto& nodes = g.nodes();
     std::vector<bool> live(nodes.size(), false);
-    for (const auto& [name, id] : rewritten.outputs()) live[static_cast<size_t>(id)] = true;
+    for (const auto& [name, id] : g.outputs()) live[static_cast<size_t>(id)] = true;
     for (size_t i = nodes.size(); i-- > 0;) {
         if (nodes[i].op == Op::Assign || is_leaf(nodes[i].op)) live[i] = true;
         if (!live[i]) continue;
         for (int32_t in : nodes[i].inputs) live[static_cast<size_t>(in)] = true;
     }
-    Graph out = rebuild(rewritten, [&](size_t i, const Node&, const Graph&) -> int32_t {
+    return rebuild(g, [&](size_t i, const Node&, const Graph&) -> int32_t {
         if (live[i]) return kEmit;
         ++s.dead;
         return kDropped;
     });
+}
+
+Graph optimize(const Graph& g, Stats* stats) {
+    Stats s;
+    Graph out = eliminate_dead_code(simplify(g, s), s);
+    out = fuse_sibling_products(out, s);  // after dead code: a product that nothing reads joins no siblings
+    out = eliminate_dead_code(out, s);    // the products the fusion replaced
     if (stats) *stats = s;
     return out;
 }

@@ -30,6 +30,7 @@ public:
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
+        plan_.column_slices.assign(g.nodes().size(), {});
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -47,6 +48,7 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
             if (live_[i] && (g_.nodes()[i].op == Op::Attention || g_.nodes()[i].op == Op::Rope)) {
@@ -67,6 +69,24 @@ private:
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;
         const Node& rope = g_.node(readers[0]);
         if (rope.op == Op::Rope && rope.inputs[0] == id) plan_.heads_split_by[static_cast<size_t>(id)] = readers[0];
+    }
+
+    void try_store_column_slices(int32_t id) {
+        const Node& p = g_.node(id);
+        std::vector<int32_t> slices = consumers_[static_cast<size_t>(id)];
+        const auto is_slice = [&](int32_t s) { return g_.node(s).op == Op::Slice; };
+        if (is_root_[static_cast<size_t>(id)] || p.shape.size() != 2 || slices.size() < 2 ||
+            !std::all_of(slices.begin(), slices.end(), is_slice)) {
+            return;
+        }
+        std::sort(slices.begin(), slices.end(), [&](int32_t a, int32_t b) { return g_.node(a).ints[1] < g_.node(b).ints[1]; });
+        int64_t at = 0;  // ints: starts, ends, steps
+        for (int32_t s : slices) {
+            const int64_t width = g_.node(s).shape[1];
+            if (g_.node(s).ints != std::vector<int64_t>{0, at, p.shape[0], at + width, 1, 1}) return;
+            at += width;
+        }
+        if (at == p.shape[1]) plan_.column_slices[static_cast<size_t>(id)] = std::move(slices);
     }
 
     void try_merge_heads(int32_t id) {

@@ -23,6 +23,10 @@
 // input is a split of the heads, read by it alone, reads the unsplit tensor itself, and one read only
 // by such a permute (the backward's) stores in its layout.
 //
+// A matmul whose readers are all slices of its columns that tile them (optimize/'s sibling fusion: q, k
+// and v of one product) stores each slice as a tensor of its own: its kernel writes column j to the slice
+// that holds it, so the slices are no copies, and what reads them reads contiguous tensors as before.
+//
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
@@ -59,6 +63,8 @@ struct FusionPlan {
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.
     std::vector<int32_t> heads_split_by;
+    // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
+    std::vector<std::vector<int32_t>> column_slices;
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;

@@ -152,7 +152,7 @@ private:
             bind.erase(at);
             bind.insert(bind.end(), extra.begin(), extra.end());
             if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
-            return lower_product(product->second, out, &epilogue, bind);
+            return lower_product(product->second, {out}, &epilogue, bind);
         }
         bind.push_back(out);
         bind.insert(bind.end(), extra.begin(), extra.end());
@@ -340,13 +340,22 @@ private:
             s_.node_value[static_cast<size_t>(id)] = s_.node_value[static_cast<size_t>(permute)] = v;
             return n.op == Op::Rope ? lower_rope(n, v, true) : lower_attention(n, v, true);
         }
+        if (n.op == Op::Slice && !fusion_.column_slices[static_cast<size_t>(n.inputs[0])].empty()) return;  // its product stored it
+        if (const auto& slices = fusion_.column_slices[static_cast<size_t>(id)]; !slices.empty()) {
+            std::vector<int32_t> outs;  // the product's own value is never stored
+            for (int32_t slice : slices) {
+                outs.push_back(new_value(g_.node(slice).shape, n.dtype, Storage::Transient, slice));
+                s_.node_value[static_cast<size_t>(slice)] = outs.back();
+            }
+            return lower_product(id, outs);
+        }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
         if (stored) return;
         if (lower_transformer(n, out)) return;
         switch (op_info(n.op).archetype) {
             case Archetype::Pointwise: return fused_pointwise(id, out);
-            case Archetype::MatMul: case Archetype::Conv: return lower_product(id, out);
+            case Archetype::MatMul: case Archetype::Conv: return lower_product(id, {out});
             case Archetype::Attention: return lower_attention(n, out);
             default: break;
         }
@@ -524,16 +533,17 @@ private:
         return t;
     }
 
-    // Matmul or convolution node `id` into out, storing through `epilogue` (reading epilogue_inputs) if given.
-    void lower_product(int32_t id, int32_t out, const codegen::Epilogue* epilogue = nullptr,
+    // Matmul or convolution node `id` into outs (a matmul's column slices, FusionPlan::column_slices, or its
+    // one value), storing through `epilogue` (reading epilogue_inputs) if given.
+    void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
                        const std::vector<int32_t>& epilogue_inputs = {}) {
         const Node& n = g_.node(id);
         const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
-        if (op_info(n.op).archetype == Archetype::MatMul) return lower_matmul(n, matmul_tuning(id), a, b, out, epilogue, epilogue_inputs);
-        lower_conv(n, matmul_tuning(id), a, b, out, epilogue, epilogue_inputs);
+        if (op_info(n.op).archetype == Archetype::MatMul) return lower_matmul(n, matmul_tuning(id), a, b, outs, epilogue, epilogue_inputs);
+        lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
     }
 
-    void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
+    void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
         const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
         const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
@@ -549,21 +559,26 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb), .epilogue = epilogue};
-        emit_product(codegen::matmul_kernels(spec, tuning), a, b, out, epilogue_inputs);
+        if (outs.size() > 1) {
+            for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
+        }
+        emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, epilogue_inputs);
     }
 
-    // A matmul or convolution product of a and b into out, through f32 partials and their sum
-    // where the kernels split the reduction; the epilogue's inputs are bound after the storing kernel's own.
-    void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, int32_t out,
+    // A matmul or convolution product of a and b into outs (its value, or its column parts), through f32
+    // partials and their sum where the kernels split the reduction; the epilogue's inputs are bound after the
+    // storing kernel's outputs.
+    void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs) {
-        auto with_epilogue = [&](std::vector<int32_t> bind) {
+        auto stores = [&](std::vector<int32_t> bind) {
+            bind.insert(bind.end(), outs.begin(), outs.end());
             bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
             return bind;
         };
-        if (!kernels.sum) return emit(std::move(kernels.product), with_epilogue({a, b, out}));
+        if (!kernels.sum) return emit(std::move(kernels.product), stores({a, b}));
         const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
         emit(std::move(kernels.product), {a, b, partial});
-        emit(std::move(*kernels.sum), with_epilogue({partial, out}));
+        emit(std::move(*kernels.sum), stores({partial}));
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
@@ -579,7 +594,7 @@ private:
         }
         auto [kernels, swapped] = codegen::conv2d_kernels(spec, tuning);
         if (swapped) std::swap(a, b);
-        emit_product(std::move(kernels), a, b, out, epilogue_inputs);
+        emit_product(std::move(kernels), a, b, {out}, epilogue_inputs);
     }
 
     // The attention ops come in families that one kernel computes together: Attention with its
