@@ -1,9 +1,13 @@
 // Attention: the fused op against the float64 reference on the GPU, the reference against the
 // composed formula it replaced (matmul + mask + softmax, kept here only as an oracle), the VJP by
 // finite differences on the reference, and the GPU backward kernels against the reference's.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
+#include "codegen/device_fit.hpp"
+#include "common/caps_profiles.hpp"
+#include "compiler/program_kernels.hpp"
 #include "gpu_check.hpp"
 #include "error_of.hpp"
 #include "temp_dir.hpp"
@@ -275,15 +279,20 @@ const std::vector<Case> kGpuGradCases = {
 
 class AttentionBackward : public GpuTest, public ::testing::WithParamInterface<Case> {};
 
-// out, dq, dk and dv on the GPU against the reference's.
-void expect_backward_matches_reference(const Case& c, uint64_t seed) {
-    Loss l = loss_of(c, seed);
+// The loss's graph with out, dq, dk and dv as its outputs.
+Graph& with_backward_outputs(Loss& l) {
     Graph& g = *l.b.g;
     g.output("out", l.out);
     g.output("dq", l.grads[0]);
     g.output("dk", l.grads[1]);
     g.output("dv", l.grads[2]);
-    expect_matches_reference(g, l.feeds);
+    return g;
+}
+
+// out, dq, dk and dv on the GPU against the reference's.
+void expect_backward_matches_reference(const Case& c, uint64_t seed) {
+    Loss l = loss_of(c, seed);
+    expect_matches_reference(with_backward_outputs(l), l.feeds);
 }
 
 TEST_P(AttentionBackward, MatchesReference) { expect_backward_matches_reference(GetParam(), 31); }
@@ -309,6 +318,138 @@ INSTANTIATE_TEST_SUITE_P(Attention, AttentionTileShapes, ::testing::Values("16,4
                              for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                              return name;
                          });
+
+// ---- precision fast: the cooperative forward (codegen/attention_coop.cpp) ----
+
+// Where the device has NV f16 cooperative matrices, fast attention forwards run on them: f16 Q, K, P
+// and V, f32 scores, softmax and accumulation. A float64 emulation of exactly that rounding on these
+// cases' random operands (uniform in [-2, 2)) gives relative L2 errors up to 4.5e-4 in out, 4e-5 in
+// the logsumexp and 3.5e-4 in dq, dk and dv through the f32 backward, hence 2e-3, the other fast tests'
+// bound. Elsewhere fast attention is the f32 kernels and matches as strict does.
+bool coop_device() { return sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0; }
+double fast_tolerance() { return coop_device() ? 2e-3 : 1e-5; }
+
+CompileOptions fast() {
+    CompileOptions o;
+    o.precision = Precision::Fast;
+    return o;
+}
+
+// The kernels `g` lowers to in fast precision on this device.
+std::vector<std::string> fast_labels(const Graph& g) {
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+    const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps(), Precision::Fast));
+    std::vector<std::string> labels;
+    for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
+    return labels;
+}
+// What a forward alone lowers to: one kernel (the logsumexp and a merge of the heads are stored by it).
+std::vector<std::string> one_fast_forward() { return {coop_device() ? "attention_coop" : "attention"}; }
+
+// Whisper's encoder at fewer positions (non-causal, rows not a multiple of the 64-row block), SmolLM2's
+// causal GQA (9 query heads on 3 kv heads: blocks of rows cross the heads), a sliding window behind a
+// dynamic start, and head dims whose P V takes 2 (d 80) and 4 (d 128, 32-key tiles) chunks.
+const std::vector<Case> kFastCases = {
+    {"whisper_like_100_d64", 1, 6, 6, 100, 100, 64},
+    {"causal_gqa_9_of_3_70_d64", 1, 9, 3, 70, 70, 64, true},
+    {"window_dynamic_start_gqa_33_of_50_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
+    {"causal_bottom_right_40_of_90_d80", 1, 2, 1, 40, 90, 80, true},
+    {"full_cross_20_of_45_d128", 2, 2, 2, 20, 45, 128},
+    {"whisper_1500_d64", 1, 1, 1, 1500, 1500, 64},
+};
+
+class AttentionFast : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+// out and the logsumexp the backward reads, on the cooperative forward where there is one.
+TEST_P(AttentionFast, ForwardMatchesReference) {
+    const Case& c = GetParam();
+    Built b = build(c);
+    Graph& g = *b.g;
+    const Tensor out = g.attention(b.q, b.k, b.v, b.options);
+    const Node n = g.node(out);
+    g.output("out", out);
+    g.output("lse", g.emit({.op = Op::AttentionLse, .inputs = n.inputs, .shape = {c.batch, c.q_heads, c.q_len},
+                            .dtype = DType::F32, .ints = n.ints, .data = n.data}));
+    EXPECT_EQ(fast_labels(g), one_fast_forward());
+    expect_matches_reference(g, feeds_for(c, g, 7), fast_tolerance(), fast());
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionFast, ::testing::ValuesIn(kFastCases), case_name);
+
+// The merge of the heads stored by the cooperative forward itself (FusionPlan::heads_merged_into).
+// Two cases only, here and below: on lavapipe each new shape's f32 kernels take up to a minute to JIT.
+TEST_F(AttentionGpu, FastMergedHeadsAreStoredWithoutACopy) {
+    for (const Case& c : {kFastCases[0], kFastCases[1]}) {
+        SCOPED_TRACE(c.name);
+        Built b = build(c);
+        Graph& g = *b.g;
+        const Tensor out = g.attention(b.q, b.k, b.v, b.options);
+        g.output("merged", g.reshape(g.permute(out, {0, 2, 1, 3}), {c.batch, c.q_len, c.q_heads * c.dim}));
+        EXPECT_EQ(fast_labels(g), one_fast_forward());
+        expect_matches_reference(g, feeds_for(c, g, 7), fast_tolerance(), fast());
+    }
+}
+
+// Training through it: the f32 backward kernels read the cooperative forward's out and logsumexp.
+TEST_F(AttentionGpu, FastBackwardMatchesReference) {
+    for (const Case& c : {kFastCases[0], kFastCases[1]}) {
+        SCOPED_TRACE(c.name);
+        Loss l = loss_of(c, 31);
+        const Graph& g = with_backward_outputs(l);
+        const std::vector<std::string> labels = fast_labels(g);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_coop"), coop_device() ? 1 : 0);
+        expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
+    }
+}
+
+// Causal with more queries than keys: the first 17 rows of each head see no key and are zeros, whole
+// subgroups of them skip every tile.
+TEST_F(AttentionGpu, FastRowThatSeesNoKeyIsZero) {
+    Built b = build({"", 1, 2, 1, 20, 3, 32, true});
+    b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+    EXPECT_EQ(fast_labels(*b.g), one_fast_forward());
+    expect_matches_reference(*b.g, random_feeds(*b.g, 5), fast_tolerance(), fast());
+}
+
+// The kernel each forward takes in fast precision on the H200's caps, without the device: the
+// cooperative one where it applies, its GLSL compiled and fitting the H200 (48 KiB of shared memory),
+// and the reason where it declines.
+TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
+    const rt::DeviceCaps& h200 = rt::find_caps_profile("nvidia-h200")->caps;
+    struct Expect {
+        Case c;
+        std::string choice;  // the forward kernel's
+    };
+    const std::vector<Expect> cases = {
+        {{"whisper", 1, 6, 6, 1500, 1500, 64}, "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles"},
+        {{"smollm2_prefill", 1, 9, 3, 128, 128, 64, true}, "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles"},
+        {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17}, "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles"},
+        {{"d80", 4, 8, 8, 512, 512, 80}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles"},
+        {{"d128", 4, 8, 8, 512, 512, 128}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles"},
+        {{"d33", 1, 2, 1, 64, 64, 33}, "blocked: 128 rows per kv head; cooperative declined: head dim 33 is not a multiple of 16"},
+        {{"decode", 1, 9, 3, 1, 4096, 64, true, 0, 100},
+         "row-wise, 3 rows per kv head, keys in 64 chunks of 64 (flash-decoding): 3 workgroups would underfill 132 "
+         "compute units; cooperative declined: 3 rows per kv head, fewer than a subgroup's 16"},
+    };
+    for (const Expect& e : cases) {
+        SCOPED_TRACE(e.c.name);
+        Built b = build(e.c);
+        b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+        const std::vector<codegen::KernelSource> kernels = compiler::program_kernels(*b.g, h200, fast());
+        ASSERT_FALSE(kernels.empty());
+        const codegen::KernelSource& k = kernels.front();
+        EXPECT_EQ(k.choice, e.choice);
+        if (k.label != "attention_coop") continue;
+        EXPECT_EQ(k.required_subgroup_size, 32u);
+        const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(h200));
+        const codegen::SpirvNeeds needs = codegen::spirv_needs(*spirv, k.spec_values);
+        EXPECT_LE(needs.shared_bytes, 48u * 1024);
+        for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
+        // Strict keeps the f32 kernels.
+        EXPECT_EQ(compiler::program_kernels(*b.g, h200, {}).front().label, "attention");
+    }
+}
 
 // ---- errors ----
 

@@ -67,6 +67,29 @@ TEST(CapsProfiles, TheDecodeSplitFollowsTheComputeUnits) {
     }
 }
 
+// Issue 14: in fast precision the H200 runs the attention forwards of Whisper-tiny's encoder (1500
+// positions) and SmolLM2-135M's prefill (128 tokens, GQA) on cooperative matrices, in inference and in
+// training (whose f32 backward reads their logsumexp); strict keeps the f32 kernels.
+TEST(CapsProfiles, FastAttentionForwardsAreCooperativeOnTheH200) {
+    for (const auto& [name, layers] : {std::pair{"whisper", 4}, std::pair{"smollm2", 30}}) {
+        SCOPED_TRACE(name);
+        const models::BuiltModel m = models::find_model(name).build({.size = "full"});
+        for (const bool training : {false, true}) {
+            for (const Precision p : {Precision::Strict, Precision::Fast}) {
+                CompileOptions options{.precision = p};
+                if (training) options.loss = m.loss;
+                int coop = 0;
+                for (const codegen::KernelSource& k : compiler::program_kernels(*m.graph, profile("nvidia-h200"), options)) {
+                    if (k.label != "attention_coop") continue;
+                    ++coop;
+                    EXPECT_EQ(k.choice.rfind("cooperative: ", 0), 0u) << k.choice;
+                }
+                EXPECT_EQ(coop, p == Precision::Fast ? layers : 0) << (training ? "training" : "inference");
+            }
+        }
+    }
+}
+
 // wave64: a workgroup of 64-wide subgroups has half the threads per tile row of 32-wide ones, so the
 // smallest cooperative tile no longer splits evenly. It used to be chosen anyway, and generating it
 // threw "cooperative matmul tiles must divide evenly"; now it is declined with that reason.

@@ -24,10 +24,15 @@
 //
 // A forward with few rows on a device they leave idle (decode) splits its keys in SPLITS chunks,
 // one workgroup each (SPLIT: the forward stores the chunk's partials; attention_decode.cpp).
+//
+// The forward's variants, in order: the cooperative-matrix one in precision fast
+// (attention_coop.cpp), then flash-decoding for few rows, the blocked kernels for many, the row-wise
+// ones; the choice names the variant and why the cooperative one declined where it could have run.
 #include <algorithm>
 #include <bit>
 
 #include "codegen/attention_blocked.hpp"
+#include "codegen/attention_coop.hpp"
 #include "codegen/attention_decode.hpp"
 #include "codegen/families.hpp"
 
@@ -433,11 +438,12 @@ std::string out_row_glsl(const AttentionSpec& s) {
 
 namespace {
 
-// The interface and the shared GLSL of the three tiled kernels; `bindings` lists the inputs
-// before query_start, `outputs` those after it. splits > 0: the forward over that many key chunks.
+// The interface and the shared GLSL of the tiled kernels; `bindings` lists the inputs before
+// query_start, `outputs` those after it. splits > 0: the forward over that many key chunks.
+// `extensions` go right after #version.
 KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
-                          std::vector<Binding> inputs, const std::vector<Binding>& outputs, const char* body,
-                          uint64_t groups, uint32_t max_groups, uint32_t splits = 0) {
+                          std::vector<Binding> inputs, const std::vector<Binding>& outputs, const std::string& body,
+                          uint64_t groups, uint32_t max_groups, uint32_t splits = 0, const std::string& extensions = "") {
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
@@ -462,6 +468,7 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
     k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + body;
+    k.glsl.insert(k.glsl.find('\n') + 1, extensions);
     k.groups = grid_for(groups, max_groups);
     return k;
 }
@@ -474,7 +481,21 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
     const std::vector<Binding> qkv = {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}};
     const std::string row_count = std::to_string(rows) + " rows per kv head";
+    const std::vector<Binding> out_lse = {{"o", s.dtype, true}, {"lse", DType::F32, true}};
     AttentionForwardKernels out;
+    AttentionTiles coop = tiles;
+    const std::string coop_declined = fit_coop_forward(s, coop);
+    if (coop_declined.empty()) {
+        out.forward = tiled_kernel("attention_coop", s, coop, false, qkv, out_lse, coop_forward_glsl(s),
+                                   static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, coop.rows),
+                                   launch.max_groups, 0, coop_forward_extensions());
+        out.forward.required_subgroup_size = coop.coop_subgroup;
+        out.forward.choice = "cooperative: " + row_count + ", " + std::to_string(coop.rows) + " per workgroup, " +
+                             std::to_string(coop.tile) + "-key tiles";
+        return out;
+    }
+    // Said only where the device and precision would have run it.
+    const std::string not_coop = tiles.coop_subgroup ? "; cooperative declined: " + coop_declined : "";
     std::string not_split;
     if (!tiles.blocked || rows < kBlockedMinRows) {
         const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
@@ -484,7 +505,7 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
             out.forward = tiled_kernel("attention_chunks", s, t, false, qkv, {{"part", DType::F32, true}}, kForward,
                                        groups * split.splits, launch.max_groups, split.splits);
             out.forward.choice = "row-wise, " + row_count + ", keys in " + std::to_string(split.splits) + " chunks of " +
-                                 std::to_string(split.chunk) + " (flash-decoding): " + split.why;
+                                 std::to_string(split.chunk) + " (flash-decoding): " + split.why + not_coop;
             out.combine = attention_combine_kernel(s, split.splits, launch);
             out.partial_elements = s.batch * s.q_heads * s.q_len * split.splits * (s.head_dim + 2);
             return out;
@@ -495,14 +516,13 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward)
                                      : fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
     if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
-    out.forward = tiled_kernel("attention", s, t, blocked, qkv, {{"o", s.dtype, true}, {"lse", DType::F32, true}},
-                               blocked ? kBlockedForward : kForward,
+    out.forward = tiled_kernel("attention", s, t, blocked, qkv, out_lse, blocked ? kBlockedForward : kForward,
                                static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), launch.max_groups);
     out.forward.choice = (blocked ? rows >= kBlockedMinRows ? "blocked: " + row_count
                                                             : "blocked: a sweep of " + std::to_string(s.kv_len) +
                                                                   " keys past the device's loop limit"
                                   : "row-wise: " + row_count) +
-                         not_split;
+                         not_split + not_coop;
     return out;
 }
 

@@ -371,7 +371,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
                  matmul_detail::coop_defines(t, tuning) + epilogue + head + kCoopStaging +
-                 matmul_detail::kCoopProductGlsl + kCoopMain;
+                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + kCoopMain;
     } else {
         std::string why;
         const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning, &why);

@@ -215,12 +215,17 @@ struct AttentionTiles {
     uint32_t max_loop_iterations = 0;
     uint32_t compute_units = 0;  // DeviceCaps::compute_units (0: unknown): how many workgroups fill the device
     uint32_t forced_splits = 0;  // > 0: the forward's keys in this many chunks, 1: never split (MEGANEURA_ATTENTION_SPLITS)
+    // > 0: the subgroup size of the cooperative forward (attention_coop.cpp), where the matmuls run on
+    // cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
+    uint32_t coop_subgroup = 0;
+    const char* coop_declined = "precision strict";
 };
 // The forward: one kernel writing out and lse (f32 [B, Hq, Tq]), bindings q, k, v, [query_start],
-// out, lse. When few rows leave the device underfilled (decode), flash-decoding instead: `forward`
-// splits the keys across workgroups and writes each chunk's unnormalized output, max and sum into
-// an f32 scratch of partial_elements (its last binding), and `combine` (bindings: scratch, out, lse)
-// merges the chunks exactly, in a fixed order (attention_decode.cpp).
+// out, lse; on cooperative matrices where tiles.coop_subgroup is set and the problem suits them
+// (attention_coop.cpp). When few rows leave the device underfilled (decode), flash-decoding instead:
+// `forward` splits the keys across workgroups and writes each chunk's unnormalized output, max and
+// sum into an f32 scratch of partial_elements (its last binding), and `combine` (bindings: scratch,
+// out, lse) merges the chunks exactly, in a fixed order (attention_decode.cpp).
 struct AttentionForwardKernels {
     KernelSource forward;
     std::optional<KernelSource> combine;

@@ -85,8 +85,10 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const Ma
 uint32_t coop_shared_bytes(const CoopGeometry& g);
 // The tile for this GEMM on this device (tuning.forced_coop, else the least estimated time).
 CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
-// What the convolution family's cooperative kernels share with the matmul's: the extensions, the
-// geometry's #defines, its check, and the GLSL core. The core needs BM BN BK WM WN SG STAGES WG and
+// What the convolution family's cooperative kernels share with the matmul's (and the attention's
+// cooperative forward the first two): the extensions, the matrix types F16MAT and F32MAT with
+// `uvec4 pack8(vec4 lo, vec4 hi, float s)` (8 elements times s as halves, the shared layout the
+// loads read), the geometry's #defines, its check, and the GLSL core, after the types. The core needs BM BN BK WM WN SG STAGES WG and
 // A_K_INNER, B_K_INNER (each operand's shared order: k inner or k outer) defined before it, and
 // definitions of `void fetch(uint k0)` (group p of this thread's slice, 8 elements as two vec4s, to
 // put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `void store_element(uint m, uint n,
@@ -94,6 +96,7 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 // tuning.coop_scaled), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
 // (into acc) and `coop_store_elements()`.
 extern const char* const kCoopExtensions;
+extern const char* const kCoopTypesGlsl;
 extern const char* const kCoopProductGlsl;
 std::string coop_defines(const CoopGeometry& g, const MatmulTuning& tuning);
 // Whether the tile splits into WM x WN pieces of 16 and its slices into whole groups of 8 per thread

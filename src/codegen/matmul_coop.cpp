@@ -29,9 +29,20 @@ const char* const kCoopExtensions =
     "#extension GL_KHR_shader_subgroup_arithmetic : require\n"
     "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
-const char* const kCoopProductGlsl = R"(
+const char* const kCoopTypesGlsl = R"(
 #define F16MAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32MAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+// 8 elements as f16, times s (a power of two: exact, unless f16 underflows or overflows).
+uvec4 pack8(vec4 lo, vec4 hi, float s) {
+    lo *= s;
+    hi *= s;
+    return uvec4(packFloat2x16(f16vec2(lo.xy)), packFloat2x16(f16vec2(lo.zw)), packFloat2x16(f16vec2(hi.xy)),
+                 packFloat2x16(f16vec2(hi.zw)));
+}
+)";
+
+const char* const kCoopProductGlsl = R"(
 const uint WARPS_N = BN / WN;
 const uint FM = WM / 16u, FN = WN / 16u;
 #if A_K_INNER
@@ -55,14 +66,6 @@ shared uvec4 Bs[STAGES * B_ROWS * B_S4];
 shared float Cs[WG / SG * 256u];
 F32MAT acc[FM][FN];
 uint lid, warp, lane, wm, wn;
-
-// 8 elements as f16, times s (a power of two: exact, unless f16 underflows or overflows).
-uvec4 pack8(vec4 lo, vec4 hi, float s) {
-    lo *= s;
-    hi *= s;
-    return uvec4(packFloat2x16(f16vec2(lo.xy)), packFloat2x16(f16vec2(lo.zw)), packFloat2x16(f16vec2(hi.xy)),
-                 packFloat2x16(f16vec2(hi.zw)));
-}
 
 #ifndef A_RAW8
 #define A_RAW8 0
@@ -384,7 +387,7 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                        (spec.n % (f16 ? 8 : 4) == 0 && !e && parts.empty() ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
                        raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') +
-             loader_glsl(spec, 'b') + kMatmulStaging + kCoopProductGlsl + kMatmulMain;
+             loader_glsl(spec, 'b') + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
     return k;
 }

@@ -658,7 +658,12 @@ private:
         attention_siblings_[key] = sibling;
         const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
         if (!backward) {
-            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, t_.attention, t_.pointwise);
+            // The cooperative forward runs where the matmuls' cooperative kernels do (the start-up
+            // self-test turns both off).
+            codegen::AttentionTiles tiles = t_.attention;
+            tiles.coop_subgroup = t_.matmul.coop_subgroup;
+            tiles.coop_declined = t_.matmul.coop_declined;
+            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, tiles, t_.pointwise);
             if (!f.combine) return emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), pair));
             const int32_t partial = new_value({f.partial_elements}, DType::F32);  // the key chunks' records
             emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
