@@ -93,6 +93,21 @@ TEST(OptimizeTest, ForwardAndGradientNodesAreNotMerged) {
     expect_same_outputs(g, o, 5);
 }
 
+// A permute that keeps the order of its dims of size > 1 is a reshape (a decode step's split of the heads at
+// one token); one that moves them stays a permute.
+TEST(OptimizeTest, PermutesThatMoveNoElementAreReshapes) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 1, 3, 4});
+    g.output("split", g.tanh(g.permute(x, {0, 2, 1, 3})));  // [2, 3, 1, 4]: the 3 and the 4 keep their order
+    g.output("moved", g.tanh(g.permute(x, {0, 3, 1, 2})));  // [2, 4, 1, 3]: they swap
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.identities, 1u);
+    EXPECT_EQ(count_op(o, Op::Permute), 1u);
+    EXPECT_EQ(count_op(o, Op::Reshape), 1u);
+    expect_same_outputs(g, o, 8);
+}
+
 // Linear layers reading one input (q, k and v) become one product over their weights stacked by rows and
 // a slice of its columns each, computing the same values bit for bit; one read by a pointwise op (a SwiGLU's
 // gate, which its reader stores as the product's epilogue) stays its own product, and one nothing reads

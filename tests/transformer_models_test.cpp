@@ -143,6 +143,20 @@ TEST_F(KvCacheTest, LongCacheDecodeSplitsItsKeysAndEqualsTheFullForward) {
     expect_generation_follows(generator, tokens, kPrompt, want, c.vocab);
 }
 
+// At one token a decode step's split of the heads moves no element, so v's is a view, not a copy kernel
+// (optimize/'s identities): the program's only copies are the stacked q, k and v weights', three per
+// layer, and those are hoisted out of the run.
+TEST_F(KvCacheTest, ADecodeStepCopiesNothingButTheStackedWeights) {
+    const models::LlamaConfig c = models::LlamaConfig::tiny();
+    const models::BuiltModel decode = models::build_llama_cached(c, 1, 1, 11);
+    int64_t copies = 0;
+    for (const codegen::KernelSource& k : compiler::program_kernels(*decode.graph, device().context()->caps(), {})) {
+        copies += k.label == "copy";
+    }
+    EXPECT_EQ(copies, 3 * c.layers);
+    EXPECT_EQ(compile(*decode.graph, device()).stats().hoisted_dispatches, static_cast<size_t>(3 * c.layers));
+}
+
 // `meganeura generate` prints greedy continuations: each printed token is the argmax of the full
 // forward's logits at the position before it.
 TEST_F(KvCacheTest, GenerateIsGreedyUnderTheFullForward) {

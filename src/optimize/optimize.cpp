@@ -27,6 +27,20 @@ constexpr Op kNoOpWhenSameShape[] = {Op::Reshape, Op::Expand, Op::Cast, Op::Perm
 
 bool is_leaf(Op op) { return op == Op::Input || op == Op::Parameter || op == Op::State; }
 
+// A permute that keeps the order of its dims of size > 1 moves no element (a decode step's split of the
+// heads at one token, [B, 1, H, D] -> [B, H, 1, D]): it is a reshape, a view that costs no kernel.
+bool moves_no_element(const Node& n, const Graph& g) {
+    if (n.op != Op::Permute) return false;
+    const Shape& in = g.node(n.inputs[0]).shape;
+    int64_t last = -1;
+    for (int64_t d : n.ints) {
+        if (in[static_cast<size_t>(d)] == 1) continue;
+        if (d < last) return false;
+        last = d;
+    }
+    return true;
+}
+
 bool all_equal(const Node& c, double value) {
     return c.op == Op::Constant && std::all_of(c.data.begin(), c.data.end(), [&](double x) { return x == value; });
 }
@@ -74,12 +88,17 @@ Graph simplify(const Graph& g, Stats& s) {
     for (const auto& [name, id] : g.outputs()) is_output[static_cast<size_t>(id)] = true;
     // Identities and common subexpressions, in one sweep in node order.
     std::map<Key, int32_t> seen;
-    return rebuild(g, [&](size_t i, const Node& n, const Graph& out) -> int32_t {
+    return rebuild(g, [&](size_t i, Node& n, const Graph& out) -> int32_t {
         const bool has_nan = std::any_of(n.data.begin(), n.data.end(), [](double x) { return x != x; });  // no key order
         if (is_output[i] || is_leaf(n.op) || n.op == Op::Assign || has_nan) return kEmit;
         if (const int32_t same = identity_of(n, out); same >= 0) {
             ++s.identities;
             return same;
+        }
+        if (moves_no_element(n, out)) {
+            ++s.identities;
+            n.op = Op::Reshape;
+            n.ints.clear();
         }
         const Key key{n.op, n.inputs, n.shape, n.dtype, n.ints, n.data, n.flag, static_cast<int32_t>(i) >= g.gradient_start()};
         // Pointwise duplicates stay: fusion recomputes them inside each consumer's kernel, which is

@@ -9,8 +9,8 @@ namespace mn::optimize {
 constexpr int32_t kEmit = -1, kDropped = -2;  // what a rebuild's decision may say besides a node id
 
 // `decide(i, node, copy so far)` sees node i with its inputs already renumbered, and answers kEmit (copy
-// it), kDropped (nothing reads it) or the id of a node of the copy that stands for it (which it may emit
-// itself). The gradient boundary and the outputs carry over.
+// it, as decide may have changed it), kDropped (nothing reads it) or the id of a node of the copy that
+// stands for it (which it may emit itself). The gradient boundary and the outputs carry over.
 template <class Decide>
 Graph rebuild(const Graph& g, Decide&& decide) {
     Graph out;
