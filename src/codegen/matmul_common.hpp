@@ -83,7 +83,7 @@ struct CoopGeometry {
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
 uint32_t coop_shared_bytes(const CoopGeometry& g);
-// The tile for this GEMM on this device (tuning.forced_coop, else the least estimated time).
+// The tile for this GEMM on this device (tuning.forced_coop, else by the product's size).
 CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
 // What the convolution family's cooperative kernels share with the matmul's (and the attention's
 // cooperative forward the first two): the extensions, the matrix types F16MAT and F32MAT with

@@ -61,8 +61,8 @@ struct Tuning {
     enum class FastGradients { F32, ConvInput, F16 };
     FastGradients fast_gradients = FastGradients::ConvInput;
 };
-// Precision Fast lets matmuls use f16 cooperative matrices (f32 accumulation) where the device
-// has them; every other op stays f32.
+// Precision Fast lets matmuls, convolutions and the attention forward use f16 cooperative matrices
+// (f32 accumulation) where the device has them; every other op stays f32. In tuning.cpp.
 Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.

@@ -1,0 +1,127 @@
+// Device tuning: what the kernel families are told about the device (workgroup sizes, shared memory,
+// compute units, cooperative matrices) for a precision, and the MEGANEURA_* overrides of their choices.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "schedule/schedule.hpp"
+
+namespace mn::sched {
+
+namespace {
+
+// The NV cooperative-matrix shape the coop matmul is written for: f16 x f16 + f32 -> f32, 16x16x16.
+bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
+    for (const auto& s : caps.coop_nv) {
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
+            s.result_type == "f32")
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
+    Tuning t;
+    const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
+                                          caps.max_workgroup_count[2]});
+    // CPU drivers run a workgroup as one thread's loop: small groups keep barriers cheap.
+    const bool cpu = caps.type == "cpu";
+    const uint32_t wg = std::min<uint32_t>(cpu ? 64 : 256, caps.max_workgroup_invocations);
+    t.pointwise = {.local_size = wg, .max_groups = max_groups};
+    t.max_fused_inputs = std::min<uint32_t>(16, caps.max_storage_buffers_per_stage - 1);
+    t.max_batch_bindings = std::min<uint32_t>(1024, caps.max_storage_buffers_per_stage);
+    t.reduction = {.local_size = wg, .max_groups = max_groups};
+    // Attention: a CPU driver runs a workgroup as one loop, so small groups. A GPU's blocked kernels
+    // get 64 rows with 16 threads per group of 4 (256 threads; 4 head-dim columns each at D = 64) and
+    // 64-key tiles, shrunk to fit shared memory: on the H200 (Whisper, 1500 keys) wider groups won
+    // over fewer threads with more columns each (bench/results/2026-11-29-attention-h200.md). The
+    // row-wise kernels of few-row problems (decode) widen their rows to up to 32 threads anyway.
+    t.attention = {.rows = cpu ? 16u : 64u, .threads_per_row = cpu ? 4u : 16u, .tile = cpu ? 32u : 64u,
+                   .shared_bytes = caps.max_shared_memory, .max_invocations = caps.max_workgroup_invocations,
+                   .max_loop_iterations = caps.max_loop_iterations, .compute_units = caps.compute_units};
+    while (t.attention.rows > 4 && t.attention.rows / 4 * t.attention.threads_per_row > caps.max_workgroup_invocations) {
+        t.attention.rows /= 2;
+    }
+    // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile[,rowwise] forces the attention tiles (tests,
+    // tuning on a new device); they still shrink to fit shared memory. ",rowwise" keeps every problem
+    // on the row-wise kernels.
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_TILES"); e && *e) {
+        codegen::AttentionTiles a = t.attention;
+        char kernel[16] = "";
+        const int n = std::sscanf(e, "%u,%u,%u,%15s", &a.rows, &a.threads_per_row, &a.tile, kernel);
+        a.blocked = n == 3;
+        const uint32_t threads = a.blocked ? a.rows / 4 * a.threads_per_row : a.rows * a.threads_per_row;
+        if ((n != 3 && !(n == 4 && std::string(kernel) == "rowwise")) || !a.rows || !a.threads_per_row || !a.tile ||
+            (a.blocked && a.rows % 4) || threads > caps.max_workgroup_invocations) {
+            throw Error(std::string("MEGANEURA_ATTENTION_TILES must be rows,threads_per_row,tile[,rowwise] within the "
+                                    "device's workgroup size (blocked: rows a multiple of 4, rows / 4 * threads), got '") +
+                        e + "'");
+        }
+        t.attention = a;
+    }
+    // MEGANEURA_ATTENTION_SPLITS=<n> splits a row-wise forward's keys into n chunks (1: never), as
+    // MEGANEURA_MATMUL_SPLITS does K (tests, tuning on a new device).
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_SPLITS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0 || v > 65535) {
+            throw Error(std::string("MEGANEURA_ATTENTION_SPLITS must be a count from 1 to 65535, got '") + e + "'");
+        }
+        t.attention.forced_splits = static_cast<uint32_t>(v);
+    }
+    t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
+                .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
+                .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
+    // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
+    if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
+        caps.vulkan_memory_model && caps.subgroup_size_control) {
+        t.matmul.coop_subgroup = caps.subgroup_size;
+    } else if (precision == Precision::Fast) {
+        t.matmul.coop_declined = "the device lacks NV f16 cooperative matrices at 16x16x16, f16, the memory model or "
+                                 "subgroup size control";
+    }
+    // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
+    // new device).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
+        unsigned bm = 0, bk = 0;
+        char extra = 0;
+        const int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, or 64/32, got '") + e + "'");
+        }
+        t.matmul.forced_bm = bm;
+        t.matmul.forced_bk = bk;
+    }
+    // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
+    if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(e, &end, 10);
+        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
+        t.matmul.forced_splits = static_cast<uint32_t>(v);
+    }
+    if (const char* e = std::getenv("MEGANEURA_FAST_GRADIENTS"); e && *e) {
+        using FG = Tuning::FastGradients;
+        const std::string v = e;
+        if (v != "f16" && v != "f32" && v != "auto") {
+            throw Error("MEGANEURA_FAST_GRADIENTS must be f32, f16 or auto, got '" + v + "'");
+        }
+        t.fast_gradients = v == "f16" ? FG::F16 : v == "f32" ? FG::F32 : FG::ConvInput;
+    }
+    // MEGANEURA_COOP_TILE=bm,bn,wm,wn,bk,stages forces the cooperative kernels' tile (tuning on a new
+    // device); the kernel generator checks that it divides evenly.
+    if (const char* e = std::getenv("MEGANEURA_COOP_TILE"); e && *e) {
+        auto& f = t.matmul.forced_coop;
+        char extra = 0;
+        if (std::sscanf(e, "%u,%u,%u,%u,%u,%u%c", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &extra) != 6 || !f[0] ||
+            !f[1] || !f[2] || !f[3] || !f[4] || !f[5]) {
+            throw Error(std::string("MEGANEURA_COOP_TILE must be bm,bn,wm,wn,bk,stages such as 128,128,64,32,32,2, got '") +
+                        e + "'");
+        }
+    }
+    return t;
+}
+
+}  // namespace mn::sched
