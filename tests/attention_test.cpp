@@ -326,7 +326,6 @@ INSTANTIATE_TEST_SUITE_P(Attention, AttentionTileShapes, ::testing::Values("16,4
 // cases' random operands (uniform in [-2, 2)) gives relative L2 errors up to 4.5e-4 in out, 4e-5 in
 // the logsumexp and 3.5e-4 in dq, dk and dv through the f32 backward, hence 2e-3, the other fast tests'
 // bound. Elsewhere fast attention is the f32 kernels and matches as strict does.
-bool coop_device() { return sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0; }
 double fast_tolerance() { return coop_device() ? 2e-3 : 1e-5; }
 
 CompileOptions fast() {

@@ -10,6 +10,7 @@
 #include "meganeura/meganeura.hpp"
 #include "reference/reference.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 
 namespace mn::test {
 
@@ -21,6 +22,11 @@ inline Device& device() {
 // Fails the current test when the validation layer said anything since the last call.
 inline void expect_no_validation_messages() {
     for (const auto& m : device().context()->take_validation_messages()) ADD_FAILURE() << "validation: " << m;
+}
+
+// Whether precision fast runs the cooperative-matrix kernels here (the H200; never lavapipe).
+inline bool coop_device() {
+    return sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
 }
 
 class GpuTest : public ::testing::Test {

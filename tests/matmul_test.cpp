@@ -76,10 +76,6 @@ void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, Comp
     }
 }
 
-bool device_has_coop() {
-    return sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
-}
-
 TEST_F(MatmulTest, TiledEveryGeometry) {
     for (const char* bm : {"", "128", "64", "32"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
@@ -119,7 +115,7 @@ TEST_F(MatmulTest, VeryLongK) {
 // f32 accumulation adds ~1e-7 * sqrt(K). 2e-3 leaves a factor ~3. Elsewhere Fast must fall back to
 // the f32 kernels and match like Strict.
 TEST_F(MatmulTest, FastPrecision) {
-    const bool coop = device_has_coop();
+    const bool coop = coop_device();
     const double tol = coop ? 2e-3 : 1e-5;
     CompileOptions fast;
     fast.precision = Precision::Fast;
@@ -156,7 +152,7 @@ TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
     s.run();
     const auto times = s.profile();
     ASSERT_EQ(times.size(), 1u);
-    EXPECT_EQ(times[0].first, device_has_coop() ? "matmul_coop" : "matmul");
+    EXPECT_EQ(times[0].first, coop_device() ? "matmul_coop" : "matmul");
 }
 
 // The start-up check passes on this device (where it has no cooperative matrices, precision fast
@@ -311,7 +307,7 @@ Graph linear_gradients(int64_t rows, int64_t in, int64_t out, const char* dy_nam
 // keep them, at f16's relative precision (see FastPrecision). Both operand orders of a linear layer's
 // backward (dx = dy @ W, dW = dy^T @ x).
 TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
-    const double tol = device_has_coop() ? 2e-3 : 1e-5;
+    const double tol = coop_device() ? 2e-3 : 1e-5;
     ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16");  // the scaled cooperative gradient products
     CompileOptions fast;
     fast.precision = Precision::Fast;
@@ -329,7 +325,7 @@ TEST_F(MatmulTest, FastGradientProductsKeepTinyGradients) {
 // 1e3), in an order that shrinks the scale several times, on both operands (dx's K is dy's
 // columns, dW's is the rows of dy and x). Unsplit, so one workgroup sees every slice.
 TEST_F(MatmulTest, FastGradientProductsRescaleAlongK) {
-    const double tol = device_has_coop() ? 2e-3 : 1e-5;
+    const double tol = coop_device() ? 2e-3 : 1e-5;
     ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16");
     ScopedEnv unsplit("MEGANEURA_MATMUL_SPLITS", "1");
     CompileOptions fast;

@@ -284,7 +284,7 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
     const bool pointwise = conv_is_pointwise(spec.weight, spec.attrs);
     const int64_t batch = spec.x[0], c = spec.x[1], o = spec.weight[0], p = spec.x[2] * spec.x[3];
     if (!pointwise || (spec.mode == ConvMode::GradWeight && batch > 1 && spec.dtype != DType::F32)) return std::nullopt;
-    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = spec.epilogue};
+    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = spec.epilogue, .a_f16 = spec.weight_f16};
     switch (spec.mode) {
         case ConvMode::Forward:
             m.m = o, m.n = p, m.k = c, m.a_batch_strides = {0}, m.b_batch_strides = {c * p};
@@ -328,7 +328,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     switch (spec.mode) {
         case ConvMode::Forward:
             k.label = "conv2d";
-            k.iface.bindings = {{"X", spec.dtype}, {"Wt", spec.dtype}, {"Y", spec.dtype, true}};
+            k.iface.bindings = {{"X", spec.dtype}, {"Wt", spec.weight_f16 ? DType::F16 : spec.dtype}, {"Y", spec.dtype, true}};
             m = og, n = x[0] * y[2] * y[3], depth = cg * kk, out_elems = numel(y), mode = kForward;
             break;
         case ConvMode::GradInput:

@@ -117,7 +117,12 @@ struct MatmulSpec {
     // The output's columns as separate tensors, these widths in order (batch-free products only): column j
     // of a row goes to the part that holds it, bound after the first (c) in order. Empty: one tensor.
     std::vector<int64_t> column_parts;
+    // An operand stored as f16 in an f32 product (precision fast: a weight cast once, schedule/lower.cpp), so the
+    // product reads half the bytes; it multiplies as the f32 operand rounded to f16 would.
+    bool a_f16 = false, b_f16 = false;
 };
+// The dtype operand x ('a' or 'b') is stored in.
+DType operand_dtype(const MatmulSpec& spec, char x);
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
 struct MatmulTuning {
     uint32_t max_groups = 65535;         // per grid dimension
@@ -163,6 +168,7 @@ struct ConvSpec {
     Shape x, weight, y;          // [N, C, H, W], [O, C / groups, KH, KW], [N, O, OH, OW]
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
     const Epilogue* epilogue = nullptr;  // Forward only
+    bool weight_f16 = false;  // Forward only: the weight stored as f16 (MatmulSpec::a_f16's reason)
 };
 // `kernels` as the matmul family's: the product, and where K is split (or a 1x1 weight gradient
 // sums over images) an f32 scratch of partial_elements it writes and `sum` reduces into the output.

@@ -14,6 +14,8 @@
 
 namespace mn::codegen {
 
+DType operand_dtype(const MatmulSpec& spec, char x) { return (x == 'a' ? spec.a_f16 : spec.b_f16) ? DType::F16 : spec.dtype; }
+
 namespace matmul_detail {
 
 namespace {
@@ -116,7 +118,7 @@ KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std:
     add_batch_constants(k, "BS", spec.b_batch_strides, 0);
     k.iface.spec_constants.insert(k.iface.spec_constants.end(), {"NB", "KSPLIT"});
     k.spec_values.insert(k.spec_values.end(), {checked_u32(std::max<int64_t>(numel(spec.batch), 1), "matmul batch"), k_split});
-    k.iface.bindings = {{"a", spec.dtype}, {"b", spec.dtype}, {"c", spec.dtype, true}};
+    k.iface.bindings = {{"a", operand_dtype(spec, 'a')}, {"b", operand_dtype(spec, 'b')}, {"c", spec.dtype, true}};
     checked_u32(numel(spec.batch) * spec.m * spec.n, "matmul output size");
     return k;
 }
@@ -124,11 +126,13 @@ KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std:
 bool vec4_operand(const MatmulSpec& spec, char operand) { return inner_dim(spec, operand) % 4 == 0; }
 
 std::string common_glsl(const MatmulSpec& spec) {
-    const std::string s4 = spec.dtype == DType::F16 ? "f16vec4" : "vec4";
-    std::string g = "#define STORE " + std::string(storage_type(spec.dtype)) + "\n#define STORE4 " + s4 + "\n";
+    auto vec4_of = [](DType d) { return std::string(d == DType::F16 ? "f16vec4" : "vec4"); };
+    std::string g = "#define STORE " + std::string(storage_type(spec.dtype)) + "\n#define STORE4 " + vec4_of(spec.dtype) + "\n";
     // Second views of the same bindings, 4 elements wide (Vulkan allows aliased descriptors).
-    g += "layout(std430, set = 0, binding = 0) readonly buffer B_a4 { STORE4 d[]; } a4;\n"
-         "layout(std430, set = 0, binding = 1) readonly buffer B_b4 { STORE4 d[]; } b4;\n"
+    g += "layout(std430, set = 0, binding = 0) readonly buffer B_a4 { " + vec4_of(operand_dtype(spec, 'a')) +
+         " d[]; } a4;\n"
+         "layout(std430, set = 0, binding = 1) readonly buffer B_b4 { " + vec4_of(operand_dtype(spec, 'b')) +
+         " d[]; } b4;\n"
          "layout(std430, set = 0, binding = 2) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
     g += R"(
 void batch_offsets(uint z, out uint a_off, out uint b_off) {

@@ -373,14 +373,15 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     const std::string epilogue = epilogue_glsl(e, k);
     // VEC_C stores whole accumulators straight to memory (rows of whole 16 bytes): an epilogue or column
     // parts go element by element.
-    // An f16 operand whose rows (and batch entries) are whole groups of 8 halves is fetched and
-    // staged as it is (the scaled kernels scale f32 operands: gradients are f32).
+    // An f16 operand (of an f16 product, or an f32 product's f16 weight) whose rows (and batch entries) are
+    // whole groups of 8 halves is fetched and staged as it is (the scaled kernels scale f32 operands:
+    // gradients are f32).
     const bool f16 = spec.dtype == DType::F16;
     auto raw8 = [&](char x) {
         const auto& strides = x == 'a' ? spec.a_batch_strides : spec.b_batch_strides;
         const bool whole = inner_dim(spec, x) % 8 == 0 &&
                            std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s % 8 == 0; });
-        return f16 && !tuning.coop_scaled && whole ? "1" : "0";
+        return operand_dtype(spec, x) == DType::F16 && !tuning.coop_scaled && whole ? "1" : "0";
     };
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +

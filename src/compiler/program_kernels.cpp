@@ -26,7 +26,9 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
         append_training(program, program.handle(options.loss->id), options);
     }
     if (options.optimize) program = optimize::optimize(program);
-    sched::Schedule s = lower_program(program, sched::tune_for(caps, options.precision));
+    sched::Tuning tuning = sched::tune_for(caps, options.precision);
+    if (options.loss) tuning.f16_weights = false;  // as compile does: the weights change every step
+    sched::Schedule s = lower_program(program, tuning);
     sched::order_by_level(s);
     std::vector<codegen::KernelSource> kernels;
     for (sched::Step& step : s.steps) kernels.push_back(std::move(step.kernel));

@@ -40,6 +40,7 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
+        if (t_.f16_weights) mark_invariant();
         for (size_t i = 0; i < live.size(); ++i) {
             if (fusion_.epilogue_of[i] >= 0) epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
         }
@@ -541,10 +542,43 @@ private:
         lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
     }
 
+    // Nodes that depend on parameters, constants and state no assignment writes alone, which a program that
+    // does not train computes once (hoist.cpp decides the same for the steps).
+    void mark_invariant() {
+        const auto& nodes = g_.nodes();
+        std::vector<bool> assigned(nodes.size(), false);
+        for (const Node& n : nodes) {
+            if (n.op == Op::Assign) assigned[static_cast<size_t>(n.inputs[0])] = true;
+        }
+        invariant_.assign(nodes.size(), false);
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            const Node& n = nodes[i];
+            if (op_info(n.op).archetype == Archetype::Leaf) {
+                invariant_[i] = n.op == Op::Parameter || n.op == Op::Constant || (n.op == Op::State && !assigned[i]);
+            } else if (n.op != Op::Assign) {
+                invariant_[i] = std::all_of(n.inputs.begin(), n.inputs.end(),
+                                            [&](int32_t in) { return invariant_[static_cast<size_t>(in)]; });
+            }
+        }
+    }
+
+    // Operand `node` (lowered to value v) of a product, as an f16 copy where Tuning::f16_weights allows
+    // (an f32 operand that depends on parameters alone), cast once per value however many products read it
+    // (a tied embedding and lm head); -1 where not.
+    int32_t f16_weight(int32_t node, int32_t v) {
+        if (!t_.f16_weights || !invariant_[static_cast<size_t>(node)] || value(v).dtype != DType::F32) return -1;
+        auto [it, fresh] = f16_copies_.try_emplace(v, -1);
+        if (fresh) {
+            it->second = new_value(value(v).shape, DType::F16);
+            pointwise(Op::Cast, {v}, it->second);
+        }
+        return it->second;
+    }
+
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
-        const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
-        const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
+        const Shape sa = s_.values[static_cast<size_t>(a)].shape;
+        const Shape sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
         auto batch_strides = [&](const Shape& s) {
             const Shape sb_(s.begin(), s.end() - 2);
@@ -560,6 +594,8 @@ private:
         if (outs.size() > 1) {
             for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
         }
+        if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
+        if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) b = b16, spec.b_f16 = true;
         emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, epilogue_inputs);
     }
 
@@ -585,7 +621,10 @@ private:
         const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
         codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints, .epilogue = epilogue};
         switch (n.op) {
-            case Op::Conv2d: spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape; break;
+            case Op::Conv2d:
+                spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
+                if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) b = b16, spec.weight_f16 = true;
+                break;
             case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
             default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
@@ -689,6 +728,8 @@ private:
     Schedule s_;
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
+    std::vector<bool> invariant_;                  // by node, where Tuning::f16_weights (mark_invariant)
+    std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;

@@ -60,6 +60,13 @@ struct Tuning {
     // weight gradient (1x1 convolutions included) was no faster scaled than f32.
     enum class FastGradients { F32, ConvInput, F16 };
     FastGradients fast_gradients = FastGradients::ConvInput;
+    // Precision fast: a matmul or convolution operand that depends on parameters alone (a weight, ResNet-50's
+    // folded weights, the stacked q/k/v) is read as an f16 copy, which a program that does not train
+    // computes once (hoist.cpp) and a training step would compute every step, so the compiler turns this off
+    // for training. On where the cooperative kernels run (they stage f16 operands anyway, so the values are
+    // the same; the GEMVs of a decode step round their weights to f16 too), unless MEGANEURA_F16_WEIGHTS=0;
+    // MEGANEURA_F16_WEIGHTS=1 turns it on in precision fast on any device (tests on lavapipe).
+    bool f16_weights = false;
 };
 // Precision Fast lets matmuls, convolutions and the attention forward use f16 cooperative matrices
 // (f32 accumulation) where the device has them; every other op stays f32. In tuning.cpp.

@@ -83,6 +83,12 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         t.matmul.coop_declined = "the device lacks NV f16 cooperative matrices at 16x16x16, f16, the memory model or "
                                  "subgroup size control";
     }
+    t.f16_weights = t.matmul.coop_subgroup != 0;
+    if (const char* e = std::getenv("MEGANEURA_F16_WEIGHTS"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") throw Error("MEGANEURA_F16_WEIGHTS must be 0 or 1, got '" + v + "'");
+        t.f16_weights = v == "1" && precision == Precision::Fast;
+    }
     // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
     // new device).
     if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
