@@ -15,7 +15,7 @@ namespace {
 
 // Products over weights: a linear layer (tiled), the same weight in a GEMV (cast once for both), a 3x3
 // convolution over weights folded from a scale (derived from parameters, as ResNet-50's batch norms), a 1x1
-// convolution, and a product of two activations, which stays f32. With `rounded`, every weight operand is
+// convolution, a strided one over 8 channels, and a product of two activations, which stays f32. With `rounded`, every weight operand is
 // cast to f16 and back in the graph itself: the reference's view of what the session computes.
 struct Products {
     Graph g;
@@ -32,6 +32,9 @@ struct Products {
         Tensor folded = g.parameter("w2", {5, 3, 3, 3}) * g.exp(g.parameter("scale", {5, 1, 1, 1}));
         g.output("conv3x3", g.conv2d(img, weight(folded), std::nullopt, {.padding = 1}));
         g.output("conv1x1", g.conv2d(img, weight(g.parameter("w3", {4, 3, 1, 1}))));
+        // 8 channels x 9 taps: rows of whole 16-byte groups, which the cooperative convolution loads 8 at a time.
+        g.output("conv8", g.conv2d(g.input("img8", {2, 8, 7, 7}), weight(g.parameter("w4", {6, 8, 3, 3})), std::nullopt,
+                                   {.stride = 2, .padding = 1}));
         g.output("activations", g.matmul(x, y1, true, false));
         loss = g.mean(y1 * y1);
     }
@@ -62,8 +65,8 @@ TEST(F16WeightsTest, ProductsReadTheirWeightsCastOnceToF16) {
     ScopedEnv off_env("MEGANEURA_F16_WEIGHTS", "0");
     Products plain(false);
     Session off = compile(plain.g, device(), {.precision = Precision::Fast});
-    // Three casts, all hoisted (w1 once for its two products, the folded weights, w3); the run is as long.
-    EXPECT_EQ(on.hoisted_dispatches, off.stats().hoisted_dispatches + 3);
+    // Four casts, all hoisted (w1 once for its two products, the folded weights, w3, w4); the run is as long.
+    EXPECT_EQ(on.hoisted_dispatches, off.stats().hoisted_dispatches + 4);
     EXPECT_EQ(on.dispatches, off.stats().dispatches);
 }
 
