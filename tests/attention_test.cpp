@@ -417,7 +417,9 @@ TEST_F(AttentionGpu, FastForwardTrainsThroughTheF32Backward) {
 // window behind a dynamic start, head dims of 32, 48 (an odd count of 16-wide fragments), 80 and 128
 // (32-row tiles), 1 and 7 queries against 33 keys (a single query: dQ stays on the f32 kernels, fewer
 // than 16 rows per kv head), and a gradient far below f16's normal range (dO ~ 1e-6: the staged dO and dS
-// are scaled by powers of two). On lavapipe these are the f32 kernels, within their 1e-5.
+// are scaled by powers of two). Elsewhere they would be the f32 kernels that AttentionBackward and
+// FastForwardTrainsThroughTheF32Backward run already, at a cost lavapipe cannot afford (JIT-compiling a
+// new shape's f32 backward took it up to 6 minutes here), so only the choice is checked there.
 const std::vector<Case> kFastGradCases = {
     {"whisper_like_100_d64", 1, 6, 6, 100, 100, 64},
     {"causal_gqa_9_of_3_70_d64", 1, 9, 3, 70, 70, 64, true},
@@ -440,6 +442,7 @@ TEST_P(AttentionFastBackward, MatchesReference) {
     const bool coop_q = coop_device() && c.q_len * (c.q_heads / c.kv_heads) >= 16;
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_q_coop"), coop_q ? 1 : 0);
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_kv_coop"), coop_device() ? 1 : 0);
+    if (!coop_device()) GTEST_SKIP() << "no cooperative matrices: the f32 backward, tested by AttentionBackward";
     expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
 }
 
