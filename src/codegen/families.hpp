@@ -221,8 +221,8 @@ struct AttentionTiles {
     uint32_t max_loop_iterations = 0;
     uint32_t compute_units = 0;  // DeviceCaps::compute_units (0: unknown): how many workgroups fill the device
     uint32_t forced_splits = 0;  // > 0: the forward's keys in this many chunks, 1: never split (MEGANEURA_ATTENTION_SPLITS)
-    // > 0: the subgroup size of the cooperative forward (attention_coop.cpp), where the matmuls run on
-    // cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
+    // > 0: the subgroup size of the cooperative kernels (attention_coop.cpp, attention_coop_backward.cpp),
+    // where the matmuls run on cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
     uint32_t coop_subgroup = 0;
     const char* coop_declined = "precision strict";
 };
@@ -241,6 +241,8 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, con
 // delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
 // Bindings: out, d_out, delta.
 KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
+// The backward kernels run on cooperative matrices where tiles.coop_subgroup is set and the problem
+// suits them (attention_coop_backward.cpp); their choice names the variant and why that one declined.
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
 KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 // One workgroup per block of keys of one kv head, looping over every query row of its group, so

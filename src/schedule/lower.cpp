@@ -677,7 +677,7 @@ private:
         if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
         auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
         if (n.op == Op::AttentionGradQ) {
-            emit(codegen::attention_grad_q_kernel(spec, t_.attention, t_.pointwise.max_groups),
+            emit(codegen::attention_grad_q_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
                  cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out}));
             return;
         }
@@ -695,20 +695,29 @@ private:
         attention_siblings_[key] = sibling;
         const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
         if (!backward) {
-            // The cooperative forward runs where the matmuls' cooperative kernels do (the start-up
-            // self-test turns both off).
-            codegen::AttentionTiles tiles = t_.attention;
-            tiles.coop_subgroup = t_.matmul.coop_subgroup;
-            tiles.coop_declined = t_.matmul.coop_declined;
-            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, tiles, t_.pointwise);
+            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
             if (!f.combine) return emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), pair));
             const int32_t partial = new_value({f.partial_elements}, DType::F32);  // the key chunks' records
             emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
             emit(std::move(*f.combine), cat({partial}, pair));
         } else {
-            emit(codegen::attention_grad_kv_kernel(spec, t_.attention, t_.pointwise.max_groups),
+            emit(codegen::attention_grad_kv_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
                  cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair));
         }
+    }
+
+    // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
+    // turns both off); the backward's (its products scale dO and dS as the scaled matmuls do) unless
+    // MEGANEURA_FAST_GRADIENTS=f32 keeps every gradient product f32.
+    codegen::AttentionTiles attention_tiles(bool backward) const {
+        codegen::AttentionTiles tiles = t_.attention;
+        tiles.coop_subgroup = t_.matmul.coop_subgroup;
+        tiles.coop_declined = t_.matmul.coop_declined;
+        if (backward && tiles.coop_subgroup && t_.fast_gradients == Tuning::FastGradients::F32) {
+            tiles.coop_subgroup = 0;
+            tiles.coop_declined = "a gradient, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)";
+        }
+        return tiles;
     }
 
     // delta = rowsum(d_out * out), once per (out, d_out) pair.
