@@ -287,5 +287,8 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
 // start read from a buffer and clamped into [0, dim - len).
 KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
                                   const Launch& launch);
+// The same rows written in place into y, the rest of which it leaves as it is: one thread per element
+// of src (schedule/fusion.hpp's cache write in place). Bindings: src, start, y.
+KernelSource slice_write_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner, const Launch& launch);
 
 }  // namespace mn::codegen

@@ -60,6 +60,9 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i), epilogue_roots);
         }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks where every other kernel runs
+            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
+        }
         return std::move(plan_);
     }
 
@@ -299,6 +302,44 @@ private:
                 if (g_.node(reader).shape != v.shape || plan_.epilogue_of[static_cast<size_t>(reader)] >= 0) return;
             } else if (k > writer) {
                 return;  // a later kernel still needs the old contents
+            }
+        }
+        plan_.in_place_of[static_cast<size_t>(value)] = target;
+        plan_.assign_elided[static_cast<size_t>(assign)] = true;
+    }
+
+    // The node after whose place in graph order the kernel that reads node n is emitted: its kernel's, or for a
+    // split of the heads that a RoPE reads in place, the RoPE's; an assignment's copy and a batched update run
+    // after every other kernel (lower.cpp).
+    int32_t emitted_at(int32_t n) const {
+        const int32_t k = kernel_of(n);
+        if (const int32_t rope = plan_.heads_split_by[static_cast<size_t>(k)]; rope >= 0) return kernel_of(rope);
+        const bool last = (g_.node(k).op == Op::Assign && !plan_.assign_elided[static_cast<size_t>(k)]) ||
+                          plan_.batched_update[static_cast<size_t>(k)] >= 0;
+        return last ? static_cast<int32_t>(g_.nodes().size()) : k;
+    }
+
+    // See fusion.hpp: assign(x, slice_scatter(x, src, axis, start)) writes src's rows into x in place, when the
+    // assignment alone reads the slice_scatter and every other reader of x's old contents runs in an earlier kernel.
+    void try_write_rows_in_place(int32_t assign) {
+        const Node& a = g_.node(assign);
+        const int32_t target = a.inputs[0], value = a.inputs[1];
+        const Node& v = g_.node(value);
+        if (v.op != Op::SliceScatter || v.inputs[0] != target || is_root_[static_cast<size_t>(value)] ||
+            consumers_[static_cast<size_t>(value)] != std::vector<int32_t>{assign}) {
+            return;
+        }
+        std::vector<int32_t> views{target};  // the target's readers, through its views
+        while (!views.empty()) {
+            const int32_t at = views.back();
+            views.pop_back();
+            for (int32_t r : consumers_[static_cast<size_t>(at)]) {
+                if (r == assign || r == value) continue;
+                if (g_.node(r).op == Op::Reshape) {
+                    views.push_back(r);
+                } else if (emitted_at(r) >= value) {
+                    return;  // it would read the new rows
+                }
             }
         }
         plan_.in_place_of[static_cast<size_t>(value)] = target;

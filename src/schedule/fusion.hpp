@@ -32,6 +32,13 @@
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
 //
+// An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
+// KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
+// of src's size, where the slice_scatter copied all of x with the rows in it and the assignment copied that
+// back (two kernels over the whole cache per token). When that is safe: the assignment alone reads the
+// slice_scatter (it is no output), and every other reader of x's old contents runs in an earlier kernel (the
+// level order puts the write after them; those that read the assignment read x after it).
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -50,7 +57,8 @@ inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || 
 
 struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel
-    std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
+    // per node: the target node it is written into (a pointwise root's whole value; a SliceScatter's rows), or -1
+    std::vector<int32_t> in_place_of;
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1

@@ -328,6 +328,7 @@ private:
         if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
             const int32_t v = view_for(id, value_of(target));
             s_.node_value[static_cast<size_t>(id)] = v;
+            if (n.op == Op::SliceScatter) return slice_scatter(n, v, true);
             if (!stored) fused_pointwise(id, v);
             return;
         }
@@ -471,17 +472,24 @@ private:
             case Op::Rope:
                 lower_rope(n, out, false);
                 return true;
-            case Op::SliceScatter: {
-                const auto axis = static_cast<size_t>(n.ints[0]);
-                int64_t outer = 1, inner = 1;
-                for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
-                for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
-                emit(codegen::slice_scatter_kernel(n.dtype, outer, n.shape[axis], g_.node(n.inputs[1]).shape[axis], inner,
-                                                   t_.pointwise), bind(ins));
+            case Op::SliceScatter:
+                slice_scatter(n, out, false);
                 return true;
-            }
             default: return false;
         }
+    }
+
+    // A SliceScatter node into out: a copy of x with src's rows in it, or in place (out a view of x,
+    // FusionPlan::in_place_of), src's rows alone.
+    void slice_scatter(const Node& n, int32_t out, bool in_place) {
+        const auto axis = static_cast<size_t>(n.ints[0]);
+        int64_t outer = 1, inner = 1;
+        for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
+        for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+        const int64_t dim = n.shape[axis], len = g_.node(n.inputs[1]).shape[axis];
+        const int32_t src = value_of(n.inputs[1]), start = value_of(n.inputs[2]);
+        if (in_place) return emit(codegen::slice_write_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {src, start, out});
+        emit(codegen::slice_scatter_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {value_of(n.inputs[0]), src, start, out});
     }
 
     // A norm node's rows: the last dim (RMSNorm, LayerNorm), or (image, group) pairs (GroupNorm).
