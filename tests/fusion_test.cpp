@@ -1,6 +1,7 @@
 // Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "compiler/program_kernels.hpp"
 #include "compiler/training.hpp"
@@ -420,6 +421,50 @@ TEST_F(FusionTest, CacheRowsAreWrittenInPlaceAfterTheOldContentsAreRead) {
             }
             feeds["s"] = want[static_cast<size_t>(scattered.id)];
             EXPECT_LE(relative_l2(sess.get("s"), feeds["s"].data), 1e-6) << c << " s at " << at;
+        }
+    }
+}
+
+// Rotated keys that only a cache write in place reads: the RoPE stores them into the cache at the start itself
+// (FusionPlan::rope_into_cache; the cache declared after the RoPE, as SmolLM2 declares it), and no slice_write
+// runs. A reader of the cache's old contents between the RoPE and the write in graph order keeps the slice_write,
+// after that reader, since the RoPE runs before it. Odd sizes, the heads read split, three starts (the last rows
+// among them), every output and the cache against the float64 reference.
+TEST_F(FusionTest, RopeStoresRotatedKeysIntoTheCache) {
+    constexpr int64_t T = 3, H = 3, D = 10, L = 17;
+    for (const bool old_read_between : {false, true}) {
+        Graph g;
+        const Tensor x = g.input("x", {1, T, H, D}), start = g.input("start", {}, DType::I32);
+        const Tensor positions = g.input("positions", {T}, DType::I32), inv_freq = g.input("inv_freq", {D / 2});
+        const Tensor k = g.rope_rotate(g.permute(x, {0, 2, 1, 3}), positions, inv_freq, false);
+        const Tensor cache = g.state("cache", {1, H, L, D});
+        if (old_read_between) g.output("old", g.sum(cache, {2}));
+        const Tensor scattered = g.slice_scatter(cache, k, 2, start);
+        g.output("read", g.sum(g.assign(cache, scattered), {3}));
+        std::map<std::string, int> kernels;
+        for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) ++kernels[kernel.label];
+        EXPECT_EQ(kernels["rope"], 1);
+        EXPECT_EQ(kernels["slice_write"], old_read_between ? 1 : 0);
+        EXPECT_EQ(kernels["slice_scatter"] + kernels["assign"] + kernels["copy"], 0);
+
+        Session sess = compile(g, device(), {.poison_outputs = true});
+        ref::Feeds feeds = random_feeds(g, 5);
+        feeds["cache"] = {{1, H, L, D}, std::vector<double>(static_cast<size_t>(H * L * D))};
+        for (size_t i = 0; i < feeds["cache"].data.size(); ++i) feeds["cache"].data[i] = static_cast<float>(0.01 * static_cast<double>(i % 97) - 0.4);
+        sess.set("cache", std::vector<float>(feeds["cache"].data.begin(), feeds["cache"].data.end()));
+        for (const int32_t at : {4, static_cast<int>(L - T), 0}) {
+            const ref::Feeds fresh = random_feeds(g, static_cast<uint64_t>(at) + 20);
+            feeds["x"] = fresh.at("x"), feeds["inv_freq"] = fresh.at("inv_freq");
+            feeds["start"].data = {static_cast<double>(at)};
+            feeds["positions"].data = {static_cast<double>(at), static_cast<double>(at + 1), static_cast<double>(at + 2)};
+            set_feeds(sess, g, {{"x", feeds["x"]}, {"inv_freq", feeds["inv_freq"]}, {"start", feeds["start"]}, {"positions", feeds["positions"]}});
+            sess.run();
+            const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+            for (const auto& [name, id] : g.outputs()) {
+                EXPECT_LE(relative_l2(sess.get(name), want[static_cast<size_t>(id)].data), 1e-5) << name << " at " << at;
+            }
+            feeds["cache"] = want[static_cast<size_t>(scattered.id)];
+            EXPECT_LE(relative_l2(sess.get("cache"), feeds["cache"].data), 1e-6) << "cache at " << at;
         }
     }
 }

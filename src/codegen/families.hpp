@@ -275,10 +275,13 @@ KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
 // Where RoPE's rows [batch, heads, seq] are in memory: reads_split reads x as [batch, seq, heads, dim]
 // (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy); writes_merged
-// stores y so (the merge back, in a backward).
+// stores y so (the merge back, in a backward). cache_rows > 0 stores y's rows into a KV cache y of
+// [batch, heads, cache_rows, dim] at the row a start buffer holds, clamped as slice_write clamps it (the
+// rotated keys written in place, schedule/fusion.hpp): one more binding, start, after y.
 struct RopeLayout {
-    int64_t heads = 0;  // needed by either
+    int64_t heads = 0;  // needed by reads_split or writes_merged
     bool reads_split = false, writes_merged = false;
+    int64_t cache_rows = 0;
 };
 // RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,

@@ -210,8 +210,16 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
     const std::string st = storage_type(dtype);
     const std::string heads = std::to_string(layout.heads) + "u";
+    std::string out_row = "uint out_row(uint r) { return r; }\n";
+    if (layout.writes_merged) out_row = heads_row_fn("out_row", "SEQ", heads);
+    if (layout.cache_rows > 0) {
+        k.iface.bindings.push_back({"start", DType::I32});
+        const std::string cache = std::to_string(checked_u32(layout.cache_rows, "cache rows")) + "u";
+        out_row = "uint out_row(uint r) { return (r / SEQ) * " + cache + " + uint(clamp(start.d[0], 0, int(" + cache +
+                  " - SEQ))) + r % SEQ; }\n";
+    }
     const std::string rows_glsl = (layout.reads_split ? heads_row_fn("in_row", "SEQ", heads) : "uint in_row(uint r) { return r; }\n") +
-                                  (layout.writes_merged ? heads_row_fn("out_row", "SEQ", heads) : "uint out_row(uint r) { return r; }\n");
+                                  out_row;
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + rows_glsl + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"

@@ -31,6 +31,7 @@ public:
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
         plan_.column_slices.assign(g.nodes().size(), {});
+        plan_.rope_into_cache.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -329,21 +330,34 @@ private:
             consumers_[static_cast<size_t>(value)] != std::vector<int32_t>{assign}) {
             return;
         }
-        std::vector<int32_t> views{target};  // the target's readers, through its views
-        while (!views.empty()) {
-            const int32_t at = views.back();
-            views.pop_back();
-            for (int32_t r : consumers_[static_cast<size_t>(at)]) {
-                if (r == assign || r == value) continue;
-                if (g_.node(r).op == Op::Reshape) {
-                    views.push_back(r);
-                } else if (emitted_at(r) >= value) {
-                    return;  // it would read the new rows
+        // Whether every other reader of the target (through its views) is emitted before node `writer`'s place.
+        const auto old_read_before = [&](int32_t writer) {
+            std::vector<int32_t> views{target};
+            while (!views.empty()) {
+                const int32_t at = views.back();
+                views.pop_back();
+                for (int32_t r : consumers_[static_cast<size_t>(at)]) {
+                    if (r == assign || r == value) continue;
+                    if (g_.node(r).op == Op::Reshape) {
+                        views.push_back(r);
+                    } else if (emitted_at(r) >= writer) {
+                        return false;  // it would read the new rows
+                    }
                 }
             }
-        }
+            return true;
+        };
+        if (!old_read_before(value)) return;
         plan_.in_place_of[static_cast<size_t>(value)] = target;
         plan_.assign_elided[static_cast<size_t>(assign)] = true;
+        // Rotated keys that nothing else reads: the RoPE stores them into the cache itself, at its own place.
+        const int32_t src = v.inputs[1];
+        const Node& rope = g_.node(src);
+        if (rope.op == Op::Rope && !is_root_[static_cast<size_t>(src)] && consumers_[static_cast<size_t>(src)] == std::vector<int32_t>{value} &&
+            v.ints[0] == static_cast<int64_t>(v.shape.size()) - 2 && plan_.heads_merged_into[static_cast<size_t>(src)] < 0 &&
+            v.inputs[2] < src && old_read_before(src)) {  // the start is lowered before the RoPE
+            plan_.rope_into_cache[static_cast<size_t>(src)] = value;
+        }
     }
 
     // See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product

@@ -37,7 +37,9 @@
 // of src's size, where the slice_scatter copied all of x with the rows in it and the assignment copied that
 // back (two kernels over the whole cache per token). When that is safe: the assignment alone reads the
 // slice_scatter (it is no output), and every other reader of x's old contents runs in an earlier kernel (the
-// level order puts the write after them; those that read the assignment read x after it).
+// level order puts the write after them; those that read the assignment read x after it). Where src is a
+// RoPE that nothing else reads (a model's rotated keys) and x's old contents are read before it too, the RoPE's
+// kernel stores its rows into x itself and the slice_write goes: a dispatch and a level per layer of a decode step.
 //
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
@@ -73,6 +75,9 @@ struct FusionPlan {
     std::vector<int32_t> heads_split_by;
     // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
     std::vector<std::vector<int32_t>> column_slices;
+    // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores
+    // them into, so that the SliceScatter is no kernel; or -1.
+    std::vector<int32_t> rope_into_cache;
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;

@@ -301,6 +301,7 @@ private:
         auto in = [&](size_t k) { return value_of(n.inputs[k]); };
         auto shape_of = [&](int32_t v) -> const Shape& { return s_.values[static_cast<size_t>(v)].shape; };
         if (op_info(n.op).archetype == Archetype::Leaf) {
+            if (value_of(id) >= 0) return;  // a RoPE that stores into a cache lowered it first
             const Storage st = n.op == Op::Input ? Storage::Input
                              : n.op == Op::Parameter ? Storage::Parameter
                              : n.op == Op::State ? Storage::State : Storage::Constant;
@@ -325,7 +326,15 @@ private:
             return;
         }
         const bool stored = fusion_.stored_in[static_cast<size_t>(id)] >= 0;  // by a later kernel
+        if (const int32_t scatter = fusion_.rope_into_cache[static_cast<size_t>(id)]; scatter >= 0) {
+            const int32_t cache = fusion_.in_place_of[static_cast<size_t>(scatter)];
+            lower(cache);  // a leaf, which a model may declare after the RoPE
+            const int32_t v = view_for(scatter, value_of(cache));
+            s_.node_value[static_cast<size_t>(scatter)] = v;  // the rope's own value is never stored
+            return lower_rope(n, v, false, &g_.node(scatter));
+        }
         if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
+            if (value_of(id) >= 0) return;  // its RoPE stored the rows (rope_into_cache)
             const int32_t v = view_for(id, value_of(target));
             s_.node_value[static_cast<size_t>(id)] = v;
             if (n.op == Op::SliceScatter) return slice_scatter(n, v, true);
@@ -624,16 +633,19 @@ private:
     }
 
     // RoPE over [batch, heads, seq, dim], reading a split of the heads in place (FusionPlan::heads_split_by),
-    // and with merged_out storing in the merged layout (heads_merged_into).
-    void lower_rope(const Node& n, int32_t out, bool merged_out) {
+    // with merged_out storing in the merged layout (heads_merged_into), and with `cache`, the SliceScatter
+    // whose rows it is, storing them into the cache at its start (rope_into_cache; out is the cache's view).
+    void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr) {
         const int32_t x = n.inputs[0];
         const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
         const int32_t in = value_of(split ? g_.node(x).inputs[0] : x);  // split: [batch, seq, heads, dim]
         const int64_t dim = n.shape.back(), rows = numel(n.shape) / dim;
         const codegen::RopeLayout layout{.heads = split || merged_out ? n.shape[1] : 0, .reads_split = split,
-                                         .writes_merged = merged_out};
-        emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout),
-             {in, value_of(n.inputs[1]), value_of(n.inputs[2]), out});
+                                         .writes_merged = merged_out,
+                                         .cache_rows = cache ? cache->shape[static_cast<size_t>(cache->ints[0])] : 0};
+        std::vector<int32_t> bind{in, value_of(n.inputs[1]), value_of(n.inputs[2]), out};
+        if (cache) bind.push_back(value_of(cache->inputs[2]));
+        emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout), std::move(bind));
     }
 
     // merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
