@@ -469,6 +469,35 @@ TEST_F(FusionTest, RopeStoresRotatedKeysIntoTheCache) {
     }
 }
 
+// An RMSNorm of one row that only products of one row read (a decode step's norms before q, k, v and before gate
+// and up, through the linear layers' reshape) is computed by their GEMVs (FusionPlan::norm_in_products): no rms_norm
+// dispatch. K odd (scalar loads) and a multiple of 4 (vec4 loads), one product with a bias and ReLU as its epilogue,
+// one storing two column parts, one over W not transposed. The norm also an output, or read by a product of two
+// rows, keeps its kernel. Against the float64 reference, outputs NaN-poisoned first.
+TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
+    enum Case { Products, NormIsOutput, TwoRowProduct };
+    for (const int64_t K : {131, 132}) {
+        for (const Case c : {Products, NormIsOutput, TwoRowProduct}) {
+            Graph g;
+            const Tensor x = g.input("x", {1, 1, K});
+            const Tensor h = g.rms_norm(x, g.parameter("norm.weight", {K}), 1e-5);
+            const Tensor row = g.reshape(h, {1, K});
+            const Tensor y = g.relu(g.linear(row, g.parameter("a.weight", {37, K}), g.parameter("a.bias", {37})));
+            const Tensor parts = g.matmul(row, g.parameter("b.weight", {300, K}), false, true);
+            g.output("y", y);
+            g.output("b0", g.slice(parts, 1, 0, 77));
+            g.output("b1", g.slice(parts, 1, 77, 300));
+            g.output("c", g.matmul(row, g.parameter("c.weight", {K, 9})));
+            if (c == NormIsOutput) g.output("h", h);
+            if (c == TwoRowProduct) g.output("two_rows", g.matmul(g.concat({row, row}, 0), g.parameter("d.weight", {K, 5})));
+            int norms = 0;
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) norms += k.label == "rms_norm";
+            EXPECT_EQ(norms, c == Products ? 0 : 1) << K << " " << c;
+            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(K) + c));
+        }
+    }
+}
+
 // The training step of loss (compiler::append_training) as a plain graph; with named = false its
 // assignments lose their names, so each update runs in its own pointwise kernel as before the batches.
 Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, bool named) {

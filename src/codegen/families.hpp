@@ -117,6 +117,10 @@ struct MatmulSpec {
     // The output's columns as separate tensors, these widths in order (batch-free products only): column j
     // of a row goes to the part that holds it, bound after the first (c) in order. Empty: one tensor.
     std::vector<int64_t> column_parts;
+    // > 0: A is the RMSNorm of the row it binds, with this epsilon and a weight of K elements bound last: the
+    // GEMV (M == 1, unbatched, f32) computes the row's statistic itself and reads a[k] * rstd * w[k], as the
+    // norm's kernel would store it (schedule/fusion.hpp), so the norm is no dispatch of its own.
+    double a_rms_eps = 0;
 };
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
 struct MatmulTuning {

@@ -402,6 +402,9 @@ using namespace matmul_detail;
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     if (!spec.column_parts.empty() && !spec.batch.empty()) throw Error("matmul: column parts of a batched product");
     MatmulKernels out;
+    if (spec.a_rms_eps > 0 && (spec.m != 1 || !spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
+        throw Error("matmul: an RMSNorm of A is computed by an unbatched f32 GEMV of one row only");
+    }
     if (spec.m == 1 || spec.n == 1) {
         out.product = gemv_kernel(spec, t);
         return out;

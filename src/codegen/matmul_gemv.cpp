@@ -14,6 +14,10 @@
 // output are neighbours and read 16 bytes each; when W is contiguous along j, CW = 32 neighbouring
 // threads take neighbouring outputs (coalesced rows) and KS = 256 / CW groups of them split k.
 // f32 arithmetic throughout.
+//
+// With MatmulSpec::a_rms_eps (a decode step's RMSNorm before its products) x is the norm's input row: each
+// workgroup first sums its squares (K is a few hundred: a few loads a thread and one tree) and reads
+// x[k] * rstd * w[k], the value the norm's kernel would have stored, so the norm costs no dispatch and no level.
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -41,6 +45,23 @@ void main() {
     uint a_off, b_off;
     batch_offsets(gl_WorkGroupID.z, a_off, b_off);
     uint x_off = X_OFF, w_off = W_OFF;
+#if NORM
+    float ss = 0.0;
+    for (uint k = lid; k < K; k += WG) { float v = float(X.d[x_off + k]); ss += v * v; }
+    partial[lid] = ss;
+    for (uint h = WG / 2u; h > 0u; h /= 2u) {
+        barrier();
+        if (lid < h) partial[lid] += partial[lid + h];
+    }
+    barrier();
+    float rstd = inversesqrt(partial[0] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
+    barrier();  // partial is the k-slices' below
+#define X_SCALE(k) (rstd * float(nw.d[k]))
+#define X_SCALE4(k) (rstd * vec4(nw.d[4u * (k)], nw.d[4u * (k) + 1u], nw.d[4u * (k) + 2u], nw.d[4u * (k) + 3u]))
+#else
+#define X_SCALE(k) 1.0
+#define X_SCALE4(k) 1.0
+#endif
     float acc[R];
     uint row[R];  // each output's W row (past J: the last row, multiplied by zero below)
     [[unroll]] for (uint r = 0u; r < R; ++r) {
@@ -53,10 +74,10 @@ void main() {
             uint kc = min(k, KL - 1u);
             float live = k < KL ? 1.0 : 0.0;
 #if VEC_K
-            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * live;
+            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * X_SCALE4(kc) * live;
             [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += dot(xv, vec4(W4.d[((w_off + row[r] * K) >> 2) + kc]));
 #else
-            float xv = float(X.d[x_off + kc]) * live;
+            float xv = float(X.d[x_off + kc]) * X_SCALE(kc) * live;
 #if W_KC
             [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += xv * float(W.d[w_off + row[r] * K + kc]);
 #else
@@ -102,7 +123,12 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
     const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    std::string defs = define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
+    std::string defs = std::string("#define NORM ") + (spec.a_rms_eps > 0 ? "1" : "0") + "\n";
+    if (spec.a_rms_eps > 0) {
+        k.iface.bindings.push_back({"nw", spec.dtype});
+        defs += define("NORM_EPS_BITS", float_bits(spec.a_rms_eps));
+    }
+    defs += define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
                        "#define W_KC " + (w_kc ? "1" : "0") + "\n#define VEC_K " + (vec_k ? "1" : "0") + "\n" +
                        "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"

@@ -5,7 +5,6 @@
 //
 // The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
 // a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
-#include <cstring>
 
 #include "codegen/families.hpp"
 
@@ -19,13 +18,6 @@ uint32_t pow2_at_most(uint32_t v) {
     uint32_t p = 1;
     while (p * 2 <= v) p *= 2;
     return p;
-}
-
-uint32_t float_bits(double v) {
-    const float f = static_cast<float>(v);
-    uint32_t bits = 0;
-    std::memcpy(&bits, &f, 4);
-    return bits;
 }
 
 // A kernel of one thread per element of `count`.

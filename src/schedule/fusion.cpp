@@ -32,6 +32,7 @@ public:
         plan_.batched_update.assign(g.nodes().size(), -1);
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
+        plan_.norm_in_products.assign(g.nodes().size(), false);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -47,6 +48,7 @@ public:
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
+            if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
@@ -73,6 +75,31 @@ private:
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;
         const Node& rope = g_.node(readers[0]);
         if (rope.op == Op::Rope && rope.inputs[0] == id) plan_.heads_split_by[static_cast<size_t>(id)] = readers[0];
+    }
+
+    // See fusion.hpp: an RMSNorm of one f32 row whose readers (through reshapes) are all products of one row
+    // reading it as A, which compute it themselves.
+    void try_norm_in_products(int32_t id) {
+        const Node& norm = g_.node(id);
+        const int64_t k = norm.shape.back();
+        if (is_root_[static_cast<size_t>(id)] || norm.dtype != DType::F32 || numel(norm.shape) != k ||
+            plan_.epilogue_of[static_cast<size_t>(id)] >= 0) {
+            return;
+        }
+        const auto reads_row = [&](int32_t reader, int32_t a) {
+            const Node& p = g_.node(reader);
+            return p.op == Op::MatMul && p.inputs[0] == a && p.inputs[1] != a && p.shape.size() == 2 && p.shape[0] == 1 &&
+                   p.ints[0] == 0 && p.dtype == DType::F32;
+        };
+        for (int32_t r : consumers_[static_cast<size_t>(id)]) {
+            if (reads_row(r, id)) continue;
+            const auto& readers = consumers_[static_cast<size_t>(r)];
+            if (g_.node(r).op != Op::Reshape || is_root_[static_cast<size_t>(r)] || readers.empty() ||
+                !std::all_of(readers.begin(), readers.end(), [&](int32_t m) { return reads_row(m, r); })) {
+                return;
+            }
+        }
+        plan_.norm_in_products[static_cast<size_t>(id)] = true;
     }
 
     void try_store_column_slices(int32_t id) {

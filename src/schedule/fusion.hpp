@@ -32,6 +32,11 @@
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
 //
+// An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
+// as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
+// themselves (codegen::MatmulSpec::a_rms_eps: each workgroup sums the row's squares, K is a few hundred): the
+// norm's dispatch and its level go, two per layer of a decode step.
+//
 // An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
 // KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
 // of src's size, where the slice_scatter copied all of x with the rows in it and the assignment copied that
@@ -75,6 +80,8 @@ struct FusionPlan {
     std::vector<int32_t> heads_split_by;
     // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
     std::vector<std::vector<int32_t>> column_slices;
+    // per RmsNorm node: computed by each product that reads it (see above), so never lowered itself.
+    std::vector<bool> norm_in_products;
     // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores
     // them into, so that the SliceScatter is no kernel; or -1.
     std::vector<int32_t> rope_into_cache;

@@ -319,6 +319,8 @@ private:
             !fusion_.epilogue_keeps[static_cast<size_t>(n.inputs[0])]) {
             return;  // and its view
         }
+        // An RMSNorm its products compute (FusionPlan::norm_in_products), and its views: never stored.
+        if (fusion_.norm_in_products[static_cast<size_t>(n.op == Op::Reshape ? n.inputs[0] : id)]) return;
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
@@ -554,12 +556,23 @@ private:
                        const std::vector<int32_t>& epilogue_inputs = {}) {
         const Node& n = g_.node(id);
         const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
-        if (op_info(n.op).archetype == Archetype::MatMul) return lower_matmul(n, matmul_tuning(id), a, b, outs, epilogue, epilogue_inputs);
-        lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
+        if (op_info(n.op).archetype != Archetype::MatMul) return lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
+        const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
+        if (!fusion_.norm_in_products[static_cast<size_t>(norm)]) {
+            return lower_matmul(n, matmul_tuning(id), a, b, outs, epilogue, epilogue_inputs);
+        }
+        // A reads the norm's input row in A's shape; the norm's weight is bound last.
+        const Node& rms = g_.node(norm);
+        const int32_t row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
+        s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
+        std::vector<int32_t> extra = epilogue_inputs;
+        extra.push_back(value_of(rms.inputs[1]));
+        lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, rms.data[0]);
     }
 
+    // a_rms_eps > 0: A is the RMSNorm of a's row (codegen::MatmulSpec::a_rms_eps), its weight the last of epilogue_inputs.
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, const std::vector<int32_t>& outs,
-                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
+                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs, double a_rms_eps = 0) {
         const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
         const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
@@ -573,7 +586,7 @@ private:
         codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
-                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue};
+                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = a_rms_eps};
         if (outs.size() > 1) {
             for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
         }
