@@ -498,6 +498,36 @@ TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
     }
 }
 
+// silu(x W_gate^T) * (x W_up^T) of one row (a decode step's SwiGLU, through the linear layers' reshapes) is one
+// GEMV over both weights storing the pair's epilogue (FusionPlan::epilogue_pair), here with one more factor read
+// element for element, and with the RMSNorm of x computed in it too; W not transposed pairs as well. K odd (scalar
+// loads) and a multiple of 4 (vec4), 97 outputs (a partial thread group). The gate also an output keeps two
+// products. Against the float64 reference, outputs NaN-poisoned first.
+TEST_F(FusionTest, SwigluOfOneRowIsOneGemvOverBothWeights) {
+    enum Case { Linear, Normed, NotTransposed, GateIsOutput };
+    for (const int64_t K : {67, 68}) {
+        for (const Case c : {Linear, Normed, NotTransposed, GateIsOutput}) {
+            Graph g;
+            constexpr int64_t F = 97;
+            Tensor x = g.input("x", {1, 1, K});
+            if (c == Normed) x = g.rms_norm(x, g.parameter("norm.weight", {K}), 1e-5);
+            Tensor gate, up;
+            if (c == NotTransposed) {
+                const Tensor row = g.reshape(x, {1, K});
+                gate = g.matmul(row, g.parameter("gate", {K, F})), up = g.matmul(row, g.parameter("up", {K, F}));
+            } else {
+                gate = g.linear(x, g.parameter("gate.weight", {F, K})), up = g.linear(x, g.parameter("up.weight", {F, K}));
+            }
+            g.output("y", g.silu(gate) * up * g.input("scale", up.shape()));
+            if (c == GateIsOutput) g.output("gate", gate);
+            std::string labels;  // nothing but the products: no norm, no pointwise kernel
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) labels += k.label + " ";
+            EXPECT_EQ(labels, c == GateIsOutput ? "matmul_gemv matmul_gemv+silu+mul+mul " : "matmul_gemv+silu+mul+mul ") << K << " " << c;
+            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(K) + c));
+        }
+    }
+}
+
 // The training step of loss (compiler::append_training) as a plain graph; with named = false its
 // assignments lose their names, so each update runs in its own pointwise kernel as before the batches.
 Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, bool named) {

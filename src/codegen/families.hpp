@@ -60,9 +60,10 @@ size_t batch_bindings(const PointwiseBatch& batch);
 struct Epilogue {
     PointwiseSpec tree;
     int32_t product = 0;
+    int32_t product2 = -1;  // the input that is a second product's value (MatmulSpec::b2's), or -1
 };
 // GLSL defining EPI(i, v), the value stored at output element i for product value v: v itself
-// without an epilogue. Adds the epilogue's bindings and constants to k: call it before k's preamble.
+// without an epilogue; and with one, EPI2(i, v, v2) where the second product's value is v2. Adds the epilogue's bindings and constants to k: call it before k's preamble.
 std::string epilogue_glsl(const Epilogue* e, KernelSource& k);
 
 // out[out_offset + sum c_d*out_strides[d]] = in[in_offset + sum c_d*in_strides[d]] for every
@@ -121,6 +122,10 @@ struct MatmulSpec {
     // GEMV (M == 1, unbatched, f32) computes the row's statistic itself and reads a[k] * rstd * w[k], as the
     // norm's kernel would store it (schedule/fusion.hpp), so the norm is no dispatch of its own.
     double a_rms_eps = 0;
+    // A second B of the same shape and layout, bound last (after the norm's weight): a GEMV of one row computes
+    // both products for each output and stores the epilogue of the two (Epilogue::product2), as a SwiGLU's
+    // silu(x W_gate^T) * (x W_up^T) in one dispatch and one level (schedule/fusion.hpp).
+    bool b2 = false;
 };
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
 struct MatmulTuning {

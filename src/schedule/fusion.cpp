@@ -33,6 +33,7 @@ public:
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
         plan_.norm_in_products.assign(g.nodes().size(), false);
+        plan_.epilogue_pair.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -290,6 +291,30 @@ private:
                                     g_.node(product).inputs.size() <= max_inputs_) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
             plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
+            if (!keeps) try_pair(product, root, leaves);
+        }
+    }
+
+    // See fusion.hpp: a second product of the same row of A, read only by the tree, that the product's GEMV computes
+    // too (one more binding: its W).
+    void try_pair(int32_t product, int32_t root, const std::set<int32_t>& leaves) {
+        const Node& p = g_.node(product);
+        const auto one_row = [&](const Node& m) {
+            return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
+        };
+        if (!one_row(p) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) return;
+        for (int32_t leaf : leaves) {
+            if (!read_only_by(leaf, root)) continue;
+            const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
+            const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+            const Node& q = g_.node(second);
+            if (second == product || !one_row(q) || q.inputs[0] != p.inputs[0] || q.ints != p.ints || q.shape != p.shape ||
+                g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
+                continue;
+            }
+            plan_.epilogue_of[static_cast<size_t>(second)] = root;
+            plan_.epilogue_pair[static_cast<size_t>(product)] = second;
+            return;
         }
     }
 

@@ -32,6 +32,10 @@
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
 //
+// Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's silu(x W_gate^T) *
+// (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree (codegen::MatmulSpec::b2): x read
+// once, and one dispatch and one level where the gate's product came before the up product's epilogue.
+//
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
 // themselves (codegen::MatmulSpec::a_rms_eps: each workgroup sums the row's squares, K is a few hundred): the
@@ -70,6 +74,9 @@ struct FusionPlan {
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
     std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
+    // per product with an epilogue: the second product of the same row its GEMV computes for the epilogue (whose
+    // epilogue_of is the same root), or -1
+    std::vector<int32_t> epilogue_pair;
     // per Attention or Rope node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the
     // heads; in a backward, the gradient of its split), whose layout the kernel stores directly, so the
     // permute is no copy; or -1. Not an attention whose logsumexp is live too (training: the backward

@@ -40,8 +40,12 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
+        std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
+        for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
-            if (fusion_.epilogue_of[i] >= 0) epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
+            if (fusion_.epilogue_of[i] >= 0 && !seconds.count(static_cast<int32_t>(i))) {
+                epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
+            }
         }
         s_.node_value.assign(live.size(), -1);
         // Assignments copy last, once every other kernel has read the targets' old contents.
@@ -116,8 +120,10 @@ private:
             if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
             const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
             if (stored_here) stored.push_back(node);
-            if (product != epilogue_product_.end() && (node == product->second || is_view_of(node, product->second))) {
-                bind.push_back(-1);  // the product's own value, never stored
+            const int32_t second = product != epilogue_product_.end() ? fusion_.epilogue_pair[static_cast<size_t>(product->second)] : -1;
+            if (product != epilogue_product_.end() &&
+                (node == product->second || is_view_of(node, product->second) || (second >= 0 && (node == second || is_view_of(node, second))))) {
+                bind.push_back(node == product->second || is_view_of(node, product->second) ? -1 : -2);  // a product's value, never stored
                 spec.in_dtypes.push_back(g_.node(node).dtype);
                 spec.in_strides.emplace_back();
                 spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
@@ -145,9 +151,12 @@ private:
             extra.push_back(value_of(product->second));
         }
         if (product != epilogue_product_.end()) {
-            const auto at = std::find(bind.begin(), bind.end(), -1);
-            const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
-            bind.erase(at);
+            const auto position = [&](int32_t marker) {
+                const auto at = std::find(bind.begin(), bind.end(), marker);
+                return at == bind.end() ? -1 : static_cast<int32_t>(at - bind.begin());
+            };
+            const codegen::Epilogue epilogue{.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
+            std::erase_if(bind, [](int32_t v) { return v < 0; });
             bind.insert(bind.end(), extra.begin(), extra.end());
             if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
             return lower_product(product->second, {out}, &epilogue, bind);
@@ -558,21 +567,30 @@ private:
         const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
         if (op_info(n.op).archetype != Archetype::MatMul) return lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
         const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
-        if (!fusion_.norm_in_products[static_cast<size_t>(norm)]) {
-            return lower_matmul(n, matmul_tuning(id), a, b, outs, epilogue, epilogue_inputs);
+        const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
+        std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
+        GemvExtras gemv{.b2 = second >= 0};
+        int32_t row = a;
+        if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
+            const Node& rms = g_.node(norm);
+            row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
+            s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
+            extra.push_back(value_of(rms.inputs[1]));
+            gemv.a_rms_eps = rms.data[0];
         }
-        // A reads the norm's input row in A's shape; the norm's weight is bound last.
-        const Node& rms = g_.node(norm);
-        const int32_t row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
-        s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
-        std::vector<int32_t> extra = epilogue_inputs;
-        extra.push_back(value_of(rms.inputs[1]));
-        lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, rms.data[0]);
+        if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
+        lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, gemv);
     }
 
-    // a_rms_eps > 0: A is the RMSNorm of a's row (codegen::MatmulSpec::a_rms_eps), its weight the last of epilogue_inputs.
+    // What a GEMV of one row computes besides the product (codegen::MatmulSpec): A's RMSNorm, a second product.
+    struct GemvExtras {
+        double a_rms_eps = 0;
+        bool b2 = false;
+    };
+
+    // The norm's weight and the second W (gemv) are the last of epilogue_inputs.
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, const std::vector<int32_t>& outs,
-                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs, double a_rms_eps = 0) {
+                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
         const Shape& sa = s_.values[static_cast<size_t>(a)].shape;
         const Shape& sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
@@ -586,7 +604,7 @@ private:
         codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
-                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = a_rms_eps};
+                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps, .b2 = gemv.b2};
         if (outs.size() > 1) {
             for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
         }
