@@ -29,7 +29,6 @@
 // (attention_coop.cpp), then flash-decoding for few rows, the blocked kernels for many, the row-wise
 // ones; the choice names the variant and why the cooperative one declined where it could have run.
 #include <algorithm>
-#include <bit>
 
 #include "codegen/attention_blocked.hpp"
 #include "codegen/attention_coop.hpp"
@@ -426,8 +425,6 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
                 "invocation (" + std::to_string(t.max_loop_iterations) + "); at most " +
                 std::to_string(budget / per_tile / passes * t.tile) + " rows here");
 }
-
-uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
 
 }  // namespace
 
