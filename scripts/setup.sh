@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-dev
   python3-torch python3-torchvision python3-pil python3-numpy python3-dev pybind11-dev python3-pytest
   dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin  # train --distributed and its test
   fortunes-de fortunes-es fortunes-ru fortunes-zh  # text for the tokenizer test
 )
 

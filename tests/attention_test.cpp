@@ -3,6 +3,7 @@
 // finite differences on the reference, and the GPU backward kernels against the reference's.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include "codegen/device_fit.hpp"
@@ -24,6 +25,7 @@ struct Case {
     int64_t window = 0;
     std::optional<int32_t> start = std::nullopt;  // fed as the i32 input "start"
     double scale = 0;
+    double upstream = 1;  // the loss's weights times this: the magnitude of the gradient reaching out
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -230,6 +232,7 @@ Loss loss_of(const Case& c, uint64_t seed) {
     const Tensor w = g.input("w", l.out.shape());
     l.loss = g.sum(l.out * w);
     l.feeds = feeds_for(c, g, seed);
+    for (double& x : l.feeds["w"].data) x = static_cast<float>(x * c.upstream);
     l.grads = grad(l.loss, {l.b.q, l.b.k, l.b.v});
     return l;
 }
@@ -390,17 +393,59 @@ TEST_F(AttentionGpu, FastMergedHeadsAreStoredWithoutACopy) {
     }
 }
 
-// Training through it: the f32 backward kernels read the cooperative forward's out and logsumexp.
-TEST_F(AttentionGpu, FastBackwardMatchesReference) {
+// Training through it with the f32 backward (MEGANEURA_FAST_GRADIENTS=f32 keeps the backward's
+// products f32): the f32 backward kernels read the cooperative forward's out and logsumexp.
+TEST_F(AttentionGpu, FastForwardTrainsThroughTheF32Backward) {
+    const ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", "f32");
     for (const Case& c : {kFastCases[0], kFastCases[1]}) {
         SCOPED_TRACE(c.name);
         Loss l = loss_of(c, 31);
         const Graph& g = with_backward_outputs(l);
         const std::vector<std::string> labels = fast_labels(g);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_coop"), coop_device() ? 1 : 0);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_q"), 1);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_kv"), 1);
         expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
     }
 }
+
+// ---- precision fast: the cooperative backward (codegen/attention_coop_backward.cpp) ----
+
+// dq, dk and dv through the cooperative dQ and dK/dV kernels where the device has them: Whisper's encoder
+// at fewer positions and at its 1500, causal GQA at ratios 3 and 5 (SmolLM2's 9 query heads on 3), a
+// window behind a dynamic start, head dims of 32, 48 (an odd count of 16-wide fragments), 80 and 128
+// (32-row tiles), 1 and 7 queries against 33 keys (a single query: dQ stays on the f32 kernels, fewer
+// than 16 rows per kv head), and a gradient far below f16's normal range (dO ~ 1e-6: the staged dO and dS
+// are scaled by powers of two). Elsewhere they would be the f32 kernels that AttentionBackward and
+// FastForwardTrainsThroughTheF32Backward run already, at a cost lavapipe cannot afford (JIT-compiling a
+// new shape's f32 backward took it up to 6 minutes here), so only the choice is checked there.
+const std::vector<Case> kFastGradCases = {
+    {"whisper_like_100_d64", 1, 6, 6, 100, 100, 64},
+    {"causal_gqa_9_of_3_70_d64", 1, 9, 3, 70, 70, 64, true},
+    {"window_dynamic_start_gqa_33_of_50_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
+    {"causal_bottom_right_40_of_90_d80", 1, 2, 1, 40, 90, 80, true},
+    {"full_cross_20_of_45_d128", 2, 2, 2, 20, 45, 128},
+    {"causal_gqa_5_of_1_7_of_33_d64", 1, 5, 1, 7, 33, 64, true},
+    {"causal_gqa_5_of_1_1_of_33_d48", 2, 5, 1, 1, 33, 48, true},
+    {"tiny_gradient_causal_gqa_9_of_3_70_d64", 1, 9, 3, 70, 70, 64, true, 0, std::nullopt, 0, 1e-6},
+    {"whisper_1500_d64", 1, 1, 1, 1500, 1500, 64},
+};
+
+class AttentionFastBackward : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(AttentionFastBackward, MatchesReference) {
+    const Case& c = GetParam();
+    Loss l = loss_of(c, 31);
+    const Graph& g = with_backward_outputs(l);
+    const std::vector<std::string> labels = fast_labels(g);
+    const bool coop_q = coop_device() && c.q_len * (c.q_heads / c.kv_heads) >= 16;
+    EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_q_coop"), coop_q ? 1 : 0);
+    EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_kv_coop"), coop_device() ? 1 : 0);
+    if (!coop_device()) GTEST_SKIP() << "no cooperative matrices: the f32 backward, tested by AttentionBackward";
+    expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionFastBackward, ::testing::ValuesIn(kFastGradCases), case_name);
 
 // Causal with more queries than keys: the first 17 rows of each head see no key and are zeros, whole
 // subgroups of them skip every tile.
@@ -447,6 +492,61 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
         for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
         // Strict keeps the f32 kernels.
         EXPECT_EQ(compiler::program_kernels(*b.g, h200, {}).front().label, "attention");
+    }
+}
+
+// The backward kernels each problem takes in fast precision on the H200's caps: the cooperative dQ and
+// dK/dV where they apply, their GLSL compiled and fitting the H200, and the reason where they decline.
+TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
+    const rt::DeviceCaps& h200 = rt::find_caps_profile("nvidia-h200")->caps;
+    struct Expect {
+        Case c;
+        std::string dq, dkv;  // the kernels' choices
+    };
+    const std::vector<Expect> cases = {
+        {{"whisper", 1, 6, 6, 1500, 1500, 64}, "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles",
+         "cooperative: 1500 keys per kv head, 64 per workgroup, 64-row query tiles"},
+        {{"smollm2", 1, 9, 3, 128, 128, 64, true}, "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles",
+         "cooperative: 128 keys per kv head, 16 per workgroup, 16-row query tiles"},
+        {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
+         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles",
+         "cooperative: 50 keys per kv head, 16 per workgroup, 32-row query tiles"},
+        {{"d80", 4, 8, 8, 512, 512, 80}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles",
+         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles"},
+        {{"d128", 4, 8, 8, 512, 512, 128}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles",
+         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles"},
+        {{"d33", 1, 2, 1, 64, 64, 33}, "blocked: 128 rows per kv head; cooperative declined: head dim 33 is not a multiple of 16",
+         "blocked: 64 keys per kv head; cooperative declined: head dim 33 is not a multiple of 16"},
+        {{"one_query", 2, 5, 1, 1, 33, 48, true},
+         "row-wise: 5 rows per kv head; cooperative declined: 5 rows per kv head, fewer than a subgroup's 16",
+         "cooperative: 33 keys per kv head, 16 per workgroup, 16-row query tiles"},
+    };
+    for (const Expect& e : cases) {
+        SCOPED_TRACE(e.c.name);
+        Loss l = loss_of(e.c, 3);
+        const Graph& g = with_backward_outputs(l);
+        std::map<std::string, std::string> choices;  // by label
+        for (const codegen::KernelSource& k : compiler::program_kernels(g, h200, fast())) {
+            if (k.label.rfind("attention_grad", 0) != 0) continue;
+            EXPECT_TRUE(choices.emplace(k.label, k.choice).second) << k.label;
+            if (k.label.find("_coop") == std::string::npos) continue;
+            EXPECT_EQ(k.required_subgroup_size, 32u);
+            const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(h200));
+            const codegen::SpirvNeeds needs = codegen::spirv_needs(*spirv, k.spec_values);
+            EXPECT_LE(needs.shared_bytes, 48u * 1024);
+            for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
+        }
+        const bool coop_q = e.dq.rfind("cooperative", 0) == 0, coop_kv = e.dkv.rfind("cooperative", 0) == 0;
+        EXPECT_EQ(choices[coop_q ? "attention_grad_q_coop" : "attention_grad_q"], e.dq);
+        EXPECT_EQ(choices[coop_kv ? "attention_grad_kv_coop" : "attention_grad_kv"], e.dkv);
+        EXPECT_EQ(choices.size(), 2u);
+        // Strict, and fast with MEGANEURA_FAST_GRADIENTS=f32, keep the f32 kernels.
+        for (const bool strict : {true, false}) {
+            const ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", strict ? "" : "f32");
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, h200, strict ? CompileOptions{} : fast())) {
+                if (k.label.rfind("attention_grad", 0) == 0) EXPECT_EQ(k.label.find("_coop"), std::string::npos) << k.label;
+            }
+        }
     }
 }
 

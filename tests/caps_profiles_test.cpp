@@ -6,6 +6,7 @@
 // runs here; the kernels are generated and compiled to SPIR-V.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "codegen/device_fit.hpp"
@@ -89,6 +90,28 @@ TEST(CapsProfiles, FastAttentionForwardsAreCooperativeOnTheH200) {
                 }
                 EXPECT_EQ(coop, p == Precision::Fast ? layers : 0) << (training ? "training" : "inference");
             }
+        }
+    }
+}
+
+// Issue 14's backward half: their training programs take the cooperative dQ and dK/dV too, one each per
+// layer, in fast precision on the H200; strict keeps the f32 kernels.
+TEST(CapsProfiles, FastAttentionBackwardsAreCooperativeOnTheH200) {
+    for (const auto& [name, layers] : {std::pair{"whisper", 4}, std::pair{"smollm2", 30}}) {
+        SCOPED_TRACE(name);
+        const models::BuiltModel m = models::find_model(name).build({.size = "full"});
+        for (const Precision p : {Precision::Strict, Precision::Fast}) {
+            std::map<std::string, int> count;
+            for (const codegen::KernelSource& k :
+                 compiler::program_kernels(*m.graph, profile("nvidia-h200"), {.loss = m.loss, .precision = p})) {
+                if (k.label.rfind("attention_grad", 0) != 0) continue;
+                ++count[k.label];
+                if (k.label.find("_coop") != std::string::npos) EXPECT_EQ(k.choice.rfind("cooperative: ", 0), 0u) << k.choice;
+            }
+            const int coop = p == Precision::Fast ? layers : 0;
+            EXPECT_EQ(count["attention_grad_q_coop"], coop);
+            EXPECT_EQ(count["attention_grad_kv_coop"], coop);
+            EXPECT_EQ(count["attention_grad_q"] + count["attention_grad_kv"], 2 * (layers - coop));
         }
     }
 }

@@ -94,6 +94,17 @@ TEST_F(CliErrorsTest, NumbersInFlagsAreParsedWholeAndInRange) {
     expect_user_error("generate --tokens 1 --max-new 5x", "option --max-new needs an integer, got '5x'");
 }
 
+// --distributed where the MPI plugin is missing (a build without MPI, or a machine without libmpi): one
+// line saying what to install, status 1, before anything is read or written.
+TEST_F(CliErrorsTest, DistributedWithoutMpiSaysWhatIsMissing) {
+    setenv("MEGANEURA_MPI_PLUGIN", "/nowhere/libmeganeura_mpi.so", 1);
+    expect_user_error("train fashion-mnist --distributed --checkpoint c.safetensors",
+                      "--distributed needs MPI: no libmeganeura_mpi.so at /nowhere/libmeganeura_mpi.so (build meganeura "
+                      "where CMake finds MPI: apt-get install libopenmpi-dev openmpi-bin");
+    unsetenv("MEGANEURA_MPI_PLUGIN");
+    EXPECT_FALSE(fs::exists(dir_.dir() / "c.safetensors"));
+}
+
 // num_attention_heads 0 divided by zero (SIGFPE); 64.7 became 64; 2^31 ended in bad_alloc after
 // tens of seconds; a folder as --config was an internal error.
 TEST_F(CliErrorsTest, ConfigValuesAreValidatedBeforeUse) {

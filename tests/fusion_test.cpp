@@ -1,11 +1,13 @@
 // Pointwise fusion and in-place assignment (schedule/fusion.hpp): fewer kernels, same values.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "compiler/program_kernels.hpp"
 #include "compiler/training.hpp"
 #include "gpu_check.hpp"
 #include "meganeura/autodiff.hpp"
+#include "optimize/optimize.hpp"
 #include "schedule/schedule.hpp"
 #include "temp_dir.hpp"
 
@@ -359,6 +361,169 @@ TEST_F(FusionTest, AssignmentsSeeOldValuesAndUpdateState) {
                 ASSERT_NEAR(s_now[i], state[i], 1e-5) << "step " << step;
                 ASSERT_NEAR(plus_one[i], state[i] + 1, 1e-5) << "step " << step;
             }
+        }
+    }
+}
+
+// assign(s, slice_scatter(s, src, 1, start)), a KV cache's new rows, writes the rows in place (one slice_write of
+// src's size, no copy of s) when every other reader of s's old contents runs in an earlier kernel: the write
+// then comes in a later level than each of them, and what reads the assignment in a later level still. A reader
+// of s built after the assignment, or the slice_scatter read as an output too, keep the copy and the assignment.
+// Three runs at moving starts (the last rows among them), outputs and state against the float64 reference.
+TEST_F(FusionTest, CacheRowsAreWrittenInPlaceAfterTheOldContentsAreRead) {
+    enum Case { OldReadBefore, OldReadAfter, ScatterReadToo };
+    for (Case c : {OldReadBefore, OldReadAfter, ScatterReadToo}) {
+        Graph g;
+        const Tensor src = g.input("src", {3, 2, 33}), start = g.input("start", {}, DType::I32), x = g.input("x", {3, 40, 33});
+        const Tensor s = g.state("s", {3, 40, 33});
+        if (c == OldReadBefore) g.output("old", g.sum(s * x, {1}));
+        const Tensor scattered = g.slice_scatter(s, src, 1, start);
+        g.output("attended", g.sum(g.assign(s, scattered) * x, {2}));
+        if (c == OldReadAfter) g.output("old", g.sum(s * x, {1}));
+        if (c == ScatterReadToo) g.output("scattered", scattered + 1.0);
+
+        sched::Schedule plan = compiler::lower_program(optimize::optimize(g), sched::tune_for(device().context()->caps()));
+        sched::order_by_level(plan);
+        const int32_t state = plan.node_value[static_cast<size_t>(s.id)];
+        size_t writes = 0, copies = 0;
+        int32_t write_level = -1;
+        for (size_t i = 0; i < plan.steps.size(); ++i) {
+            const std::string& label = plan.steps[i].kernel.label;
+            copies += label == "slice_scatter" || label == "assign";
+            if (label != "slice_write") continue;
+            ++writes, write_level = plan.step_level[i];
+            EXPECT_EQ(plan.root(plan.steps[i].values.back()), state);
+        }
+        EXPECT_EQ(writes, c == OldReadBefore ? 1u : 0u) << c;
+        EXPECT_EQ(copies, c == OldReadBefore ? 0u : 2u) << c;
+        for (size_t i = 0; i < plan.steps.size() && writes == 1; ++i) {  // the readers of s, before and after the write
+            const auto& values = plan.steps[i].values;
+            if (plan.steps[i].kernel.label == "slice_write" ||
+                std::none_of(values.begin(), values.end(), [&](int32_t v) { return plan.root(v) == state; })) {
+                continue;
+            }
+            EXPECT_NE(plan.step_level[i], write_level) << plan.steps[i].kernel.label;  // a barrier between them
+        }
+
+        Session sess = compile(g, device(), {.poison_outputs = true});
+        ref::Feeds feeds = random_feeds(g, 11 + c);
+        feeds["s"] = {{3, 40, 33}, random_feeds(g, 7).at("x").data};
+        sess.set("s", std::vector<float>(feeds["s"].data.begin(), feeds["s"].data.end()));
+        for (const int32_t at : {5, 38, 0}) {  // 38: the last rows
+            feeds["start"].data = {static_cast<double>(at)};
+            feeds["src"] = random_feeds(g, static_cast<uint64_t>(at)).at("src");
+            for (const char* name : {"src", "x"}) sess.set(name, std::vector<float>(feeds[name].data.begin(), feeds[name].data.end()));
+            sess.set("start", std::vector<int32_t>{at});
+            sess.run();
+            const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+            for (const auto& [name, id] : g.outputs()) {
+                EXPECT_LE(relative_l2(sess.get(name), want[static_cast<size_t>(id)].data), 1e-5) << c << " " << name << " at " << at;
+            }
+            feeds["s"] = want[static_cast<size_t>(scattered.id)];
+            EXPECT_LE(relative_l2(sess.get("s"), feeds["s"].data), 1e-6) << c << " s at " << at;
+        }
+    }
+}
+
+// Rotated keys that only a cache write in place reads: the RoPE stores them into the cache at the start itself
+// (FusionPlan::rope_into_cache; the cache declared after the RoPE, as SmolLM2 declares it), and no slice_write
+// runs. A reader of the cache's old contents between the RoPE and the write in graph order keeps the slice_write,
+// after that reader, since the RoPE runs before it. Odd sizes, the heads read split, three starts (the last rows
+// among them), every output and the cache against the float64 reference.
+TEST_F(FusionTest, RopeStoresRotatedKeysIntoTheCache) {
+    constexpr int64_t T = 3, H = 3, D = 10, L = 17;
+    for (const bool old_read_between : {false, true}) {
+        Graph g;
+        const Tensor x = g.input("x", {1, T, H, D}), start = g.input("start", {}, DType::I32);
+        const Tensor positions = g.input("positions", {T}, DType::I32), inv_freq = g.input("inv_freq", {D / 2});
+        const Tensor k = g.rope_rotate(g.permute(x, {0, 2, 1, 3}), positions, inv_freq, false);
+        const Tensor cache = g.state("cache", {1, H, L, D});
+        if (old_read_between) g.output("old", g.sum(cache, {2}));
+        const Tensor scattered = g.slice_scatter(cache, k, 2, start);
+        g.output("read", g.sum(g.assign(cache, scattered), {3}));
+        std::map<std::string, int> kernels;
+        for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) ++kernels[kernel.label];
+        EXPECT_EQ(kernels["rope"], 1);
+        EXPECT_EQ(kernels["slice_write"], old_read_between ? 1 : 0);
+        EXPECT_EQ(kernels["slice_scatter"] + kernels["assign"] + kernels["copy"], 0);
+
+        Session sess = compile(g, device(), {.poison_outputs = true});
+        ref::Feeds feeds = random_feeds(g, 5);
+        feeds["cache"] = {{1, H, L, D}, std::vector<double>(static_cast<size_t>(H * L * D))};
+        for (size_t i = 0; i < feeds["cache"].data.size(); ++i) feeds["cache"].data[i] = static_cast<float>(0.01 * static_cast<double>(i % 97) - 0.4);
+        sess.set("cache", std::vector<float>(feeds["cache"].data.begin(), feeds["cache"].data.end()));
+        for (const int32_t at : {4, static_cast<int>(L - T), 0}) {
+            const ref::Feeds fresh = random_feeds(g, static_cast<uint64_t>(at) + 20);
+            feeds["x"] = fresh.at("x"), feeds["inv_freq"] = fresh.at("inv_freq");
+            feeds["start"].data = {static_cast<double>(at)};
+            feeds["positions"].data = {static_cast<double>(at), static_cast<double>(at + 1), static_cast<double>(at + 2)};
+            set_feeds(sess, g, {{"x", feeds["x"]}, {"inv_freq", feeds["inv_freq"]}, {"start", feeds["start"]}, {"positions", feeds["positions"]}});
+            sess.run();
+            const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+            for (const auto& [name, id] : g.outputs()) {
+                EXPECT_LE(relative_l2(sess.get(name), want[static_cast<size_t>(id)].data), 1e-5) << name << " at " << at;
+            }
+            feeds["cache"] = want[static_cast<size_t>(scattered.id)];
+            EXPECT_LE(relative_l2(sess.get("cache"), feeds["cache"].data), 1e-6) << "cache at " << at;
+        }
+    }
+}
+
+// An RMSNorm of one row that only products of one row read (a decode step's norms before q, k, v and before gate
+// and up, through the linear layers' reshape) is computed by their GEMVs (FusionPlan::norm_in_products): no rms_norm
+// dispatch. K odd (scalar loads) and a multiple of 4 (vec4 loads), one product with a bias and ReLU as its epilogue,
+// one storing two column parts, one over W not transposed. The norm also an output, or read by a product of two
+// rows, keeps its kernel. Against the float64 reference, outputs NaN-poisoned first.
+TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
+    enum Case { Products, NormIsOutput, TwoRowProduct };
+    for (const int64_t K : {131, 132}) {
+        for (const Case c : {Products, NormIsOutput, TwoRowProduct}) {
+            Graph g;
+            const Tensor x = g.input("x", {1, 1, K});
+            const Tensor h = g.rms_norm(x, g.parameter("norm.weight", {K}), 1e-5);
+            const Tensor row = g.reshape(h, {1, K});
+            const Tensor y = g.relu(g.linear(row, g.parameter("a.weight", {37, K}), g.parameter("a.bias", {37})));
+            const Tensor parts = g.matmul(row, g.parameter("b.weight", {300, K}), false, true);
+            g.output("y", y);
+            g.output("b0", g.slice(parts, 1, 0, 77));
+            g.output("b1", g.slice(parts, 1, 77, 300));
+            g.output("c", g.matmul(row, g.parameter("c.weight", {K, 9})));
+            if (c == NormIsOutput) g.output("h", h);
+            if (c == TwoRowProduct) g.output("two_rows", g.matmul(g.concat({row, row}, 0), g.parameter("d.weight", {K, 5})));
+            int norms = 0;
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) norms += k.label == "rms_norm";
+            EXPECT_EQ(norms, c == Products ? 0 : 1) << K << " " << c;
+            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(K) + c));
+        }
+    }
+}
+
+// silu(x W_gate^T) * (x W_up^T) of one row (a decode step's SwiGLU, through the linear layers' reshapes) is one
+// GEMV over both weights storing the pair's epilogue (FusionPlan::epilogue_pair), here with one more factor read
+// element for element, and with the RMSNorm of x computed in it too; W not transposed pairs as well. K odd (scalar
+// loads) and a multiple of 4 (vec4), 97 outputs (a partial thread group). The gate also an output keeps two
+// products. Against the float64 reference, outputs NaN-poisoned first.
+TEST_F(FusionTest, SwigluOfOneRowIsOneGemvOverBothWeights) {
+    enum Case { Linear, Normed, NotTransposed, GateIsOutput };
+    for (const int64_t K : {67, 68}) {
+        for (const Case c : {Linear, Normed, NotTransposed, GateIsOutput}) {
+            Graph g;
+            constexpr int64_t F = 97;
+            Tensor x = g.input("x", {1, 1, K});
+            if (c == Normed) x = g.rms_norm(x, g.parameter("norm.weight", {K}), 1e-5);
+            Tensor gate, up;
+            if (c == NotTransposed) {
+                const Tensor row = g.reshape(x, {1, K});
+                gate = g.matmul(row, g.parameter("gate", {K, F})), up = g.matmul(row, g.parameter("up", {K, F}));
+            } else {
+                gate = g.linear(x, g.parameter("gate.weight", {F, K})), up = g.linear(x, g.parameter("up.weight", {F, K}));
+            }
+            g.output("y", g.silu(gate) * up * g.input("scale", up.shape()));
+            if (c == GateIsOutput) g.output("gate", gate);
+            std::string labels;  // nothing but the products: no norm, no pointwise kernel
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) labels += k.label + " ";
+            EXPECT_EQ(labels, c == GateIsOutput ? "matmul_gemv matmul_gemv+silu+mul+mul " : "matmul_gemv+silu+mul+mul ") << K << " " << c;
+            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(K) + c));
         }
     }
 }

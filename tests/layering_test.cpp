@@ -20,7 +20,7 @@ const std::vector<std::vector<std::string>> kTiers = {
     {"schedule"},                                     // graph -> kernels, specialized for DeviceCaps
     {"memory"},                                       // where the schedule's values live
     {"compiler"},                                     // the passes in order, and Session
-    {"models", "onnx"},                               // builders over the graph API; ONNX import
+    {"models", "onnx", "distributed"},                // builders over the graph API; ONNX import; MPI
     {"train", "bench"},                               // the trainer, the benchmark harness
     {"cli", "capi"},                                  // the meganeura command; the C API
 };

@@ -40,6 +40,26 @@ private:
     std::shared_ptr<rt::Context> ctx_;
 };
 
+// Data-parallel training, one process per device (meganeura's --distributed runs it over MPI through
+// src/distributed/): the step compiles to two programs, the forward and backward, then the optimizer
+// update, and step() calls `all_reduce` between them. The update reads the sum of the processes'
+// gradients divided by `processes`, so that N processes of batch b step as one process of batch N * b.
+struct GradientExchange {
+    // `send` holds this process's floats; `receive` must get the sum of every process's `send`, the
+    // same bits in every process (each process's parameters then stay bit-identical to the others').
+    struct Span {
+        const float* send;
+        float* receive;
+        size_t count;
+    };
+    // Span 0 is the step's loss (one float, so that step() returns the mean over the processes); then
+    // one span per gradient in the graph's order of the parameters. The gradients' spans lie end to end
+    // in memory (each count includes its tensor's padding to 16 bytes, zeros), so that adjacent ones
+    // can be reduced as one bucket.
+    std::function<void(const std::vector<Span>& spans)> all_reduce;
+    int processes = 1;
+};
+
 struct CompileOptions {
     // Training: with a loss, compile appends the backward graph and the optimizer's updates of every
     // f32 parameter that requires a gradient (Graph::set_requires_grad), and Session::step() runs forward + backward + update in one submit.
@@ -58,6 +78,8 @@ struct CompileOptions {
     // (logits, gradients) on the device as a framework's training loop does.
     std::optional<std::vector<std::string>> read_back;
     uint64_t seed = 0;            // parameter initialization
+    // Training only: reduce the gradients across processes before every update (GradientExchange).
+    std::optional<GradientExchange> data_parallel;
 };
 
 struct SessionStats {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "distributed/world.hpp"
 #include "models/model_folder.hpp"
 #include "train/finetune.hpp"
 #include "train/image_finetune.hpp"
@@ -34,6 +35,17 @@ std::string output_folder(const Flags& f) {
     return f.str("resume").empty() ? f.str("out") : f.str("resume");
 }
 
+// --distributed: this process's place in the run (distributed::World), else null.
+distributed::World* world(const Flags& f) { return f.on("distributed") ? &distributed::World::join() : nullptr; }
+
+// After a run: true on the ranks but the first of a distributed run, which print nothing; MPI ends.
+bool finished(distributed::World* world) {
+    if (!world) return false;
+    const bool quiet = !world->root();
+    world->finish();
+    return quiet;
+}
+
 // --data FOLDER: torchvision ResNet weights fine-tuned on one sub-folder of images per class.
 int run_image_finetune(const Flags& f) {
     refuse(f, {"lora-rank", "lora-alpha", "lora-targets", "steps", "seq", "eval-every", "merge"},
@@ -45,10 +57,11 @@ int run_image_finetune(const Flags& f) {
         .weights = weights, .data = f.required("data"), .out = output_folder(f), .epochs = f.integer("epochs", 1, INT32_MAX),
         .batch = f.integer("batch", 1, 1 << 16), .image_size = f.integer("image-size", 32, 1 << 14), .lr = f.real("lr", 0, 10),
         .weight_decay = f.real("weight-decay", 0, 10), .seed = static_cast<uint64_t>(f.integer("seed", 0)),
-        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty()};
+        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty(), .world = world(f)};
     if (run.train_bn && run.batch < 2) throw Error("--train-bn normalizes with batch statistics: give --batch 2 or more");
-    const Device device = Device::open();
+    const Device device = run.world ? run.world->open_device() : Device::open();
     const train::FinetuneResult r = train::finetune_images(device, run);
+    if (finished(run.world)) return 0;
     std::printf("finetuned %lld steps: loss %.4f -> %.4f, held-out loss %.4f -> %.4f, accuracy %.2f%% -> %.2f%%; output in %s\n",
                 static_cast<long long>(r.steps), r.first_loss, r.last_loss, r.first_eval.loss, r.last_eval.loss,
                 100 * r.first_eval.accuracy.value(), 100 * r.last_eval.accuracy.value(), run.out.c_str());
@@ -75,8 +88,10 @@ int run_finetune(const Flags& f) {
     if (!run.lora.on()) refuse(f, {"lora-alpha", "lora-targets", "merge"}, "is for a LoRA fine-tune: give --lora-rank too");
     if (run.lora.alpha == 0) throw Error("option --lora-alpha is 0: the adapter would be scaled by 0 and never train");
     run.folder = models::open_model_folder(dir);
-    const Device device = Device::open();
+    run.world = world(f);
+    const Device device = run.world ? run.world->open_device() : Device::open();
     const train::FinetuneResult r = train::finetune(device, run);
+    if (finished(run.world)) return 0;
     std::printf("finetuned %lld steps: loss %.4f -> %.4f, held-out loss %.4f -> %.4f; output in %s\n",
                 static_cast<long long>(r.steps), r.first_loss, r.last_loss, r.first_eval.loss, r.last_eval.loss, run.out.c_str());
     return 0;
@@ -108,7 +123,7 @@ const Command finetune_command = {
                 {"lora-targets", "q_proj,k_proj,v_proj,o_proj", "LIST", "the modules that get adapters"},
                 {"steps", "0", "N", "optimizer steps; 0: --epochs passes over the training blocks"},
                 {"epochs", "1", "E", "passes over the training blocks or images (with --steps 0)"},
-                {"batch", "4", "B", "blocks or images per step"},
+                {"batch", "4", "B", "blocks or images per step (with --distributed: per process)"},
                 {"seq", "128", "T", "tokens per block"},
                 {"image-size", "224", "S", "the images' side after the crop (resized to S / 0.875 first)"},
                 {"augment", "false", "", "training images through torchvision's RandomResizedCrop and RandomHorizontalFlip"},
@@ -117,7 +132,8 @@ const Command finetune_command = {
                 {"weight-decay", "0", "W", "AdamW's decoupled weight decay"},
                 {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end (text)"},
                 {"seed", "0", "S", "the order of the blocks or images, and the new parameters' initialization"},
-                {"merge", "false", "", "also write OUT/merged, the base with the adapter merged in"}},
+                {"merge", "false", "", "also write OUT/merged, the base with the adapter merged in"},
+                kDistributed},
     .run = run_finetune,
 };
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "cli/commands.hpp"
+#include "distributed/world.hpp"
 #include "train/trainer.hpp"
 
 namespace mn::cli {
@@ -33,11 +34,13 @@ int run_train(const Flags& f) {
         throw Error("--checkpoint " + run.checkpoint + " exists; pass --resume " + run.checkpoint +
                     " to continue it, or --force to replace it");
     }
+    run.world = f.on("distributed") ? &distributed::World::join() : nullptr;
     const train::Dataset train_set = train::load_fashion_mnist("train", f.str("data"));
     const train::Dataset test_set = train::load_fashion_mnist("test", f.str("data"));
-    const Device device = Device::open();
+    const Device device = run.world ? run.world->open_device() : Device::open();
     const train::Evaluation e = train::train_classifier(device, run, train_set, test_set);
-    std::printf("test accuracy: %.2f%%\n", 100 * e.accuracy);
+    if (!run.world || run.world->root()) std::printf("test accuracy: %.2f%%\n", 100 * e.accuracy);
+    if (run.world) run.world->finish();
     return 0;
 }
 
@@ -70,7 +73,7 @@ const Command train_command = {
         "non-finite loss stops training naming the step, and the checkpoint keeps its last finite state.",
     .options = {kModel,
                 {"epochs", "2", "N", "passes over the training set"},
-                {"batch", "64", "N", "images per step"},
+                {"batch", "64", "N", "images per step (with --distributed: per process)"},
                 {"lr", "1e-3", "LR", "AdamW's learning rate (the peak of the cosine schedule)"},
                 {"weight-decay", "0", "WD", "AdamW's decoupled weight decay"},
                 {"schedule", "cosine", "NAME", "learning-rate schedule: cosine (decay to 0 over the run) or constant"},
@@ -80,7 +83,8 @@ const Command train_command = {
                 {"force", "false", "", "replace an existing --checkpoint"},
                 {"curve", "", "PREFIX", "write the loss curve to PREFIX.csv and PREFIX.svg (default: the "
                                         "checkpoint's name without .safetensors)"},
-                kData},
+                kData,
+                kDistributed},
     .run = run_train,
 };
 

@@ -23,7 +23,7 @@ int usage(FILE* out) {
                       "       meganeura --version\n\ncommands:\n");
     for (const Command* c : kCommands) std::fprintf(out, "  %-10s %s\n", c->name.c_str(), c->summary.c_str());
     std::fprintf(out, "\nenvironment: MEGANEURA_DEVICE, MEGANEURA_VALIDATE, MEGANEURA_TRACE, MEGANEURA_DEBUG, "
-                      "MEGANEURA_PIPELINE_STATISTICS, MEGANEURA_DUMP, MEGANEURA_CHECK, MEGANEURA_CACHE_DIR, MEGANEURA_DATA_DIR (README.md)\n");
+                      "MEGANEURA_PIPELINE_STATISTICS, MEGANEURA_DUMP, MEGANEURA_CHECK, MEGANEURA_CHECK_REPLICAS, MEGANEURA_MPI_PLUGIN, MEGANEURA_CACHE_DIR, MEGANEURA_DATA_DIR (README.md)\n");
     return out == stdout ? 0 : 1;
 }
 

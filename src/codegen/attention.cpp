@@ -29,7 +29,6 @@
 // (attention_coop.cpp), then flash-decoding for few rows, the blocked kernels for many, the row-wise
 // ones; the choice names the variant and why the cooperative one declined where it could have run.
 #include <algorithm>
-#include <bit>
 
 #include "codegen/attention_blocked.hpp"
 #include "codegen/attention_coop.hpp"
@@ -427,8 +426,6 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
                 std::to_string(budget / per_tile / passes * t.tile) + " rows here");
 }
 
-uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
-
 }  // namespace
 
 std::string out_row_glsl(const AttentionSpec& s) {
@@ -475,6 +472,18 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
 
 uint64_t blocks_of(int64_t n, uint32_t block) { return static_cast<uint64_t>((n + block - 1) / block); }
 
+// What the f32 kernels of a problem are, for KernelSource::choice: blocked or row-wise, over how many
+// owned rows, `more`, and why the cooperative kernels declined where they could have run.
+std::string f32_choice(bool blocked, int64_t own_rows, const char* owned, int64_t stream_rows, const char* streamed,
+                       const AttentionTiles& tiles, const std::string& coop_declined, const std::string& more = "") {
+    const std::string rows = std::to_string(own_rows) + owned;
+    std::string choice = !blocked ? "row-wise: " + rows
+                         : own_rows >= kBlockedMinRows
+                             ? "blocked: " + rows
+                             : "blocked: a sweep of " + std::to_string(stream_rows) + streamed + " past the device's loop limit";
+    return choice + more + (tiles.coop_subgroup ? "; cooperative declined: " + coop_declined : "");
+}
+
 }  // namespace
 
 AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const AttentionTiles& tiles, const Launch& launch) {
@@ -484,11 +493,11 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     const std::vector<Binding> out_lse = {{"o", s.dtype, true}, {"lse", DType::F32, true}};
     AttentionForwardKernels out;
     AttentionTiles coop = tiles;
-    const std::string coop_declined = fit_coop_forward(s, coop);
+    const std::string coop_declined = fit_coop(CoopKind::Forward, s, coop);
     if (coop_declined.empty()) {
         out.forward = tiled_kernel("attention_coop", s, coop, false, qkv, out_lse, coop_forward_glsl(s),
                                    static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, coop.rows),
-                                   launch.max_groups, 0, coop_forward_extensions());
+                                   launch.max_groups, 0, coop_extensions());
         out.forward.required_subgroup_size = coop.coop_subgroup;
         out.forward.choice = "cooperative: " + row_count + ", " + std::to_string(coop.rows) + " per workgroup, " +
                              std::to_string(coop.tile) + "-key tiles";
@@ -518,37 +527,75 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
     out.forward = tiled_kernel("attention", s, t, blocked, qkv, out_lse, blocked ? kBlockedForward : kForward,
                                static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), launch.max_groups);
-    out.forward.choice = (blocked ? rows >= kBlockedMinRows ? "blocked: " + row_count
-                                                            : "blocked: a sweep of " + std::to_string(s.kv_len) +
-                                                                  " keys past the device's loop limit"
-                                  : "row-wise: " + row_count) +
-                         not_split + not_coop;
+    out.forward.choice = f32_choice(blocked, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined, not_split);
     return out;
 }
 
+namespace {
+
+// The backward's inputs, then its outputs (dq, or dk and dv); with the cooperative kernels' views of them.
+std::vector<Binding> grad_inputs(const AttentionSpec& s) {
+    return {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32}, {"delta", DType::F32}};
+}
+std::vector<CoopView> grad_views(const AttentionSpec& s, std::initializer_list<const char*> outputs) {
+    std::vector<CoopView> views = {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}, {"dout", 3, false}};
+    size_t binding = s.dynamic_start ? 7 : 6;  // after lse, delta and [start]
+    for (const char* out : outputs) views.push_back({out, binding++, true});
+    return views;
+}
+
+// The cooperative kernel of `kind` (label, body) where fit_coop takes the problem, its choice naming the
+// owned rows, the workgroup's and the streamed tile's; otherwise nullopt with *declined saying why.
+std::optional<KernelSource> coop_grad_kernel(CoopKind kind, const AttentionSpec& s, const AttentionTiles& tiles,
+                                             uint32_t max_groups, std::string* declined) {
+    AttentionTiles t = tiles;
+    *declined = fit_coop(kind, s, t);
+    if (!declined->empty()) return std::nullopt;
+    const bool kv = kind == CoopKind::GradKV;
+    const int64_t own = kv ? s.kv_len : s.q_len * (s.q_heads / s.kv_heads);
+    const std::vector<Binding> outputs = kv ? std::vector<Binding>{{"dk", s.dtype, true}, {"dv", s.dtype, true}}
+                                            : std::vector<Binding>{{"dq", s.dtype, true}};
+    KernelSource k = tiled_kernel(kv ? "attention_grad_kv_coop" : "attention_grad_q_coop", s, t, false, grad_inputs(s),
+                                  outputs, coop_glsl(s, kv ? grad_views(s, {"dk", "dv"}) : grad_views(s, {"dq"}),
+                                                     kv ? kCoopGradKV : kCoopGradQ),
+                                  static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(own, t.rows), max_groups, 0,
+                                  coop_extensions());
+    k.required_subgroup_size = t.coop_subgroup;
+    k.choice = "cooperative: " + std::to_string(own) + (kv ? " keys per kv head, " : " rows per kv head, ") +
+               std::to_string(t.rows) + " per workgroup, " + std::to_string(t.tile) + (kv ? "-row query tiles" : "-key tiles");
+    return k;
+}
+
+}  // namespace
+
 KernelSource attention_grad_q_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+    std::string coop_declined;
+    if (auto k = coop_grad_kernel(CoopKind::GradQ, s, tiles, max_groups, &coop_declined)) return std::move(*k);
     const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
     const bool blocked = use_blocked(tiles, rows, s.kv_len);
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::GradQ)
                                      : fit(tiles, s.head_dim, rows, s.kv_len, {2, 2, 1, 0});
     if (blocked) check_loop_limit(t, s.head_dim, s.kv_len, 1);
-    return tiled_kernel("attention_grad_q", s, t, blocked,
-                        {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
-                         {"delta", DType::F32}},
-                        {{"dq", s.dtype, true}}, blocked ? kBlockedGradQ : kGradQ,
-                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
+    KernelSource k = tiled_kernel("attention_grad_q", s, t, blocked, grad_inputs(s), {{"dq", s.dtype, true}},
+                                  blocked ? kBlockedGradQ : kGradQ,
+                                  static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(rows, t.rows), max_groups);
+    k.choice = f32_choice(blocked, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined);
+    return k;
 }
 
 KernelSource attention_grad_kv_kernel(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
-    const bool blocked = use_blocked(tiles, s.kv_len, s.q_len * (s.q_heads / s.kv_heads));
+    std::string coop_declined;
+    if (auto k = coop_grad_kernel(CoopKind::GradKV, s, tiles, max_groups, &coop_declined)) return std::move(*k);
+    const int64_t queries = s.q_len * (s.q_heads / s.kv_heads);
+    const bool blocked = use_blocked(tiles, s.kv_len, queries);
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, s.kv_len, s.q_len, BlockedKind::GradKV)
                                      : fit(tiles, s.head_dim, s.kv_len, s.q_len, {2, 2, 2, 2});
     if (blocked) check_loop_limit(t, s.head_dim, s.q_len, s.q_heads / s.kv_heads);
-    return tiled_kernel("attention_grad_kv", s, t, blocked,
-                        {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32},
-                         {"delta", DType::F32}},
-                        {{"dk", s.dtype, true}, {"dv", s.dtype, true}}, blocked ? kBlockedGradKV : kGradKV,
-                        static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(s.kv_len, t.rows), max_groups);
+    KernelSource k = tiled_kernel("attention_grad_kv", s, t, blocked, grad_inputs(s),
+                                  {{"dk", s.dtype, true}, {"dv", s.dtype, true}}, blocked ? kBlockedGradKV : kGradKV,
+                                  static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(s.kv_len, t.rows), max_groups);
+    k.choice = f32_choice(blocked, s.kv_len, " keys per kv head", queries, " query rows", tiles, coop_declined);
+    return k;
 }
 
 KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch) {

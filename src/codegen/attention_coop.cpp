@@ -42,7 +42,11 @@
 // of 16, f16 attention, fewer than 16 rows per kv head (decode: the row-wise kernels split the keys
 // instead), and tiles that do not fit the device's shared memory. Operands beyond f16's range
 // (65504) overflow, as the fast matmuls' do. The log-sum-exp is written as the f32 forward writes
-// it, so the f32 backward kernels train through this forward unchanged.
+// it, so the f32 backward kernels train through this forward unchanged (MEGANEURA_FAST_GRADIENTS=f32).
+//
+// The cooperative backward (attention_coop_backward.cpp) shares this file's GLSL (the strides of staged
+// rows, the staging as f16, the store of a subgroup's rows from accumulators) and its choice of
+// workgroup and tile (fit_coop), and declines what this declines.
 #include "codegen/attention_coop.hpp"
 
 #include "codegen/matmul_common.hpp"
@@ -53,13 +57,87 @@ namespace {
 
 constexpr uint32_t kCoopSubgroup = 32, kMaxSubgroups = 4;
 
+// What the forward and the backward share, after the matrix types: the strides of staged rows, the
+// staging of rows as f16, the backward's scales, and the store of a subgroup's 16 rows of d from
+// accumulators. BR rows are owned, BT streamed per step; lid, warp (the subgroup), rr (the thread's
+// row in it), side and srow (its row of Ws) are main's.
+const char* const kCoopAttentionCommon = R"(
+const uint D8 = DH / 8u, D4 = D8 + 1u;  // uvec4s of 8 halves per staged row of d; the padded stride
+const uint P4 = BT / 8u + 1u;         // the padded uvec4 stride of a row of P (or dS)
+const uint SW = BT + 4u;              // the f32 stride of a row of the scratch Ws
+const uint TG = BT / 16u;             // 8-column groups of a score row per thread (and 16-wide fragments of it)
+const uint OG = DH / 16u;             // 8-column groups of a row of d per thread (and 16-wide fragments of d)
+
+// A thread's share of `rows` staged rows: this many groups of 8 elements. Group u of `rows` rows of
+// src4 (vec4s) from row `first`, zeros from row `valid` on: GROUP_LOAD into lo and hi, GROUP_PUT
+// times `factor` as f16 into dst from uvec4 `at` (rows D4 apart).
+#define ROW_GROUPS(rows) (((rows) * D8 + WG - 1u) / WG)
+#define GROUP_LOAD(u, src4, first, rows, valid, lo, hi) { \
+        uint e = lid + (u) * WG, i = e / D8, c = e % D8; \
+        lo = vec4(0.0); \
+        hi = vec4(0.0); \
+        if (e < (rows) * D8 && i < (valid)) { \
+            uint a = (((first) + i) * DH + c * 8u) / 4u; \
+            lo = src4.d[a]; \
+            hi = src4.d[a + 1u]; \
+        } \
+    }
+#define GROUP_PUT(u, dst, rows, at, lo, hi, factor) { \
+        uint e = lid + (u) * WG; \
+        if (e < (rows) * D8) dst[(at) + e / D8 * D4 + e % D8] = pack8(lo, hi, factor); \
+    }
+// The rows staged group by group.
+#define STAGE_F16(dst, src4, first, rows, valid, at, factor) \
+    [[unroll]] for (uint u = 0u; u < ROW_GROUPS(rows); ++u) { \
+        vec4 lo, hi; \
+        GROUP_LOAD(u, src4, first, rows, valid, lo, hi) \
+        GROUP_PUT(u, dst, rows, at, lo, hi, factor) \
+    }
+// The rows in registers first (regs: 2 ROW_GROUPS vec4s), for a factor that depends on them, their
+// largest magnitude m; then PUT_ROWS.
+#define FETCH_ROWS(regs, m, src4, first, rows, valid) \
+    m = 0.0; \
+    [[unroll]] for (uint u = 0u; u < ROW_GROUPS(rows); ++u) { \
+        GROUP_LOAD(u, src4, first, rows, valid, regs[2u * u], regs[2u * u + 1u]) \
+        m = max(m, max_abs(regs[2u * u], regs[2u * u + 1u])); \
+    }
+#define PUT_ROWS(dst, regs, rows, at, factor) \
+    [[unroll]] for (uint u = 0u; u < ROW_GROUPS(rows); ++u) GROUP_PUT(u, dst, rows, at, regs[2u * u], regs[2u * u + 1u], factor)
+
+// The backward's running scales: the subgroup's scale s for values up to m (this thread's), the
+// accumulators acc[OG] rescaled to it: by a power of two, and only downwards, so exactly and never past
+// f32's range.
+#define TAKE_SCALE(s, m, acc) { \
+        float s_new = min(s, scale_for(floatBitsToUint(subgroupMax(m)))); \
+        if (s_new != s) { \
+            float ratio = s_new / s; \
+            [[unroll]] for (uint i = 0u; i < OG; ++i) acc[i] = acc[i] * ratio; \
+            s = s_new; \
+        } \
+    }
+
+// The subgroup's 16 x DH accumulators acc times `factor` into dst4's rows from `first` (those from
+// `valid` on not stored), BT columns at a time through its rows of Ws.
+#define STORE_ROWS(dst4, acc, factor, first, valid) \
+    [[unroll]] for (uint c0 = 0u; c0 < DH; c0 += BT) { \
+        subgroupBarrier(); /* every earlier read of the subgroup's rows of Ws is done */ \
+        [[unroll]] for (uint dn = c0 / 16u; dn < min(c0 + BT, DH) / 16u; ++dn) \
+            coopMatStoreNV(acc[dn], Ws, warp * 16u * SW + dn * 16u - c0, SW, false); \
+        subgroupMemoryBarrierShared(); \
+        subgroupBarrier(); \
+        [[unroll]] for (uint t = 0u; t < OG; ++t) { \
+            uint col = (side + 2u * t) * 8u; \
+            if (rr < (valid) && col >= c0 && col < c0 + BT) { \
+                uint a = (((first) + rr) * DH + col) / 4u, at = srow + col - c0; \
+                dst4.d[a] = vec4(Ws[at], Ws[at + 1u], Ws[at + 2u], Ws[at + 3u]) * (factor); \
+                dst4.d[a + 1u] = vec4(Ws[at + 4u], Ws[at + 5u], Ws[at + 6u], Ws[at + 7u]) * (factor); \
+            } \
+        } \
+    }
+)";
+
 const char* const kCoopForward = R"(
-const uint D8 = DH / 8u, D4 = D8 + 1u;  // uvec4s of 8 halves per row of K, V or Q; the padded stride
-const uint P4 = BT / 8u + 1u;         // the padded uvec4 stride of a row of P
-const uint SW = BT + 4u;              // the f32 stride of a row of the scratch
 const uint VOFF = BT * D4;            // V's tile after K's in KV
-const uint TG = BT / 16u;             // 8-column groups of a score row per thread (and 16-key fragments)
-const uint OG = DH / 16u;             // 8-column groups of an output row per thread (and 16-wide fragments of d)
 
 shared uvec4 KV[2u * VOFF];
 shared uvec4 Ps[BR * P4];
@@ -74,22 +152,6 @@ float other_side(float x) {
     subgroupBarrier();
     return Xs[gl_LocalInvocationID.x ^ 16u];
 }
-
-// `rows` rows of src4 (vec4s) from row `first`, zeros from row `valid` on, times `factor`, as f16
-// into KV from uvec4 `at`.
-#define STAGE_F16(src4, first, rows, valid, at, factor) \
-    [[unroll]] for (uint u = 0u; u < ((rows) * D8 + WG - 1u) / WG; ++u) { \
-        uint e = lid + u * WG, i = e / D8, c = e % D8; \
-        if (e < (rows) * D8) { \
-            vec4 lo = vec4(0.0), hi = vec4(0.0); \
-            if (i < (valid)) { \
-                uint a = (((first) + i) * DH + c * 8u) / 4u; \
-                lo = src4.d[a]; \
-                hi = src4.d[a + 1u]; \
-            } \
-            KV[(at) + i * D4 + c] = pack8(lo, hi, factor); \
-        } \
-    }
 
 void main() {
     uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u;
@@ -107,7 +169,7 @@ void main() {
     int position = query_start() + int(r % TQ);
     uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
 
-    STAGE_F16(q4, head * ROWS + r0, BR, ROWS - r0, 0u, scale())
+    STAGE_F16(KV, q4, head * ROWS + r0, BR, ROWS - r0, 0u, scale())
     barrier();
     F16MAT qf[OG];
     [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(qf[i], KV, warp * 16u * D4 + i * 2u, D4, false);
@@ -117,8 +179,8 @@ void main() {
     float m = NEG_INF, l = 0.0;  // the row's running max; this thread's share of its sum
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         barrier();  // the previous tile is consumed (Q's fragments loaded, on the first pass)
-        STAGE_F16(k4, head * TK + j0, BT, TK - j0, 0u, 1.0)
-        STAGE_F16(v4, head * TK + j0, BT, TK - j0, VOFF, 1.0)
+        STAGE_F16(KV, k4, head * TK + j0, BT, TK - j0, 0u, 1.0)
+        STAGE_F16(KV, v4, head * TK + j0, BT, TK - j0, VOFF, 1.0)
         barrier();
         if (!rows_here || j0 >= seen.y || j0 + BT <= seen.x) continue;  // the same for the whole subgroup
 
@@ -202,26 +264,31 @@ void main() {
 }
 )";
 
-std::string vec4_view(const std::string& name, size_t binding, bool writes) {
-    return "layout(std430, set = 0, binding = " + std::to_string(binding) + ") " + (writes ? "writeonly" : "readonly") +
-           " buffer B_" + name + "4 { vec4 d[]; } " + name + "4;\n";
-}
-
 }  // namespace
 
-uint64_t coop_forward_shared_bytes(uint64_t rows, uint64_t tile, uint64_t dim) {
-    return 2 * tile * (dim / 8 + 1) * 16 + rows * (tile / 8 + 1) * 16 + rows * (tile + 4) * 4 + 2 * rows * 4;
+uint64_t coop_shared_bytes(CoopKind kind, uint64_t rows, uint64_t tile, uint64_t dim) {
+    // The streamed tile's two operands, P (or dS) as f16 and the f32 scratch, as kCoopAttentionCommon's strides.
+    const uint64_t common = 2 * tile * (dim / 8 + 1) * 16 + rows * (tile / 8 + 1) * 16 + rows * (tile + 4) * 4;
+    switch (kind) {
+        case CoopKind::Forward: return common + 2 * rows * 4;                // Xs, a word per thread
+        case CoopKind::GradQ: return common + rows / 16 * 4;                 // Xm, a word per subgroup
+        case CoopKind::GradKV: return common + 2 * tile * 4 + rows / 16 * 4;  // Ls, Dl and Xm
+    }
+    return 0;
 }
 
-std::string fit_coop_forward(const AttentionSpec& s, AttentionTiles& t) {
+std::string fit_coop(CoopKind kind, const AttentionSpec& s, AttentionTiles& t) {
     if (!t.coop_subgroup) return t.coop_declined;
     if (t.coop_subgroup != kCoopSubgroup) {
         return "written for 32-wide subgroups, the device's are " + std::to_string(t.coop_subgroup);
     }
     if (s.dtype != DType::F32) return "not f32 attention";
     if (s.head_dim % 16) return "head dim " + std::to_string(s.head_dim) + " is not a multiple of 16";
-    const int64_t rows = s.q_len * (s.q_heads / s.kv_heads);
-    if (rows < 16) return std::to_string(rows) + " rows per kv head, fewer than a subgroup's 16";
+    // The rows a workgroup owns part of: query rows of a kv head (all G heads), or its keys.
+    const bool keys = kind == CoopKind::GradKV;
+    const int64_t rows = keys ? s.kv_len : s.q_len * (s.q_heads / s.kv_heads);
+    const std::string what = keys ? " keys per kv head" : " rows per kv head";
+    if (rows < 16) return std::to_string(rows) + what + ", fewer than a subgroup's 16";
     const uint64_t heads = static_cast<uint64_t>(s.batch * s.kv_heads);
     const auto workgroups = [&](uint32_t subgroups) { return heads * ((rows + 16 * subgroups - 1) / (16 * subgroups)); };
     uint32_t subgroups = kMaxSubgroups;
@@ -231,8 +298,12 @@ std::string fit_coop_forward(const AttentionSpec& s, AttentionTiles& t) {
     }
     for (; subgroups >= 1; subgroups /= 2) {
         const uint32_t br = 16 * subgroups;
+        // The owned rows are staged through the streamed tile's buffer (2 tiles of rows), so br <= 2 tile.
         for (uint32_t tile = 64; tile >= 16 && 2 * tile >= br; tile /= 2) {
-            if (coop_forward_shared_bytes(br, tile, static_cast<uint64_t>(s.head_dim)) > t.shared_bytes) continue;
+            if (coop_shared_bytes(kind, br, tile, static_cast<uint64_t>(s.head_dim)) > t.shared_bytes) continue;
+            // dK/dV holds each tile's dO in registers to find its scale: at most 4 groups of 8 a thread
+            // (32 floats), as at 64 query rows of d 64 for 4 subgroups, so fewer subgroups take smaller tiles.
+            if (kind == CoopKind::GradKV && tile > 16 && tile * static_cast<uint64_t>(s.head_dim / 8) > 4 * 32 * subgroups) continue;
             t.rows = br;
             t.threads_per_row = 2;
             t.tile = tile;
@@ -243,13 +314,21 @@ std::string fit_coop_forward(const AttentionSpec& s, AttentionTiles& t) {
            std::to_string(t.shared_bytes) + " bytes";
 }
 
-std::string coop_forward_extensions() { return matmul_detail::kCoopExtensions; }
+std::string coop_extensions() { return matmul_detail::kCoopExtensions; }
+
+std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views, const char* body) {
+    // The head dim as a literal too (DH, D's value): it sizes the arrays of matrices and the shared arrays.
+    std::string glsl = "#define DH " + std::to_string(s.head_dim) + "u\n";
+    for (const CoopView& v : views) {
+        glsl += "layout(std430, set = 0, binding = " + std::to_string(v.binding) + ") " +
+                (v.writes ? "writeonly" : "readonly") + " buffer B_" + v.name + "4 { vec4 d[]; } " + v.name + "4;\n";
+    }
+    return glsl + matmul_detail::kCoopTypesGlsl + kCoopAttentionCommon + body;
+}
 
 std::string coop_forward_glsl(const AttentionSpec& s) {
     const size_t out = s.dynamic_start ? 4 : 3;  // bindings q, k, v, [start], o, lse
-    // The head dim as a literal too (DH, D's value): it sizes the arrays of matrices and the shared arrays.
-    return "#define DH " + std::to_string(s.head_dim) + "u\n" + vec4_view("q", 0, false) + vec4_view("k", 1, false) +
-           vec4_view("v", 2, false) + vec4_view("o", out, true) + matmul_detail::kCoopTypesGlsl + kCoopForward;
+    return coop_glsl(s, {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}, {"o", out, true}}, kCoopForward);
 }
 
 }  // namespace mn::codegen

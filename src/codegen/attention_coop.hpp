@@ -1,23 +1,42 @@
-// The attention forward on NV cooperative matrices (precision fast; see attention_coop.cpp):
-// whether it takes a problem, its tiles, and its GLSL. attention.cpp puts it first in the
-// forward's variants and supplies the interface and the shared definitions.
+// The attention kernels on NV cooperative matrices (precision fast): the forward
+// (attention_coop.cpp) and dQ, dK and dV (attention_coop_backward.cpp). Whether they take a problem,
+// their tiles, and their GLSL; attention.cpp puts them first among the variants and supplies the
+// interface and the shared definitions.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "codegen/families.hpp"
 
 namespace mn::codegen {
 
-// Why the cooperative forward declines the problem, or "" with t's rows (16 per subgroup),
-// threads_per_row (2) and tile (keys per step) set for it.
-std::string fit_coop_forward(const AttentionSpec& spec, AttentionTiles& t);
+enum class CoopKind { Forward, GradQ, GradKV };
 
-// Shared memory a workgroup of `rows` query rows needs at `tile` keys per step and head dim `dim`.
-uint64_t coop_forward_shared_bytes(uint64_t rows, uint64_t tile, uint64_t dim);
+// Why the cooperative kernel of `kind` declines the problem, or "" with t's rows (16 per subgroup:
+// query rows, or keys for GradKV), threads_per_row (2) and tile (rows streamed per step) set for it.
+std::string fit_coop(CoopKind kind, const AttentionSpec& spec, AttentionTiles& t);
 
-// The extensions (right after #version) and the body, after attention.cpp's common definitions.
-std::string coop_forward_extensions();
+// Shared memory a workgroup of `kind` needs with `rows` owned rows, `tile` streamed per step, head dim `dim`.
+uint64_t coop_shared_bytes(CoopKind kind, uint64_t rows, uint64_t tile, uint64_t dim);
+
+// The extensions (right after #version).
+std::string coop_extensions();
+
+// A binding read or written 4 floats at a time, as <name>4.
+struct CoopView {
+    std::string name;
+    size_t binding;
+    bool writes;
+};
+// After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and `body`.
+std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, const char* body);
+
 std::string coop_forward_glsl(const AttentionSpec& spec);
+
+// The backward's bodies (attention_coop_backward.cpp), for coop_glsl. Bindings as the f32 kernels':
+// q, k, v, dout, lse, delta, [start], then dq, or dk and dv.
+extern const char* const kCoopGradQ;
+extern const char* const kCoopGradKV;
 
 }  // namespace mn::codegen

@@ -60,9 +60,10 @@ size_t batch_bindings(const PointwiseBatch& batch);
 struct Epilogue {
     PointwiseSpec tree;
     int32_t product = 0;
+    int32_t product2 = -1;  // the input that is a second product's value (MatmulSpec::b2's), or -1
 };
 // GLSL defining EPI(i, v), the value stored at output element i for product value v: v itself
-// without an epilogue. Adds the epilogue's bindings and constants to k: call it before k's preamble.
+// without an epilogue; and with one, EPI2(i, v, v2) where the second product's value is v2. Adds the epilogue's bindings and constants to k: call it before k's preamble.
 std::string epilogue_glsl(const Epilogue* e, KernelSource& k);
 
 // out[out_offset + sum c_d*out_strides[d]] = in[in_offset + sum c_d*in_strides[d]] for every
@@ -120,6 +121,14 @@ struct MatmulSpec {
     // An operand stored as f16 in an f32 product (precision fast: a weight cast once, schedule/lower.cpp), so the
     // product reads half the bytes; it multiplies as the f32 operand rounded to f16 would.
     bool a_f16 = false, b_f16 = false;
+    // > 0: A is the RMSNorm of the row it binds, with this epsilon and a weight of K elements bound last: the
+    // GEMV (M == 1, unbatched, f32) computes the row's statistic itself and reads a[k] * rstd * w[k], as the
+    // norm's kernel would store it (schedule/fusion.hpp), so the norm is no dispatch of its own.
+    double a_rms_eps = 0;
+    // A second B of the same shape and layout, bound last (after the norm's weight): a GEMV of one row computes
+    // both products for each output and stores the epilogue of the two (Epilogue::product2), as a SwiGLU's
+    // silu(x W_gate^T) * (x W_up^T) in one dispatch and one level (schedule/fusion.hpp).
+    bool b2 = false;
 };
 // The dtype operand x ('a' or 'b') is stored in.
 DType operand_dtype(const MatmulSpec& spec, char x);
@@ -221,8 +230,8 @@ struct AttentionTiles {
     uint32_t max_loop_iterations = 0;
     uint32_t compute_units = 0;  // DeviceCaps::compute_units (0: unknown): how many workgroups fill the device
     uint32_t forced_splits = 0;  // > 0: the forward's keys in this many chunks, 1: never split (MEGANEURA_ATTENTION_SPLITS)
-    // > 0: the subgroup size of the cooperative forward (attention_coop.cpp), where the matmuls run on
-    // cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
+    // > 0: the subgroup size of the cooperative kernels (attention_coop.cpp, attention_coop_backward.cpp),
+    // where the matmuls run on cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
     uint32_t coop_subgroup = 0;
     const char* coop_declined = "precision strict";
 };
@@ -241,6 +250,8 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, con
 // delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
 // Bindings: out, d_out, delta.
 KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
+// The backward kernels run on cooperative matrices where tiles.coop_subgroup is set and the problem
+// suits them (attention_coop_backward.cpp); their choice names the variant and why that one declined.
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
 KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 // One workgroup per block of keys of one kv head, looping over every query row of its group, so
@@ -281,10 +292,13 @@ KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
 // Where RoPE's rows [batch, heads, seq] are in memory: reads_split reads x as [batch, seq, heads, dim]
 // (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy); writes_merged
-// stores y so (the merge back, in a backward).
+// stores y so (the merge back, in a backward). cache_rows > 0 stores y's rows into a KV cache y of
+// [batch, heads, cache_rows, dim] at the row a start buffer holds, clamped as slice_write clamps it (the
+// rotated keys written in place, schedule/fusion.hpp): one more binding, start, after y.
 struct RopeLayout {
-    int64_t heads = 0;  // needed by either
+    int64_t heads = 0;  // needed by reads_split or writes_merged
     bool reads_split = false, writes_merged = false;
+    int64_t cache_rows = 0;
 };
 // RoPE on x [rows, dim] whose row r has position positions[r % seq]; one thread per pair.
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
@@ -293,5 +307,8 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
 // start read from a buffer and clamped into [0, dim - len).
 KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
                                   const Launch& launch);
+// The same rows written in place into y, the rest of which it leaves as it is: one thread per element
+// of src (schedule/fusion.hpp's cache write in place). Bindings: src, start, y.
+KernelSource slice_write_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner, const Launch& launch);
 
 }  // namespace mn::codegen

@@ -7,6 +7,7 @@
 // family's SPIR-V is compiled once and every layer with the same shapes shares one pipeline; the
 // driver constant-folds the index math. Nothing here knows Vulkan handles.
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -73,6 +74,9 @@ std::string strided_offset_fn(const std::string& fn, const std::string& dims, co
 // is in its [batch, seq, heads, ...] layout, (b * seq + t) * heads + h: a model's split or merge of the
 // attention heads (permute {0, 2, 1, 3}) read or stored in place. seq and heads are GLSL uint expressions.
 std::string heads_row_fn(const std::string& fn, const std::string& seq, const std::string& heads);
+
+// A float constant's f32 bits, for a shader to read back exactly (uintBitsToFloat): an epsilon, a scale.
+inline uint32_t float_bits(double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)); }
 
 // Appends `<prefix>0..5` to the interface's spec constants and their values (padded to kMaxRank
 // with `pad` in front).

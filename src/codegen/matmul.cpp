@@ -406,6 +406,12 @@ using namespace matmul_detail;
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     if (!spec.column_parts.empty() && !spec.batch.empty()) throw Error("matmul: column parts of a batched product");
     MatmulKernels out;
+    if ((spec.a_rms_eps > 0 || spec.b2) && (spec.m != 1 || !spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
+        throw Error("matmul: an RMSNorm of A, or a second B, is computed by an unbatched f32 GEMV of one row only");
+    }
+    if (spec.b2 && (!spec.epilogue || spec.epilogue->product2 < 0 || !spec.column_parts.empty())) {
+        throw Error("matmul: a second B needs an epilogue of both products and one output");
+    }
     if (spec.m == 1 || spec.n == 1) {
         out.product = gemv_kernel(spec, t);
         return out;

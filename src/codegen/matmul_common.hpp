@@ -88,7 +88,7 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 // What the convolution family's cooperative kernels share with the matmul's (and the attention's
 // cooperative forward the first two): the extensions, the matrix types F16MAT and F32MAT with
 // `uvec4 pack8(vec4 lo, vec4 hi, float s)` (8 elements times s as halves, the shared layout the
-// loads read), the geometry's #defines, its check, and the GLSL core, after the types. The core needs BM BN BK WM WN SG STAGES WG and
+// loads read), scale_for and max_abs (the power-of-two scales of f32 values staged as f16), the geometry's #defines, its check, and the GLSL core, after the types. The core needs BM BN BK WM WN SG STAGES WG and
 // A_K_INNER, B_K_INNER (each operand's shared order: k inner or k outer) defined before it, and
 // definitions of `void fetch(uint k0)` (group p of this thread's slice, 8 elements as two vec4s, to
 // put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `void store_element(uint m, uint n,

@@ -40,6 +40,21 @@ uvec4 pack8(vec4 lo, vec4 hi, float s) {
     return uvec4(packFloat2x16(f16vec2(lo.xy)), packFloat2x16(f16vec2(lo.zw)), packFloat2x16(f16vec2(hi.xy)),
                  packFloat2x16(f16vec2(hi.zw)));
 }
+
+// The power of two that takes a largest magnitude (its float's bits) into [2^13, 2^14), where f16 keeps
+// its full precision down to 2^-27 of it: 2^126 for zero (no limit: a running scale only ever shrinks).
+float scale_for(uint bits) {
+    float m = uintBitsToFloat(bits);
+    if (!(m > 0.0)) return exp2(126.0);  // all zero (or NaN, which stays NaN): no limit
+    if (isinf(m)) return 1.0;
+    int e;
+    frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
+    return exp2(float(clamp(14 - e, -126, 126)));
+}
+float max_abs(vec4 a, vec4 b) {
+    vec4 m = max(abs(a), abs(b));
+    return max(max(m.x, m.y), max(m.z, m.w));
+}
 )";
 
 const char* const kCoopProductGlsl = R"(
@@ -100,18 +115,6 @@ F32_GROUPS(rb, GB, put_b)
 // no second read of the operands (the 2-stage loop takes one barrier more per slice).
 float a_scale = exp2(126.0), b_scale = exp2(126.0);  // no slice yet: larger than any scale_for
 shared uint amax[4];  // [slot * 2 + operand]: a slice's largest magnitudes, as bits (positive floats order as their bits do)
-float scale_for(uint bits) {
-    float m = uintBitsToFloat(bits);
-    if (!(m > 0.0)) return exp2(126.0);  // all zero (or NaN, which stays NaN): no limit
-    if (isinf(m)) return 1.0;
-    int e;
-    frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
-    return exp2(float(clamp(14 - e, -126, 126)));
-}
-float max_abs(vec4 a, vec4 b) {
-    vec4 m = max(abs(a), abs(b));
-    return max(max(m.x, m.y), max(m.z, m.w));
-}
 // The largest magnitudes of the slice fetch() loaded, into amax's slot (zero since its last reading).
 void note_slice_max(uint slot) {
     float ma = 0.0, mb = 0.0;

@@ -14,6 +14,13 @@
 // output are neighbours and read 16 bytes each; when W is contiguous along j, CW = 32 neighbouring
 // threads take neighbouring outputs (coalesced rows) and KS = 256 / CW groups of them split k.
 // f32 arithmetic throughout.
+//
+// With MatmulSpec::a_rms_eps (a decode step's RMSNorm before its products) x is the norm's input row: each
+// workgroup first sums its squares (K is a few hundred: a few loads a thread and one tree) and reads
+// x[k] * rstd * w[k], the value the norm's kernel would have stored, so the norm costs no dispatch and no level.
+//
+// With MatmulSpec::b2 each thread group computes its outputs over both Ws (x read once) and stores the
+// epilogue of the pair, EPI2 (a SwiGLU's silu(gate) * up).
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -26,7 +33,12 @@ constexpr uint32_t kThreads = 256;
 constexpr uint32_t kUnroll = 8;  // loads of W per thread and loop iteration
 
 const char* const kBody = R"(
-shared float partial[R * WG];
+#if PAIRED
+#define PRODUCTS 2u
+#else
+#define PRODUCTS 1u
+#endif
+shared float partial[PRODUCTS * R * WG];
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -41,40 +53,69 @@ void main() {
     uint a_off, b_off;
     batch_offsets(gl_WorkGroupID.z, a_off, b_off);
     uint x_off = X_OFF, w_off = W_OFF;
-    float acc[R];
+#if NORM
+    float ss = 0.0;
+    for (uint k = lid; k < K; k += WG) { float v = float(X.d[x_off + k]); ss += v * v; }
+    partial[lid] = ss;
+    for (uint h = WG / 2u; h > 0u; h /= 2u) {
+        barrier();
+        if (lid < h) partial[lid] += partial[lid + h];
+    }
+    barrier();
+    float rstd = inversesqrt(partial[0] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
+    barrier();  // partial is the k-slices' below
+#define X_SCALE(k) (rstd * float(nw.d[k]))
+#define X_SCALE4(k) (rstd * vec4(nw.d[4u * (k)], nw.d[4u * (k) + 1u], nw.d[4u * (k) + 2u], nw.d[4u * (k) + 3u]))
+#else
+#define X_SCALE(k) 1.0
+#define X_SCALE4(k) 1.0
+#endif
+    float acc[PRODUCTS * R];  // PAIRED: the second W's products from R on
     uint row[R];  // each output's W row (past J: the last row, multiplied by zero below)
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         acc[r] = 0.0;
+        acc[PRODUCTS * R - R + r] = 0.0;
         row[r] = min(j0 + r * CW, J - 1u);
     }
+#if VEC_K
+#define TERM(WB, WB4, r) dot(xv, vec4(WB4.d[((w_off + row[r] * K) >> 2) + kc]))
+#elif W_KC
+#define TERM(WB, WB4, r) (xv * float(WB.d[w_off + row[r] * K + kc]))
+#else
+#define TERM(WB, WB4, r) (xv * float(WB.d[w_off + kc * J + row[r]]))
+#endif
     for (uint k0 = s; k0 < KL; k0 += KS * UNROLL) {
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
             uint k = k0 + u * KS;
             uint kc = min(k, KL - 1u);
             float live = k < KL ? 1.0 : 0.0;
 #if VEC_K
-            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * live;
-            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += dot(xv, vec4(W4.d[((w_off + row[r] * K) >> 2) + kc]));
+            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * X_SCALE4(kc) * live;
 #else
-            float xv = float(X.d[x_off + kc]) * live;
-#if W_KC
-            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += xv * float(W.d[w_off + row[r] * K + kc]);
-#else
-            [[unroll]] for (uint r = 0u; r < R; ++r) acc[r] += xv * float(W.d[w_off + kc * J + row[r]]);
+            float xv = float(X.d[x_off + kc]) * X_SCALE(kc) * live;
 #endif
+            [[unroll]] for (uint r = 0u; r < R; ++r) {
+                acc[r] += TERM(W, W4, r);
+#if PAIRED
+                acc[R + r] += TERM(b2, b24, r);
 #endif
+            }
         }
     }
-    [[unroll]] for (uint r = 0u; r < R; ++r) partial[r * WG + lid] = acc[r];
+    [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) partial[q * WG + lid] = acc[q];
     for (uint h = KS / 2u; h > 0u; h /= 2u) {
         barrier();
-        if (s < h) [[unroll]] for (uint r = 0u; r < R; ++r) partial[r * WG + lid] += partial[r * WG + lid + h * PEER];
+        if (s < h) [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) partial[q * WG + lid] += partial[q * WG + lid + h * PEER];
     }
     barrier();
     if (s != 0u) return;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
-        uint j = j0 + r * CW;
-        if (j < J) store_c(gl_WorkGroupID.z * J + j, EPI(gl_WorkGroupID.z * J + j, partial[r * WG + lid]));
+        uint j = j0 + r * CW, i = gl_WorkGroupID.z * J + j;
+#if PAIRED
+        if (j < J) store_c(i, EPI2(i, partial[r * WG + lid], partial[(R + r) * WG + lid]));
+#else
+        if (j < J) store_c(i, EPI(i, partial[r * WG + lid]));
+#endif
     }
 }
 )";
@@ -102,12 +143,25 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
     const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    std::string defs = define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
+    std::string defs = std::string("#define NORM ") + (spec.a_rms_eps > 0 ? "1" : "0") + "\n";
+    if (spec.a_rms_eps > 0) {
+        k.iface.bindings.push_back({"nw", spec.dtype});
+        defs += define("NORM_EPS_BITS", float_bits(spec.a_rms_eps));
+    }
+    defs += std::string("#define PAIRED ") + (spec.b2 ? "1" : "0") + "\n";
+    std::string b2_view;  // the second W, 4 elements wide too (as common_glsl's views of a and b)
+    if (spec.b2) {
+        const DType w = operand_dtype(spec, 'b');  // an f16 weight's second W is f16 too (schedule/lower.cpp)
+        b2_view = "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size()) + ") readonly buffer B_b24 { " +
+                  (w == DType::F16 ? "f16vec4" : "vec4") + " d[]; } b24;\n";
+        k.iface.bindings.push_back({"b2", w});
+    }
+    defs += define("KS", ks) + define("CW", cw) + define("R", rows) + define("UNROLL", kUnroll) +
                        "#define W_KC " + (w_kc ? "1" : "0") + "\n#define VEC_K " + (vec_k ? "1" : "0") + "\n" +
                        "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + kBody;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + b2_view + store + epilogue + kBody;
     const int64_t groups = (outputs + rows * cw - 1) / (rows * cw);
     if (groups > t.max_groups || batch > t.max_groups) {
         throw Error("matmul grid " + std::to_string(groups) + "x1x" + std::to_string(batch) +

@@ -101,7 +101,7 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
     std::string funcs;
     std::vector<std::string> buffers(t.in_dtypes.size());
     for (size_t in = 0; in < t.in_dtypes.size(); ++in) {
-        if (static_cast<int32_t>(in) == e->product) continue;
+        if (static_cast<int32_t>(in) == e->product || static_cast<int32_t>(in) == e->product2) continue;
         const std::string n = std::to_string(in);
         buffers[in] = "e" + n;
         k.iface.bindings.push_back({buffers[in], t.in_dtypes[in]});
@@ -109,7 +109,8 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
         funcs += strided_offset_fn("epi_offset" + n, "ED", "ES" + n + "_");
     }
     const std::string body = tree_glsl(t, [&](int32_t n) {
-        return n == e->product ? std::string("v") : buffers[static_cast<size_t>(n)] + ".d[epi_offset" + std::to_string(n) + "(i)]";
+        if (n == e->product || n == e->product2) return std::string(n == e->product ? "v" : "v2");
+        return buffers[static_cast<size_t>(n)] + ".d[epi_offset" + std::to_string(n) + "(i)]";
     }, k);
     std::string stores;
     for (size_t o = 0; o < t.extra_outputs.size(); ++o) {
@@ -119,8 +120,9 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
         stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
     }
     // The bindings are declared by the preamble, before this text: it only reads them.
-    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v) {\n" + body + stores + "    return float(r" +
-           std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v)\n"
+    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
+           std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v, 0.0)\n"
+           "#define EPI2(i, v, v2) mn_epilogue(i, v, v2)\n"
            "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n";
 }
 

@@ -1,10 +1,10 @@
 // Transformer kernels: embedding gather and its deterministic scatter-add, the norms (RMSNorm,
 // LayerNorm, and GroupNorm as a LayerNorm over (image, group) rows with per-channel affine
-// parameters) and their input gradients, RoPE, and the KV-cache row write.
+// parameters) and their input gradients, RoPE, and the KV-cache row write (as a copy of the cache
+// with the rows in it, or in place: the rows alone).
 //
 // The norms run one workgroup per row (LESSONS.md: a thread per row was 20-40x slower) and reduce
 // a pair of sums at a time through shared memory, so the backward's two row means cost one tree.
-#include <cstring>
 
 #include "codegen/families.hpp"
 
@@ -18,13 +18,6 @@ uint32_t pow2_at_most(uint32_t v) {
     uint32_t p = 1;
     while (p * 2 <= v) p *= 2;
     return p;
-}
-
-uint32_t float_bits(double v) {
-    const float f = static_cast<float>(v);
-    uint32_t bits = 0;
-    std::memcpy(&bits, &f, 4);
-    return bits;
 }
 
 // A kernel of one thread per element of `count`.
@@ -209,8 +202,16 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     k.iface.bindings = {{"x", dtype}, {"positions", DType::I32}, {"inv_freq", dtype}, {"y", dtype, true}};
     const std::string st = storage_type(dtype);
     const std::string heads = std::to_string(layout.heads) + "u";
+    std::string out_row = "uint out_row(uint r) { return r; }\n";
+    if (layout.writes_merged) out_row = heads_row_fn("out_row", "SEQ", heads);
+    if (layout.cache_rows > 0) {
+        k.iface.bindings.push_back({"start", DType::I32});
+        const std::string cache = std::to_string(checked_u32(layout.cache_rows, "cache rows")) + "u";
+        out_row = "uint out_row(uint r) { return (r / SEQ) * " + cache + " + uint(clamp(start.d[0], 0, int(" + cache +
+                  " - SEQ))) + r % SEQ; }\n";
+    }
     const std::string rows_glsl = (layout.reads_split ? heads_row_fn("in_row", "SEQ", heads) : "uint in_row(uint r) { return r; }\n") +
-                                  (layout.writes_merged ? heads_row_fn("out_row", "SEQ", heads) : "uint out_row(uint r) { return r; }\n");
+                                  out_row;
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + rows_glsl + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"
@@ -227,19 +228,39 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     return k;
 }
 
+namespace {
+
+// The two cache writes share their sizes and the clamped start row `s`.
+KernelSource scatter_head(const char* label, int64_t threads, int64_t dim, int64_t len, int64_t inner, const Launch& launch) {
+    KernelSource k = elementwise(label, threads, launch);
+    k.iface.spec_constants = {"N", "DIM", "LEN", "INNER"};
+    k.spec_values = {checked_u32(threads, "element count"), checked_u32(dim, "axis length"), checked_u32(len, "rows written"),
+                     checked_u32(inner, "inner size")};
+    return k;
+}
+const char* const kScatterStart =
+    "    if (i >= N) return;\n"
+    "    uint s = uint(clamp(start.d[0], 0, int(DIM - LEN)));\n";
+
+}  // namespace
+
 KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner,
                                   const Launch& launch) {
-    const int64_t total = outer * dim * inner;
-    KernelSource k = elementwise("slice_scatter", total, launch);
-    k.iface.spec_constants = {"N", "DIM", "LEN", "INNER"};
-    k.spec_values = {checked_u32(total, "element count"), checked_u32(dim, "axis length"), checked_u32(len, "rows written"),
-                     checked_u32(inner, "inner size")};
+    KernelSource k = scatter_head("slice_scatter", outer * dim * inner, dim, len, inner, launch);
     k.iface.bindings = {{"x", dtype}, {"src", dtype}, {"start", DType::I32}, {"y", dtype, true}};
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex +
-             "    if (i >= N) return;\n"
-             "    uint s = uint(clamp(start.d[0], 0, int(DIM - LEN)));\n"
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex + kScatterStart +
              "    uint c = (i / INNER) % DIM;\n"
              "    y.d[i] = c >= s && c < s + LEN ? src.d[((i / (INNER * DIM)) * LEN + c - s) * INNER + i % INNER] : x.d[i];\n"
+             "}\n";
+    return k;
+}
+
+KernelSource slice_write_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner, const Launch& launch) {
+    KernelSource k = scatter_head("slice_write", outer * len * inner, dim, len, inner, launch);
+    k.iface.bindings = {{"src", dtype}, {"start", DType::I32}, {"y", dtype, true}};
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex + kScatterStart +
+             "    uint o = i / (LEN * INNER), r = i % (LEN * INNER);\n"
+             "    y.d[(o * DIM + s) * INNER + r] = src.d[i];\n"
              "}\n";
     return k;
 }

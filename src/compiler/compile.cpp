@@ -14,6 +14,7 @@
 #include "codegen/shader_compiler.hpp"
 #include "compiler/check.hpp"
 #include "compiler/coop_self_test.hpp"
+#include "compiler/data_parallel.hpp"
 #include "compiler/dump.hpp"
 #include "compiler/hazards.hpp"
 #include "compiler/initial_values.hpp"
@@ -85,19 +86,36 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
     for (int32_t v : placement.arena_values) impl.home[static_cast<size_t>(v)] = &impl.arena;
 
     uint64_t upload_bytes = 0, readback_bytes = 0;
+    std::set<int32_t> reduced;
+    std::set<std::string> gradients;
+    for (const auto& e : impl.exchanged) reduced.insert(e.reduced);
+    for (const Node& n : graph.nodes())
+        if (n.op == Op::Parameter && impl.training) gradients.insert(compiler::gradient_output(n.name));
     for (size_t v = 0; v < nv; ++v) {
-        if (s.values[v].storage == sched::Storage::Input && s.values[v].view_of < 0) {
+        if (s.values[v].storage == sched::Storage::Input && s.values[v].view_of < 0 && !reduced.count(static_cast<int32_t>(v))) {
             impl.upload_at[static_cast<int32_t>(v)] = upload_bytes;
             upload_bytes += align_up(std::max<uint64_t>(s.values[v].bytes(), 4), 16);
         }
     }
     const auto& read_back = impl.options.read_back;
     for (const auto& [name, id] : graph.outputs()) {
-        if (read_back && std::find(read_back->begin(), read_back->end(), name) == read_back->end()) continue;
+        const bool exchanged = !impl.exchanged.empty();  // reads the loss back, and its gradients by themselves
+        if (exchanged && gradients.count(name)) continue;
+        if (read_back && std::find(read_back->begin(), read_back->end(), name) == read_back->end() &&
+            !(exchanged && name == compiler::kLossOutput))
+            continue;
         const int32_t r = s.root(s.node_value[static_cast<size_t>(id)]);
         if (impl.readback_at.count(r)) continue;
         impl.readback_at[r] = readback_bytes;
         readback_bytes += align_up(std::max<uint64_t>(s.values[static_cast<size_t>(r)].bytes(), 4), 16);
+    }
+    // The exchanged gradients last, end to end and in the same order in both buffers (their padding
+    // zero, the memset below), so that adjacent ones reduce as one span.
+    for (auto& e : impl.exchanged) {
+        e.readback_at = readback_bytes;
+        e.upload_at = upload_bytes;
+        readback_bytes += 4 * e.floats;
+        upload_bytes += 4 * e.floats;
     }
     if (impl.check_graph) {
         uint64_t snapshot_bytes = 0;
@@ -113,6 +131,7 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
     impl.upload = rt::Buffer(impl.ctx, std::max<uint64_t>(upload_bytes, 4), rt::MemoryKind::Upload);
     impl.readback = rt::Buffer(impl.ctx, std::max<uint64_t>(readback_bytes, 4), rt::MemoryKind::Readback);
     std::memset(impl.upload.mapped(), 0, impl.upload.size());
+    std::memset(impl.readback.mapped(), 0, impl.readback.size());
 }
 
 // ---- pass: initialize (constants, and parameters and state from their Init) ----
@@ -136,10 +155,19 @@ void initialize(Session::Impl& impl, const Graph& graph) {
 }
 
 // ---- pass: record (uploads, dispatches with the barriers their hazards need, readbacks) ----
-// The program of steps [first, end): all of them, or (first = Impl::hoisted_steps) the run that
-// skips the steps hoisted for unchanged parameters, whose pinned results it must not poison.
+// One recorded program: the steps [first, end), after copying `uploads` (value, offset in the upload
+// buffer) to the device, and before copying `readbacks` (value, offset in the readback buffer) back.
+// All of the steps; or (first = Impl::hoisted_steps) the run that skips the steps hoisted for unchanged
+// parameters, whose pinned results it must not poison; or one of a data-parallel step's two programs,
+// the second of which must not poison what the first computed for it.
+struct ProgramPart {
+    size_t first = 0, end = 0;
+    std::vector<std::pair<int32_t, uint64_t>> uploads, readbacks;
+    bool poison = false;
+};
+
 std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vector<const rt::Pipeline*>& step_pipelines,
-                                            size_t first) {
+                                            const ProgramPart& part) {
     const sched::Schedule& s = impl.schedule;
     auto prog_ptr = std::make_unique<rt::Program>(impl.ctx);
     rt::Program& prog = *prog_ptr;
@@ -151,21 +179,21 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
         }
         hazards.record(acc);
     };
-    for (const auto& [v, at] : impl.upload_at) {
+    for (const auto& [v, at] : part.uploads) {
         const rt::BufferRange dst = impl.range(v);
         command({{dst.buffer, dst.offset, dst.offset + dst.size, true}});
         prog.copy({&impl.upload, at, dst.size}, dst);
     }
     std::set<int32_t> kept;  // what the skipped steps computed in an earlier run
-    for (size_t i = 0; i < first; ++i) {
+    for (size_t i = 0; i < part.first; ++i) {
         for (size_t b = 0; b < s.steps[i].values.size(); ++b)
             if (s.steps[i].kernel.iface.bindings[b].writes) kept.insert(s.root(s.steps[i].values[b]));
     }
-    if (impl.options.poison_outputs) {
+    if (part.poison) {
         constexpr uint32_t kNaN = 0x7FC00000u;  // also a NaN pair in f16
         command({{&impl.arena, 0, impl.arena.size(), true}});
         prog.fill({&impl.arena, 0, impl.arena.size()}, kNaN);
-        for (const auto& [v, at] : impl.readback_at) {
+        for (const auto& [v, at] : part.readbacks) {
             if (s.values[static_cast<size_t>(v)].storage != sched::Storage::Transient || kept.count(v)) continue;
             const rt::BufferRange r = impl.range(v);
             command({{r.buffer, r.offset, r.offset + r.size, true}});
@@ -173,7 +201,7 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
         }
     }
     auto checked_write = impl.checked_writes.begin();
-    for (size_t i = first; i < s.steps.size(); ++i) {
+    for (size_t i = part.first; i < part.end; ++i) {
         const sched::Step& step = s.steps[i];
         const auto& k = step.kernel;
         rt::Dispatch d{.pipeline = step_pipelines[i],
@@ -193,13 +221,33 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
             prog.copy(src, dst);
         }
     }
-    for (const auto& [v, at] : impl.readback_at) {
+    for (const auto& [v, at] : part.readbacks) {
         const rt::BufferRange src = impl.range(v);
         command({{src.buffer, src.offset, src.offset + src.size, false}});
         prog.copy(src, {&impl.readback, at, src.size});
     }
     prog.finish(impl.profiled);
     return prog_ptr;
+}
+
+// The programs of a data-parallel step: the forward and backward, reading the loss, the outputs and the
+// gradients back; then the update, uploading the reduced gradients (and reading back any output it writes).
+void record_data_parallel(Session::Impl& impl, const std::vector<const rt::Pipeline*>& step_pipelines) {
+    const sched::Schedule& s = impl.schedule;
+    std::set<int32_t> updated;
+    for (size_t i = impl.first_update_step; i < s.steps.size(); ++i)
+        for (size_t b = 0; b < s.steps[i].values.size(); ++b)
+            if (s.steps[i].kernel.iface.bindings[b].writes) updated.insert(s.root(s.steps[i].values[b]));
+    ProgramPart backward{.first = 0, .end = impl.first_update_step, .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
+                         .poison = impl.options.poison_outputs};
+    ProgramPart update{.first = impl.first_update_step, .end = s.steps.size()};
+    for (const auto& [v, at] : impl.readback_at) (updated.count(v) ? update : backward).readbacks.emplace_back(v, at);
+    for (const auto& e : impl.exchanged) {
+        backward.readbacks.emplace_back(e.gradient, e.readback_at);
+        update.uploads.emplace_back(e.reduced, e.upload_at);
+    }
+    impl.program = record_program(impl, step_pipelines, backward);
+    impl.update_program = record_program(impl, step_pipelines, update);
 }
 
 void record(Session::Impl& impl, const Shaders& shaders) {
@@ -214,8 +262,16 @@ void record(Session::Impl& impl, const Shaders& shaders) {
     const auto& step_pipelines = impl.step_pipelines;
     impl.stats.pipelines = std::set<const rt::Pipeline*>(step_pipelines.begin(), step_pipelines.end()).size();
     impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
-    impl.program = record_program(impl, step_pipelines, 0);
-    if (impl.hoisted_steps) impl.steady_program = record_program(impl, step_pipelines, impl.hoisted_steps);
+    if (!impl.exchanged.empty()) return record_data_parallel(impl, step_pipelines);
+    const ProgramPart whole{.first = 0, .end = s.steps.size(), .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
+                            .readbacks = {impl.readback_at.begin(), impl.readback_at.end()},
+                            .poison = impl.options.poison_outputs};
+    impl.program = record_program(impl, step_pipelines, whole);
+    if (impl.hoisted_steps) {
+        ProgramPart steady = whole;
+        steady.first = impl.hoisted_steps;
+        impl.steady_program = record_program(impl, step_pipelines, steady);
+    }
 }
 
 void print_debug(const Session::Impl& impl) {
@@ -279,6 +335,14 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     sched::order_by_level(s);  // independent steps share a barrier
     // Training changes the parameters every run, and MEGANEURA_CHECK needs every step in each run.
     if (!impl->training && !impl->check_graph) impl->hoisted_steps = sched::hoist_parameter_work(s);
+    if (impl->training && options.data_parallel) {
+        if (impl->check_graph) throw Error("compile: MEGANEURA_CHECK does not check a data-parallel step (its update is a "
+                                           "second program); check the same training without data_parallel");
+        impl->exchanged = compiler::exchanged_gradients(graph, s);
+        std::vector<int32_t> reduced;
+        for (const auto& e : impl->exchanged) reduced.push_back(e.reduced);
+        impl->first_update_step = sched::split_update(s, reduced);
+    }
     mark("order", [&] { return compiler::dump_schedule(s, graph, true); });
     name_values(*impl, graph);
 
@@ -304,9 +368,9 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
 
     SessionStats& st = impl->stats;
     const rt::Program& per_run = impl->steady_program ? *impl->steady_program : *impl->program;
-    st.dispatches = per_run.dispatch_count();
-    st.barriers = per_run.barrier_count();
-    st.hoisted_dispatches = impl->program->dispatch_count() - st.dispatches;
+    st.dispatches = per_run.dispatch_count() + (impl->update_program ? impl->update_program->dispatch_count() : 0);
+    st.barriers = per_run.barrier_count() + (impl->update_program ? impl->update_program->barrier_count() : 0);
+    st.hoisted_dispatches = impl->program->dispatch_count() - per_run.dispatch_count();
     st.logical_bytes = placement.arena.logical_bytes;
     st.physical_bytes = placement.arena.physical_bytes;
     st.pinned_bytes = placement.pinned_bytes;

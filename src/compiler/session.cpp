@@ -6,6 +6,7 @@
 
 #include "common/half.hpp"
 #include "compiler/check.hpp"
+#include "compiler/data_parallel.hpp"
 #include "compiler/session_impl.hpp"
 #include "compiler/training.hpp"
 
@@ -234,12 +235,21 @@ float Session::step() {
     require_training(*impl_, "step");
     set_step_scalars(*this, *impl_);
     run();
+    if (impl_->update_program) {  // data parallel: the gradients summed over the processes, then the update
+        compiler::exchange(*impl_);
+        impl_->update_program->run();
+        ++impl_->steps_taken;
+        return impl_->loss_sum / static_cast<float>(impl_->options.data_parallel->processes);
+    }
     ++impl_->steps_taken;
     return get(compiler::kLossOutput)[0];
 }
 
 void Session::record_step(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) {
     require_training(*impl_, "record_step");
+    if (impl_->update_program)
+        throw Error("record_step: a data-parallel session steps with step(), which reduces the gradients between its "
+                    "backward and its update");
     if (segment == 0) set_step_scalars(*this, *impl_);
     record(command_buffer, segment, of);
     if (segment == 0) ++impl_->steps_taken;

@@ -31,6 +31,17 @@ struct Session::Impl {
     bool parameters_changed = true;
     rt::Program* last_run = nullptr;  // the one whose dispatch times profile() reports
     rt::Program& next_program();      // the one a run takes now; parameters_changed is false after
+    // Data-parallel training (compiler/data_parallel.cpp): `program` runs the forward and backward, whose
+    // gradients it reads back into `readback`; step() reduces them across processes straight into
+    // `upload`, and update_program (the steps from first_update_step on) uploads them and updates.
+    struct Exchanged {
+        int32_t gradient = -1, reduced = -1;  // root values: the gradient output, the input the update reads
+        uint64_t readback_at = 0, upload_at = 0, floats = 0;  // floats: the tensor's, padded to 16 bytes
+    };
+    std::vector<Exchanged> exchanged;
+    std::unique_ptr<rt::Program> update_program;
+    size_t first_update_step = 0;
+    float loss_sum = 0;  // the loss summed over the processes by the last step
     SessionStats stats;
     bool profiled = false;
     CompileOptions options;

@@ -40,6 +40,18 @@ void clip(Graph& g, std::vector<Tensor>& grads, double max_norm) {
     for (Tensor& gr : grads) gr = gr * coef;
 }
 
+// Data parallel: each gradient leaves the first program as an output, and the update reads the sum over
+// the processes, scaled to their mean, from an input the host fills (so clipping sees the whole batch's
+// gradient too). Nothing fuses an update into its gradient's product then: the product's result is an
+// output, and the update reads another value.
+void read_reduced_gradients(Graph& g, std::vector<Tensor>& grads, const std::vector<std::string>& names, int processes) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+        g.output(gradient_output(names[i]), grads[i]);
+        const Tensor sum = g.input(reduced_gradient_input(names[i]), grads[i].shape());
+        grads[i] = processes == 1 ? sum : sum * (1.0 / processes);
+    }
+}
+
 // The per-parameter update rules. Scalars shared by every parameter (step size, bias
 // corrections, the decay factor) are built once, so each parameter's update is a few fused kernels.
 // A parameter's assignment carries the optimizer's name: the updates not stored by their gradient's
@@ -98,6 +110,11 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
     if (std::none_of(outs.begin(), outs.end(), [&](const auto& o) { return o.first == kLossOutput && o.second == loss.id; }))
         g.output(kLossOutput, loss);
     std::vector<Tensor> grads = grad(loss, params);
+    if (const auto& dp = options.data_parallel) {
+        if (dp->processes < 1 || !dp->all_reduce)
+            throw Error("compile: data_parallel needs processes >= 1 and an all_reduce, got " + std::to_string(dp->processes));
+        read_reduced_gradients(g, grads, names, dp->processes);
+    }
     if (options.clip_grad_norm > 0) clip(g, grads, options.clip_grad_norm);
     const Tensor lr = g.input(kLearningRate, {});
     Updater up{g, lr, lr / g.input(kBiasCorrection1, {}), g.sqrt(g.input(kBiasCorrection2, {}))};
@@ -108,6 +125,9 @@ void append_training(Graph& g, Tensor loss, const CompileOptions& options) {
         std::visit([&](const auto& o) { up(o, params[i], grads[i], names[i]); }, options.optimizer);
     }
 }
+
+std::string gradient_output(const std::string& parameter) { return "train.grad." + parameter; }
+std::string reduced_gradient_input(const std::string& parameter) { return "train.reduced_grad." + parameter; }
 
 StepScalars step_scalars(const CompileOptions& options, int64_t t) {
     const double lr = learning_rate(options.optimizer) * options.schedule.factor(t);

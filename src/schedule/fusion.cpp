@@ -31,6 +31,9 @@ public:
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
         plan_.column_slices.assign(g.nodes().size(), {});
+        plan_.rope_into_cache.assign(g.nodes().size(), -1);
+        plan_.norm_in_products.assign(g.nodes().size(), false);
+        plan_.epilogue_pair.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
 
@@ -46,6 +49,7 @@ public:
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
+            if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
@@ -60,6 +64,9 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i), epilogue_roots);
         }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks where every other kernel runs
+            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
+        }
         return std::move(plan_);
     }
 
@@ -69,6 +76,31 @@ private:
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;
         const Node& rope = g_.node(readers[0]);
         if (rope.op == Op::Rope && rope.inputs[0] == id) plan_.heads_split_by[static_cast<size_t>(id)] = readers[0];
+    }
+
+    // See fusion.hpp: an RMSNorm of one f32 row whose readers (through reshapes) are all products of one row
+    // reading it as A, which compute it themselves.
+    void try_norm_in_products(int32_t id) {
+        const Node& norm = g_.node(id);
+        const int64_t k = norm.shape.back();
+        if (is_root_[static_cast<size_t>(id)] || norm.dtype != DType::F32 || numel(norm.shape) != k ||
+            plan_.epilogue_of[static_cast<size_t>(id)] >= 0) {
+            return;
+        }
+        const auto reads_row = [&](int32_t reader, int32_t a) {
+            const Node& p = g_.node(reader);
+            return p.op == Op::MatMul && p.inputs[0] == a && p.inputs[1] != a && p.shape.size() == 2 && p.shape[0] == 1 &&
+                   p.ints[0] == 0 && p.dtype == DType::F32;
+        };
+        for (int32_t r : consumers_[static_cast<size_t>(id)]) {
+            if (reads_row(r, id)) continue;
+            const auto& readers = consumers_[static_cast<size_t>(r)];
+            if (g_.node(r).op != Op::Reshape || is_root_[static_cast<size_t>(r)] || readers.empty() ||
+                !std::all_of(readers.begin(), readers.end(), [&](int32_t m) { return reads_row(m, r); })) {
+                return;
+            }
+        }
+        plan_.norm_in_products[static_cast<size_t>(id)] = true;
     }
 
     void try_store_column_slices(int32_t id) {
@@ -259,6 +291,30 @@ private:
                                     g_.node(product).inputs.size() <= max_inputs_) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
             plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
+            if (!keeps) try_pair(product, root, leaves);
+        }
+    }
+
+    // See fusion.hpp: a second product of the same row of A, read only by the tree, that the product's GEMV computes
+    // too (one more binding: its W).
+    void try_pair(int32_t product, int32_t root, const std::set<int32_t>& leaves) {
+        const Node& p = g_.node(product);
+        const auto one_row = [&](const Node& m) {
+            return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
+        };
+        if (!one_row(p) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) return;
+        for (int32_t leaf : leaves) {
+            if (!read_only_by(leaf, root)) continue;
+            const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
+            const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+            const Node& q = g_.node(second);
+            if (second == product || !one_row(q) || q.inputs[0] != p.inputs[0] || q.ints != p.ints || q.shape != p.shape ||
+                g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
+                continue;
+            }
+            plan_.epilogue_of[static_cast<size_t>(second)] = root;
+            plan_.epilogue_pair[static_cast<size_t>(product)] = second;
+            return;
         }
     }
 
@@ -303,6 +359,57 @@ private:
         }
         plan_.in_place_of[static_cast<size_t>(value)] = target;
         plan_.assign_elided[static_cast<size_t>(assign)] = true;
+    }
+
+    // The node after whose place in graph order the kernel that reads node n is emitted: its kernel's, or for a
+    // split of the heads that a RoPE reads in place, the RoPE's; an assignment's copy and a batched update run
+    // after every other kernel (lower.cpp).
+    int32_t emitted_at(int32_t n) const {
+        const int32_t k = kernel_of(n);
+        if (const int32_t rope = plan_.heads_split_by[static_cast<size_t>(k)]; rope >= 0) return kernel_of(rope);
+        const bool last = (g_.node(k).op == Op::Assign && !plan_.assign_elided[static_cast<size_t>(k)]) ||
+                          plan_.batched_update[static_cast<size_t>(k)] >= 0;
+        return last ? static_cast<int32_t>(g_.nodes().size()) : k;
+    }
+
+    // See fusion.hpp: assign(x, slice_scatter(x, src, axis, start)) writes src's rows into x in place, when the
+    // assignment alone reads the slice_scatter and every other reader of x's old contents runs in an earlier kernel.
+    void try_write_rows_in_place(int32_t assign) {
+        const Node& a = g_.node(assign);
+        const int32_t target = a.inputs[0], value = a.inputs[1];
+        const Node& v = g_.node(value);
+        if (v.op != Op::SliceScatter || v.inputs[0] != target || is_root_[static_cast<size_t>(value)] ||
+            consumers_[static_cast<size_t>(value)] != std::vector<int32_t>{assign}) {
+            return;
+        }
+        // Whether every other reader of the target (through its views) is emitted before node `writer`'s place.
+        const auto old_read_before = [&](int32_t writer) {
+            std::vector<int32_t> views{target};
+            while (!views.empty()) {
+                const int32_t at = views.back();
+                views.pop_back();
+                for (int32_t r : consumers_[static_cast<size_t>(at)]) {
+                    if (r == assign || r == value) continue;
+                    if (g_.node(r).op == Op::Reshape) {
+                        views.push_back(r);
+                    } else if (emitted_at(r) >= writer) {
+                        return false;  // it would read the new rows
+                    }
+                }
+            }
+            return true;
+        };
+        if (!old_read_before(value)) return;
+        plan_.in_place_of[static_cast<size_t>(value)] = target;
+        plan_.assign_elided[static_cast<size_t>(assign)] = true;
+        // Rotated keys that nothing else reads: the RoPE stores them into the cache itself, at its own place.
+        const int32_t src = v.inputs[1];
+        const Node& rope = g_.node(src);
+        if (rope.op == Op::Rope && !is_root_[static_cast<size_t>(src)] && consumers_[static_cast<size_t>(src)] == std::vector<int32_t>{value} &&
+            v.ints[0] == static_cast<int64_t>(v.shape.size()) - 2 && plan_.heads_merged_into[static_cast<size_t>(src)] < 0 &&
+            v.inputs[2] < src && old_read_before(src)) {  // the start is lowered before the RoPE
+            plan_.rope_into_cache[static_cast<size_t>(src)] = value;
+        }
     }
 
     // See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product

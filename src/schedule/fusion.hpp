@@ -32,6 +32,24 @@
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
 //
+// Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's silu(x W_gate^T) *
+// (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree (codegen::MatmulSpec::b2): x read
+// once, and one dispatch and one level where the gate's product came before the up product's epilogue.
+//
+// An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
+// as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
+// themselves (codegen::MatmulSpec::a_rms_eps: each workgroup sums the row's squares, K is a few hundred): the
+// norm's dispatch and its level go, two per layer of a decode step.
+//
+// An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
+// KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
+// of src's size, where the slice_scatter copied all of x with the rows in it and the assignment copied that
+// back (two kernels over the whole cache per token). When that is safe: the assignment alone reads the
+// slice_scatter (it is no output), and every other reader of x's old contents runs in an earlier kernel (the
+// level order puts the write after them; those that read the assignment read x after it). Where src is a
+// RoPE that nothing else reads (a model's rotated keys) and x's old contents are read before it too, the RoPE's
+// kernel stores its rows into x itself and the slice_write goes: a dispatch and a level per layer of a decode step.
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -50,11 +68,15 @@ inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || 
 
 struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel
-    std::vector<int32_t> in_place_of;   // per node: the target node it is written into, or -1
+    // per node: the target node it is written into (a pointwise root's whole value; a SliceScatter's rows), or -1
+    std::vector<int32_t> in_place_of;
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
     std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
+    // per product with an epilogue: the second product of the same row its GEMV computes for the epilogue (whose
+    // epilogue_of is the same root), or -1
+    std::vector<int32_t> epilogue_pair;
     // per Attention or Rope node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the
     // heads; in a backward, the gradient of its split), whose layout the kernel stores directly, so the
     // permute is no copy; or -1. Not an attention whose logsumexp is live too (training: the backward
@@ -65,6 +87,11 @@ struct FusionPlan {
     std::vector<int32_t> heads_split_by;
     // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
     std::vector<std::vector<int32_t>> column_slices;
+    // per RmsNorm node: computed by each product that reads it (see above), so never lowered itself.
+    std::vector<bool> norm_in_products;
+    // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores
+    // them into, so that the SliceScatter is no kernel; or -1.
+    std::vector<int32_t> rope_into_cache;
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;

@@ -41,8 +41,12 @@ public:
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
         if (t_.f16_weights) mark_invariant();
+        std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
+        for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
-            if (fusion_.epilogue_of[i] >= 0) epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
+            if (fusion_.epilogue_of[i] >= 0 && !seconds.count(static_cast<int32_t>(i))) {
+                epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
+            }
         }
         s_.node_value.assign(live.size(), -1);
         // Assignments copy last, once every other kernel has read the targets' old contents.
@@ -117,8 +121,10 @@ private:
             if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
             const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
             if (stored_here) stored.push_back(node);
-            if (product != epilogue_product_.end() && (node == product->second || is_view_of(node, product->second))) {
-                bind.push_back(-1);  // the product's own value, never stored
+            const int32_t second = product != epilogue_product_.end() ? fusion_.epilogue_pair[static_cast<size_t>(product->second)] : -1;
+            if (product != epilogue_product_.end() &&
+                (node == product->second || is_view_of(node, product->second) || (second >= 0 && (node == second || is_view_of(node, second))))) {
+                bind.push_back(node == product->second || is_view_of(node, product->second) ? -1 : -2);  // a product's value, never stored
                 spec.in_dtypes.push_back(g_.node(node).dtype);
                 spec.in_strides.emplace_back();
                 spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
@@ -146,9 +152,12 @@ private:
             extra.push_back(value_of(product->second));
         }
         if (product != epilogue_product_.end()) {
-            const auto at = std::find(bind.begin(), bind.end(), -1);
-            const codegen::Epilogue epilogue{.tree = std::move(spec), .product = static_cast<int32_t>(at - bind.begin())};
-            bind.erase(at);
+            const auto position = [&](int32_t marker) {
+                const auto at = std::find(bind.begin(), bind.end(), marker);
+                return at == bind.end() ? -1 : static_cast<int32_t>(at - bind.begin());
+            };
+            const codegen::Epilogue epilogue{.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
+            std::erase_if(bind, [](int32_t v) { return v < 0; });
             bind.insert(bind.end(), extra.begin(), extra.end());
             if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
             return lower_product(product->second, {out}, &epilogue, bind);
@@ -302,6 +311,7 @@ private:
         auto in = [&](size_t k) { return value_of(n.inputs[k]); };
         auto shape_of = [&](int32_t v) -> const Shape& { return s_.values[static_cast<size_t>(v)].shape; };
         if (op_info(n.op).archetype == Archetype::Leaf) {
+            if (value_of(id) >= 0) return;  // a RoPE that stores into a cache lowered it first
             const Storage st = n.op == Op::Input ? Storage::Input
                              : n.op == Op::Parameter ? Storage::Parameter
                              : n.op == Op::State ? Storage::State : Storage::Constant;
@@ -319,6 +329,8 @@ private:
             !fusion_.epilogue_keeps[static_cast<size_t>(n.inputs[0])]) {
             return;  // and its view
         }
+        // An RMSNorm its products compute (FusionPlan::norm_in_products), and its views: never stored.
+        if (fusion_.norm_in_products[static_cast<size_t>(n.op == Op::Reshape ? n.inputs[0] : id)]) return;
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
@@ -326,9 +338,18 @@ private:
             return;
         }
         const bool stored = fusion_.stored_in[static_cast<size_t>(id)] >= 0;  // by a later kernel
+        if (const int32_t scatter = fusion_.rope_into_cache[static_cast<size_t>(id)]; scatter >= 0) {
+            const int32_t cache = fusion_.in_place_of[static_cast<size_t>(scatter)];
+            lower(cache);  // a leaf, which a model may declare after the RoPE
+            const int32_t v = view_for(scatter, value_of(cache));
+            s_.node_value[static_cast<size_t>(scatter)] = v;  // the rope's own value is never stored
+            return lower_rope(n, v, false, &g_.node(scatter));
+        }
         if (const int32_t target = fusion_.in_place_of[static_cast<size_t>(id)]; target >= 0) {
+            if (value_of(id) >= 0) return;  // its RoPE stored the rows (rope_into_cache)
             const int32_t v = view_for(id, value_of(target));
             s_.node_value[static_cast<size_t>(id)] = v;
+            if (n.op == Op::SliceScatter) return slice_scatter(n, v, true);
             if (!stored) fused_pointwise(id, v);
             return;
         }
@@ -472,17 +493,24 @@ private:
             case Op::Rope:
                 lower_rope(n, out, false);
                 return true;
-            case Op::SliceScatter: {
-                const auto axis = static_cast<size_t>(n.ints[0]);
-                int64_t outer = 1, inner = 1;
-                for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
-                for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
-                emit(codegen::slice_scatter_kernel(n.dtype, outer, n.shape[axis], g_.node(n.inputs[1]).shape[axis], inner,
-                                                   t_.pointwise), bind(ins));
+            case Op::SliceScatter:
+                slice_scatter(n, out, false);
                 return true;
-            }
             default: return false;
         }
+    }
+
+    // A SliceScatter node into out: a copy of x with src's rows in it, or in place (out a view of x,
+    // FusionPlan::in_place_of), src's rows alone.
+    void slice_scatter(const Node& n, int32_t out, bool in_place) {
+        const auto axis = static_cast<size_t>(n.ints[0]);
+        int64_t outer = 1, inner = 1;
+        for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
+        for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+        const int64_t dim = n.shape[axis], len = g_.node(n.inputs[1]).shape[axis];
+        const int32_t src = value_of(n.inputs[1]), start = value_of(n.inputs[2]);
+        if (in_place) return emit(codegen::slice_write_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {src, start, out});
+        emit(codegen::slice_scatter_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {value_of(n.inputs[0]), src, start, out});
     }
 
     // A norm node's rows: the last dim (RMSNorm, LayerNorm), or (image, group) pairs (GroupNorm).
@@ -538,8 +566,21 @@ private:
                        const std::vector<int32_t>& epilogue_inputs = {}) {
         const Node& n = g_.node(id);
         const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
-        if (op_info(n.op).archetype == Archetype::MatMul) return lower_matmul(n, matmul_tuning(id), a, b, outs, epilogue, epilogue_inputs);
-        lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
+        if (op_info(n.op).archetype != Archetype::MatMul) return lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
+        const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
+        const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
+        std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
+        GemvExtras gemv{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1};
+        int32_t row = a;
+        if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
+            const Node& rms = g_.node(norm);
+            row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
+            s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
+            extra.push_back(value_of(rms.inputs[1]));
+            gemv.a_rms_eps = rms.data[0];
+        }
+        if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
+        lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, gemv);
     }
 
     // Nodes that depend on parameters, constants and state no assignment writes alone, which a program that
@@ -575,9 +616,17 @@ private:
         return it->second;
     }
 
+    // What a GEMV of one row computes besides the product (codegen::MatmulSpec): A's RMSNorm, a second product.
+    struct GemvExtras {
+        double a_rms_eps = 0;
+        bool b2 = false;
+        int32_t b2_node = -1;  // the second product's W, cast to f16 with the first's (f16_weight)
+    };
+
+    // The norm's weight and the second W (gemv) are the last of epilogue_inputs.
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, const std::vector<int32_t>& outs,
-                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
-        const Shape sa = s_.values[static_cast<size_t>(a)].shape;
+                      const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
+        const Shape sa = s_.values[static_cast<size_t>(a)].shape;  // copies: f16_weight adds values
         const Shape sb = s_.values[static_cast<size_t>(b)].shape;
         const Shape batch(n.shape.begin(), n.shape.end() - 2);
         auto batch_strides = [&](const Shape& s) {
@@ -590,13 +639,20 @@ private:
         codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
-                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue};
+                                 .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps, .b2 = gemv.b2};
         if (outs.size() > 1) {
             for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
         }
         if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
-        if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) b = b16, spec.b_f16 = true;
-        emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, epilogue_inputs);
+        std::vector<int32_t> extra = epilogue_inputs;
+        // A GEMV's second W (bound last) is read in B's dtype: both f16 or neither.
+        const int32_t b16 = f16_weight(n.inputs[1], b);
+        const int32_t w2_16 = b16 >= 0 && gemv.b2 ? f16_weight(gemv.b2_node, extra.back()) : -1;
+        if (b16 >= 0 && (!gemv.b2 || w2_16 >= 0)) {
+            b = b16, spec.b_f16 = true;
+            if (gemv.b2) extra.back() = w2_16;
+        }
+        emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, extra);
     }
 
     // A matmul or convolution product of a and b into outs (its value, or its column parts), through f32
@@ -655,16 +711,19 @@ private:
     }
 
     // RoPE over [batch, heads, seq, dim], reading a split of the heads in place (FusionPlan::heads_split_by),
-    // and with merged_out storing in the merged layout (heads_merged_into).
-    void lower_rope(const Node& n, int32_t out, bool merged_out) {
+    // with merged_out storing in the merged layout (heads_merged_into), and with `cache`, the SliceScatter
+    // whose rows it is, storing them into the cache at its start (rope_into_cache; out is the cache's view).
+    void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr) {
         const int32_t x = n.inputs[0];
         const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
         const int32_t in = value_of(split ? g_.node(x).inputs[0] : x);  // split: [batch, seq, heads, dim]
         const int64_t dim = n.shape.back(), rows = numel(n.shape) / dim;
         const codegen::RopeLayout layout{.heads = split || merged_out ? n.shape[1] : 0, .reads_split = split,
-                                         .writes_merged = merged_out};
-        emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout),
-             {in, value_of(n.inputs[1]), value_of(n.inputs[2]), out});
+                                         .writes_merged = merged_out,
+                                         .cache_rows = cache ? cache->shape[static_cast<size_t>(cache->ints[0])] : 0};
+        std::vector<int32_t> bind{in, value_of(n.inputs[1]), value_of(n.inputs[2]), out};
+        if (cache) bind.push_back(value_of(cache->inputs[2]));
+        emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout), std::move(bind));
     }
 
     // merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
@@ -677,7 +736,7 @@ private:
         if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
         auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
         if (n.op == Op::AttentionGradQ) {
-            emit(codegen::attention_grad_q_kernel(spec, t_.attention, t_.pointwise.max_groups),
+            emit(codegen::attention_grad_q_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
                  cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out}));
             return;
         }
@@ -695,20 +754,29 @@ private:
         attention_siblings_[key] = sibling;
         const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
         if (!backward) {
-            // The cooperative forward runs where the matmuls' cooperative kernels do (the start-up
-            // self-test turns both off).
-            codegen::AttentionTiles tiles = t_.attention;
-            tiles.coop_subgroup = t_.matmul.coop_subgroup;
-            tiles.coop_declined = t_.matmul.coop_declined;
-            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, tiles, t_.pointwise);
+            codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
             if (!f.combine) return emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), pair));
             const int32_t partial = new_value({f.partial_elements}, DType::F32);  // the key chunks' records
             emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
             emit(std::move(*f.combine), cat({partial}, pair));
         } else {
-            emit(codegen::attention_grad_kv_kernel(spec, t_.attention, t_.pointwise.max_groups),
+            emit(codegen::attention_grad_kv_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
                  cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair));
         }
+    }
+
+    // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
+    // turns both off); the backward's (its products scale dO and dS as the scaled matmuls do) unless
+    // MEGANEURA_FAST_GRADIENTS=f32 keeps every gradient product f32.
+    codegen::AttentionTiles attention_tiles(bool backward) const {
+        codegen::AttentionTiles tiles = t_.attention;
+        tiles.coop_subgroup = t_.matmul.coop_subgroup;
+        tiles.coop_declined = t_.matmul.coop_declined;
+        if (backward && tiles.coop_subgroup && t_.fast_gradients == Tuning::FastGradients::F32) {
+            tiles.coop_subgroup = 0;
+            tiles.coop_declined = "a gradient, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)";
+        }
+        return tiles;
     }
 
     // delta = rowsum(d_out * out), once per (out, d_out) pair.

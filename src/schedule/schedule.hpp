@@ -84,4 +84,9 @@ void order_by_level(Schedule& s);
 // steps, and returns how many they are (hoist.cpp).
 size_t hoist_parameter_work(Schedule& s);
 
+// After order_by_level, for data-parallel training: moves the steps that read `reduced_inputs` (the
+// gradients summed across processes), or what such steps compute, behind all others, and returns the
+// index of the first of them; throws when another step cannot move ahead of them (split.cpp).
+size_t split_update(Schedule& s, const std::vector<int32_t>& reduced_inputs);
+
 }  // namespace mn::sched

@@ -113,17 +113,20 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
         check_targets(*model.graph, run.lora);
         models::freeze_all_but_lora(*model.graph);
     }
-    record_run(run.out, "run.txt", settings(run.lora) + "\n", run.resume, [&](const std::string& was) {
+    const Shard shard = shard_of(run.world);
+    if (shard.root() || run.resume) record_run(run.out, "run.txt", settings(run.lora) + "\n", run.resume, [&](const std::string& was) {
         return "--resume " + run.out + ": its run is " + was.substr(0, was.size() - (was.ends_with('\n') ? 1 : 0)) +
                "; this one is " + settings(run.lora) + " (" + run.out + "/run.txt)";
     });
     const Trainable trainable = trainable_parameters(*model.graph);
     models::check_fits_device(*model.graph, device, "smollm2");
-    const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(data.train.size()) / run.batch);
+    const int64_t global_batch = run.batch * shard.ranks;
+    const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(data.train.size()) / global_batch);
     const int64_t total = run.steps > 0 ? run.steps : run.epochs * per_epoch;
-    Session train = compile(*model.graph, device,
-                            training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
-                                                          .total_steps = total, .seed = run.seed}));
+    CompileOptions options = training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
+                                                           .total_steps = total, .seed = run.seed});
+    if (run.world) options.data_parallel = run.world->exchange();
+    Session train = compile(*model.graph, device, options);
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
     train.load(folder.weights, is_adapter);
     // A LoRA run's checkpoint holds the adapter, its optimizer state and the step, not the frozen
@@ -139,13 +142,15 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}});
     eval.load(folder.weights, is_adapter);
 
-    print_plan(folder.dir, trainable,
+    if (shard.root()) print_plan(folder.dir, trainable,
                run.lora.on() ? "LoRA rank " + std::to_string(run.lora.rank) + " on " + std::to_string(trainable.names.size() / 2) + " modules"
                              : "full fine-tune",
                train.stats());
-    std::fprintf(stderr, "data %s: %lld tokens, %zu training and %zu held-out blocks of %lld; %lld steps of %lld blocks\n",
-                 run.data.c_str(), static_cast<long long>(data.tokens), data.train.size(), data.eval.size(),
-                 static_cast<long long>(run.seq), static_cast<long long>(total), static_cast<long long>(run.batch));
+    if (shard.root())
+        std::fprintf(stderr, "data %s: %lld tokens, %zu training and %zu held-out blocks of %lld; %lld steps of %lld blocks%s\n",
+                     run.data.c_str(), static_cast<long long>(data.tokens), data.train.size(), data.eval.size(),
+                     static_cast<long long>(run.seq), static_cast<long long>(total), static_cast<long long>(global_batch),
+                     run.world ? (" (" + std::to_string(shard.ranks) + " processes of " + std::to_string(run.batch) + ")").c_str() : "");
 
     // Blocks in a seeded order per epoch, the epochs one after the other from one generator; step s
     // takes blocks (s - 1) * batch .. s * batch - 1 of that sequence, and a resumed run draws the
@@ -158,7 +163,7 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     auto feed = [&](int64_t step) {
         std::vector<int32_t> ids;
         for (int64_t r = 0; r < run.batch; ++r) {
-            const int64_t k = (step - 1) * run.batch + r;
+            const int64_t k = (step - 1) * global_batch + shard.rank * run.batch + r;
             for (; order_epoch < k / blocks; ++order_epoch) {
                 std::iota(order.begin(), order.end(), 0);
                 std::shuffle(order.begin(), order.end(), rng);
@@ -171,11 +176,12 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     };
     const FinetuneResult result =
         run_steps(train, eval, trainable.names,
-                  {.out = run.out, .total = total, .eval_every = run.eval_every, .per_step = run.batch * run.seq,
+                  {.out = run.out, .total = total, .eval_every = run.eval_every, .per_step = global_batch * run.seq,
                    .unit = "tokens", .curve_title = "Fine-tuning loss",
-                   .frozen = [&](const std::string& name) { return frozen.count(name) > 0; }},
+                   .frozen = [&](const std::string& name) { return frozen.count(name) > 0; }, .world = run.world},
                   feed, [&] { return HeldOut{.loss = evaluate(eval, data.eval, run.batch, run.seq)}; });
 
+    if (!shard.root()) return result;
     std::vector<std::string> all;
     for (const Node& n : model.graph->nodes())
         if (n.op == Op::Parameter && !is_adapter(n.name)) all.push_back(n.name);

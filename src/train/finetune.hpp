@@ -29,6 +29,9 @@ struct FinetuneRun {
     uint64_t seed = 0;
     bool resume = false;      // continue from out/checkpoint.safetensors
     bool merge = false;       // LoRA: also write the merged model folder
+    // Data parallel (--distributed): `batch` blocks per process, each step's batch * size() blocks those a
+    // single process of that batch would take, in rank order; rank 0 alone writes OUT (StepLoop::world).
+    distributed::World* world = nullptr;
 };
 
 FinetuneResult finetune(const Device& device, const FinetuneRun& run);

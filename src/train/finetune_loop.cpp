@@ -68,6 +68,10 @@ private:
 
 }  // namespace
 
+Shard shard_of(const distributed::World* world) {
+    return world ? Shard{world->rank(), world->size()} : Shard{};
+}
+
 std::string prepare_output(const std::string& out, bool resume) {
     const std::string flag = resume ? "--resume " : "--out ";
     std::error_code error;
@@ -133,9 +137,13 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
                          const std::function<void(int64_t step)>& feed, const std::function<HeldOut()>& evaluate) {
     const fs::path out(loop.out);
     const std::string checkpoint = (out / "checkpoint.safetensors").string();
+    distributed::World* world = loop.world;
+    const bool root = !world || world->root();
+    if (world) world->broadcast(train, to_eval);
     LossCurve curve;
     if (train.step_count() > 0 && fs::exists(out / "loss.csv")) curve = LossCurve::read_csv((out / "loss.csv").string());
     auto eval_now = [&] {
+        if (!root) return HeldOut{};  // rank 0's parameters are every rank's
         train.copy_to(eval, to_eval);
         return evaluate();
     };
@@ -145,7 +153,7 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
     const bool resumed = train.step_count() > 0;
     const StopRequests stop;  // from here, so that a signal during the first evaluation stops after one step
     FinetuneResult result{.first_eval = eval_now()};
-    print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
+    if (root) print_eval(result.first_eval, train.step_count(), loop.epoch_steps);
     // Training from there would only stop at the first step, blaming the step.
     if (!std::isfinite(result.first_eval.loss))
         throw Error("the held-out loss is " + std::to_string(result.first_eval.loss) + " before " +
@@ -153,11 +161,12 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
                     " give non-finite values");
 
     auto save = [&] {
+        if (!root) return;
         train.save(checkpoint, loop.frozen);
         curve.write_csv((out / "loss.csv").string());
         curve.write_svg((out / "loss.svg").string(), loop.curve_title);
     };
-    Progress progress("finetune", loop.total);
+    Progress progress("finetune", loop.total, root ? stderr : no_output());
     if (!loop.unit.empty()) progress.show_rate(loop.per_step, loop.unit);
     for (int64_t step = train.step_count() + 1; step <= loop.total; ++step) {
         feed(step);
@@ -168,13 +177,14 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
                                                 : "no checkpoint was written (--eval-every N writes one every N steps)"));
         if (result.steps++ == 0) result.first_loss = loss;
         result.last_loss = loss;
+        if (world) world->check_replicas(train, to_eval, step);
         curve.add(step, loss);
         progress.update(step, loss);
         const bool evaluate_now = (loop.eval_every > 0 && step % loop.eval_every == 0) || step == loop.total;
         if (evaluate_now) {
             result.last_eval = eval_now();
-            if (step != loop.total) std::fputc('\n', stderr);
-            print_eval(result.last_eval, step, loop.epoch_steps);
+            if (step != loop.total && root) std::fputc('\n', stderr);
+            if (root) print_eval(result.last_eval, step, loop.epoch_steps);
             if (result.last_eval.accuracy) curve.add_eval(step, static_cast<float>(*result.last_eval.accuracy));
             save();
         }

@@ -10,10 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "distributed/world.hpp"
 #include "io/safetensors.hpp"
 #include "meganeura/session.hpp"
 
 namespace mn::train {
+
+// A process's place in a distributed run (--distributed): rank `rank` of `ranks` takes items rank * batch
+// .. (rank + 1) * batch - 1 of each step's ranks * batch; a single process is rank 0 of 1.
+struct Shard {
+    int64_t rank = 0, ranks = 1;
+    bool root() const { return rank == 0; }
+};
+Shard shard_of(const distributed::World* world);
 
 // OUT/checkpoint.safetensors, once OUT is checked and created: a new run refuses an OUT that has one
 // (it would be overwritten), --resume an OUT that has none.
@@ -69,6 +78,9 @@ struct StepLoop {
     // The parameters the checkpoint leaves out: a LoRA run's frozen base, which a resumed run reads
     // from -m again (540 MB of SmolLM2-135M in every checkpoint otherwise). Unset: none.
     std::function<bool(const std::string&)> frozen;
+    // Data parallel (--distributed): rank 0 broadcasts the values `to_eval` names before the first step,
+    // and alone evaluates, prints and writes the checkpoint and the curve. Unset: one process.
+    distributed::World* world = nullptr;
 };
 
 // Steps train.step_count() + 1 .. loop.total (a resumed run already there is an error: nothing to

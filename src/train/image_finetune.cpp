@@ -91,7 +91,8 @@ io::TensorMap fine_tuned_weights(const Session& train, const Graph& g, const std
 FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run) {
     const std::string checkpoint = prepare_output(run.out, run.resume);
     const ImageFolder folder = open_image_folder(run.data);
-    record_classes(run.out, folder, run.resume);
+    const Shard shard = shard_of(run.world);
+    if (shard.root() || run.resume) record_classes(run.out, folder, run.resume);
 
     const io::TensorMap base = io::read_safetensors(run.weights);
     models::ResNetConfig config = models::resnet_config_of(base, run.weights);
@@ -109,30 +110,34 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
         if (n.op == Op::State && run.train_bn) to_eval.push_back(n.name);
     models::check_fits_device(*model.graph, device, "resnet");
 
-    const int64_t per_epoch = static_cast<int64_t>(folder.train.size()) / run.batch;
+    const int64_t global_batch = run.batch * shard.ranks;
+    const int64_t per_epoch = static_cast<int64_t>(folder.train.size()) / global_batch;
     if (per_epoch == 0)
         throw Error("--data " + run.data + ": " + std::to_string(folder.train.size()) + " training images, fewer than --batch " +
-                    std::to_string(run.batch));
+                    std::to_string(run.batch) + (shard.ranks > 1 ? " times " + std::to_string(shard.ranks) + " processes" : ""));
     const int64_t total = run.epochs * per_epoch;
-    Session train = compile(*model.graph, device,
-                            training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
-                                                          .total_steps = total, .seed = run.seed}));
+    CompileOptions options = training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
+                                                           .total_steps = total, .seed = run.seed});
+    if (run.world) options.data_parallel = run.world->exchange();
+    Session train = compile(*model.graph, device, options);
     train.load({run.weights}, is_head);
     if (run.resume) train.load(checkpoint);
     models::BuiltModel eval_model = models::build_resnet(config, images);
     Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"logits"}});
     eval.load({run.weights}, is_head);
 
-    print_plan(run.weights, trainable, run.train_bn ? "full fine-tune, batch norms on batch statistics" : "full fine-tune",
-               train.stats());
-    const std::string head = "[" + std::to_string(config.num_classes) + ", " + std::to_string(features) + "]";
-    std::fprintf(stderr, "new head fc.weight %s for %zu classes (%s), in place of the weights' [%lld, %lld]\n", head.c_str(),
-                 folder.classes.size(), joined(folder.classes, ", ").c_str(), static_cast<long long>(base_classes),
-                 static_cast<long long>(features));
-    std::fprintf(stderr, "data %s: %zu training and %zu held-out images at %lld x %lld%s; %lld epochs of %lld steps of %lld images\n",
-                 run.data.c_str(), folder.train.size(), folder.eval.size(), static_cast<long long>(run.image_size),
-                 static_cast<long long>(run.image_size), run.augment ? " (training ones augmented)" : "",
-                 static_cast<long long>(run.epochs), static_cast<long long>(per_epoch), static_cast<long long>(run.batch));
+    if (shard.root()) {
+        print_plan(run.weights, trainable, run.train_bn ? "full fine-tune, batch norms on batch statistics" : "full fine-tune",
+                   train.stats());
+        const std::string head = "[" + std::to_string(config.num_classes) + ", " + std::to_string(features) + "]";
+        std::fprintf(stderr, "new head fc.weight %s for %zu classes (%s), in place of the weights' [%lld, %lld]\n", head.c_str(),
+                     folder.classes.size(), joined(folder.classes, ", ").c_str(), static_cast<long long>(base_classes),
+                     static_cast<long long>(features));
+        std::fprintf(stderr, "data %s: %zu training and %zu held-out images at %lld x %lld%s; %lld epochs of %lld steps of %lld images\n",
+                     run.data.c_str(), folder.train.size(), folder.eval.size(), static_cast<long long>(run.image_size),
+                     static_cast<long long>(run.image_size), run.augment ? " (training ones augmented)" : "",
+                     static_cast<long long>(run.epochs), static_cast<long long>(per_epoch), static_cast<long long>(global_batch));
+    }
 
     // Step s takes batch (s - 1) % per_epoch of its epoch's seeded order: a resumed run sees the
     // batches the uninterrupted one would have. The next step's batch is decoded while this one
@@ -144,7 +149,8 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
         const int64_t epoch = (step - 1) / per_epoch, index = (step - 1) % per_epoch;
         if (epoch != order_epoch)
             order = BatchIterator::permutation(static_cast<int64_t>(folder.train.size()), run.seed, epoch), order_epoch = epoch;
-        std::vector<int64_t> rows(order.begin() + index * run.batch, order.begin() + (index + 1) * run.batch);
+        const int64_t first = index * global_batch + shard.rank * run.batch;
+        std::vector<int64_t> rows(order.begin() + first, order.begin() + first + run.batch);
         const std::optional<Augment> augment = run.augment ? std::optional(Augment{run.seed, epoch}) : std::nullopt;
         return std::async(std::launch::async, [&, rows = std::move(rows), augment] {
             Batch b;
@@ -165,10 +171,11 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
                               " held-out images, batch " + std::to_string(run.batch);
     const FinetuneResult result = run_steps(
         train, eval, to_eval,
-        {.out = run.out, .total = total, .eval_every = per_epoch, .epoch_steps = per_epoch, .per_step = run.batch,
-         .unit = "images", .curve_title = title},
+        {.out = run.out, .total = total, .eval_every = per_epoch, .epoch_steps = per_epoch, .per_step = global_batch,
+         .unit = "images", .curve_title = title, .world = run.world},
         feed, [&] { return evaluate(eval, folder.eval, run.batch, transform); });
 
+    if (!shard.root()) return result;
     io::write_safetensors((fs::path(run.out) / "model.safetensors").string(),
                           fine_tuned_weights(train, *model.graph, counts, run.train_bn ? train.step_count() : 0),
                           {{"format", "pt"}});

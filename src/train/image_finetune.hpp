@@ -34,6 +34,8 @@ struct ImageFinetuneRun {
     bool augment = false; // training images through RandomResizedCrop and RandomHorizontalFlip (io/image.hpp)
     bool train_bn = false; // batch norms on batch statistics while training, updating the running ones
     bool resume = false;  // continue from out/checkpoint.safetensors
+    // Data parallel (--distributed): `batch` images per process, as FinetuneRun::world says for blocks.
+    distributed::World* world = nullptr;
 };
 
 FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run);

@@ -42,6 +42,11 @@ std::string duration(double seconds) {
 
 }  // namespace
 
+std::FILE* no_output() {
+    static std::FILE* f = std::fopen("/dev/null", "w");
+    return f;
+}
+
 Progress::Progress(std::string label, int64_t total_steps, std::FILE* out, Style style)
     : label_(std::move(label)),
       total_(std::max<int64_t>(total_steps, 1)),

@@ -57,4 +57,7 @@ private:
     bool finished_ = false;
 };
 
+// /dev/null: where the ranks of a distributed run but the first send their progress.
+std::FILE* no_output();
+
 }  // namespace mn::train

@@ -113,21 +113,45 @@ Evaluation evaluate_classifier(const Device& device, const std::string& model, c
     return evaluate(s, data, batch);
 }
 
+namespace {
+
+// The names of the graph's parameters that train.
+std::vector<std::string> trained_parameters(const Graph& g) {
+    std::vector<std::string> names;
+    for (const Node& n : g.nodes())
+        if (n.op == Op::Parameter && n.requires_grad) names.push_back(n.name);
+    return names;
+}
+
+}  // namespace
+
 Evaluation train_classifier(const Device& device, const ClassifierRun& run, const Dataset& train_set,
                             const Dataset& test_set) {
+    distributed::World* world = run.world;
+    const bool root = !world || world->root();
+    const int64_t ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
     const std::string prefix = curve_prefix(run);
-    io::check_can_write(run.checkpoint, "checkpoint");
-    io::check_can_write(prefix + ".csv", "loss curve");
-    io::check_can_write(prefix + ".svg", "loss curve");
-    BatchIterator batches(train_set, run.batch, run.seed);
+    if (root) {
+        io::check_can_write(run.checkpoint, "checkpoint");
+        io::check_can_write(prefix + ".csv", "loss curve");
+        io::check_can_write(prefix + ".svg", "loss curve");
+    }
+    BatchIterator batches(train_set, run.batch * ranks, run.seed);
     const int64_t per_epoch = batches.batches_per_epoch();
+    if (per_epoch == 0)
+        throw Error(std::to_string(train_set.count) + " training images, fewer than one batch of " +
+                    std::to_string(run.batch * ranks));
     const int64_t total = per_epoch * run.epochs;
     const LrSchedule schedule{.decay = run.cosine ? LrSchedule::Decay::Cosine : LrSchedule::Decay::Constant,
                               .total_steps = total};
     models::Classifier c = models::fashion_classifier(run.model, run.batch);
-    Session s = compile(*c.graph, device, {.loss = c.loss, .optimizer = run.optimizer, .schedule = schedule, .seed = run.seed});
+    CompileOptions options{.loss = c.loss, .optimizer = run.optimizer, .schedule = schedule, .seed = run.seed};
+    if (world) options.data_parallel = world->exchange();
+    Session s = compile(*c.graph, device, options);
     Session eval = compile_eval(device, run.model, run.eval_batch);
     if (!run.resume.empty()) s.load(run.resume);
+    const std::vector<std::string> parameters = trained_parameters(*c.graph);
+    if (world) world->broadcast(s, parameters);
 
     int64_t step = s.step_count();
     if (step >= total) throw Error("the checkpoint has already trained " + std::to_string(step) + " of " +
@@ -142,30 +166,42 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
             // no earlier curve: this run's starts at the resumed step
         }
     }
-    std::printf("training %s on %s: %lld examples, batch %lld, %lld steps per epoch, %zu dispatches per step\n",
-                run.model.c_str(), device.name().c_str(), static_cast<long long>(train_set.count),
-                static_cast<long long>(run.batch), static_cast<long long>(per_epoch), s.stats().dispatches);
+    if (root)
+        std::printf("training %s on %s: %lld examples, batch %lld%s, %lld steps per epoch, %zu dispatches per step\n",
+                    run.model.c_str(), device.name().c_str(), static_cast<long long>(train_set.count),
+                    static_cast<long long>(run.batch * ranks),
+                    world ? (" (" + std::to_string(ranks) + " processes of " + std::to_string(run.batch) + ")").c_str() : "",
+                    static_cast<long long>(per_epoch), s.stats().dispatches);
     Evaluation result;
     FiniteGuard guard(*c.graph, run.checkpoint);
     if (!run.resume.empty() && run.resume == run.checkpoint) guard.saved(step);
     std::vector<float> x;
     std::vector<int32_t> y;
     for (int64_t epoch = step / per_epoch; epoch < run.epochs; ++epoch) {
-        Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(run.epochs), per_epoch);
+        Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(run.epochs), per_epoch,
+                          root ? stderr : no_output());
         const auto t0 = std::chrono::steady_clock::now();
         const int64_t first = step;
+        const size_t features = static_cast<size_t>(train_set.features), rows = static_cast<size_t>(run.batch);
         while (step < (epoch + 1) * per_epoch && batches.next(x, y)) {
+            if (world) {  // this rank's rows of the global batch
+                const auto r = static_cast<size_t>(rank);
+                x = std::vector<float>(x.begin() + r * rows * features, x.begin() + (r + 1) * rows * features);
+                y = std::vector<int32_t>(y.begin() + r * rows, y.begin() + (r + 1) * rows);
+            }
             s.set("images", x);
             s.set("labels", y);
             const float loss = s.step();
             ++step;
             guard.check_loss(loss, step);
+            if (world) world->check_replicas(s, parameters, step);
             curve.add(step, loss);
             progress.update(step - epoch * per_epoch, loss);
         }
         progress.finish();
         batches.seek(epoch + 1);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!root) continue;
         guard.check_parameters(s, step);
         s.save(run.checkpoint);
         guard.saved(step);
@@ -175,7 +211,11 @@ Evaluation train_classifier(const Device& device, const ClassifierRun& run, cons
         std::printf("epoch %lld: %.1f s (%.1f steps/s), train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
                     static_cast<long long>(epoch + 1), seconds, static_cast<double>(step - first) / seconds,
                     progress.smoothed_loss(), result.loss, 100 * result.accuracy);
+        if (world)
+            std::printf("epoch %lld: %.2f s of rank 0's in the gradients' all-reduce\n", static_cast<long long>(epoch + 1),
+                        world->take_reduce_seconds());
     }
+    if (!root) return result;
     curve.write_csv(prefix + ".csv");
     curve.write_svg(prefix + ".svg", plot_title(run, train_set, test_set));
     std::printf("checkpoint %s, loss curve %s.csv and %s.svg\n", run.checkpoint.c_str(), prefix.c_str(), prefix.c_str());

@@ -4,6 +4,7 @@
 // as CSV and SVG.
 #include <string>
 
+#include "distributed/world.hpp"
 #include "meganeura/session.hpp"
 #include "train/dataset.hpp"
 
@@ -20,6 +21,11 @@ struct ClassifierRun {
     std::string resume;        // a checkpoint to continue from, with its optimizer state
     std::string curve_prefix;  // writes <prefix>.csv and <prefix>.svg; empty: next to the checkpoint
     bool cosine = true;        // decay the learning rate to 0 over the run (cosine), else keep it constant
+    // Data parallel (--distributed): `batch` is each process's, and the processes step together through
+    // the batches a single process of batch size() * batch would see, rank r taking rows r * batch ..
+    // (r + 1) * batch - 1 of each. Rank 0 broadcasts its parameters first and alone writes the checkpoint
+    // and the curve, evaluates and prints; the other ranks say nothing.
+    distributed::World* world = nullptr;
 };
 
 struct Evaluation {

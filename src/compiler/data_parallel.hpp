@@ -1,0 +1,18 @@
+#pragma once
+// Data-parallel training's side of the compiler (CompileOptions::data_parallel): which values cross
+// between the two programs of a step, and the exchange between them.
+#include <vector>
+
+#include "compiler/session_impl.hpp"
+
+namespace mn::compiler {
+
+// The gradients the update reads back reduced, in the graph's order of the parameters (readback_at and
+// upload_at not yet placed); empty for a session that is not data-parallel.
+std::vector<Session::Impl::Exchanged> exchanged_gradients(const Graph& graph, const sched::Schedule& s);
+
+// Hands the last run's loss and gradients to the options' all_reduce, which writes the sums into the
+// update program's uploads and into Impl::loss_sum.
+void exchange(Session::Impl& impl);
+
+}  // namespace mn::compiler
