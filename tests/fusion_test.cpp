@@ -592,7 +592,9 @@ TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
             EXPECT_TRUE(k.label.ends_with(" tensors")) << k.label;
         }
         EXPECT_EQ(members, want_members) << name;
-        EXPECT_EQ(batches, want_batches) << name;
+        // The counts above are lavapipe's; a device with more bindings (the H200's 1024 take every member) needs fewer.
+        if (device().context()->caps().max_storage_buffers_per_stage == 32) EXPECT_EQ(batches, want_batches) << name;
+        else EXPECT_TRUE(batches >= 1 && batches <= want_batches) << name << ": " << batches;
         Session a = compile(batched, device()), b = compile(separate, device());
         EXPECT_EQ(a.stats().dispatches + members - batches, b.stats().dispatches) << name;
         for (Session* s : {&a, &b}) s->set("x", x);

@@ -108,6 +108,23 @@ TEST(OptimizeTest, PermutesThatMoveNoElementAreReshapes) {
     expect_same_outputs(g, o, 8);
 }
 
+// A reduction over axes of size 1 (the gradient of a broadcast over a batch of one) is a reshape, not a kernel
+// of one element per output; one over an axis longer than 1 stays.
+TEST(OptimizeTest, ReductionsOverAxesOfOneAreReshapes) {
+    Graph g;
+    const Tensor x = g.input("x", {1, 5, 1, 7});
+    g.output("sum", g.tanh(g.sum(x, {0})));
+    g.output("mean", g.tanh(g.mean(x, {0, 2}, true)));
+    g.output("max", g.tanh(g.max(x, {2})));
+    g.output("kept", g.tanh(g.sum(x, {0, 1})));  // over 5 elements
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.identities, 3u);
+    EXPECT_EQ(count_op(o, Op::Sum), 1u);
+    EXPECT_EQ(count_op(o, Op::Mean) + count_op(o, Op::Max), 0u);
+    expect_same_outputs(g, o, 9);
+}
+
 // Linear layers reading one input (q, k and v) become one product over their weights stacked by rows and
 // a slice of its columns each, computing the same values bit for bit; one read by a pointwise op (a SwiGLU's
 // gate, which its reader stores as the product's epilogue) stays its own product, and one nothing reads

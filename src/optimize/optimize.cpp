@@ -41,6 +41,15 @@ bool moves_no_element(const Node& n, const Graph& g) {
     return true;
 }
 
+// A sum, mean or max over axes of size 1 adds nothing and moves no element: a reshape. Autodiff writes one as
+// the gradient of a broadcast over a batch of one (Whisper's positions, [1500, 384] added to [1, 1500, 384]): a
+// reduction kernel of one element per output, 576,000 workgroups and 0.22 ms of the H200 each.
+bool reduces_nothing(const Node& n, const Graph& g) {
+    if (n.op != Op::Sum && n.op != Op::Mean && n.op != Op::Max) return false;
+    const Shape& in = g.node(n.inputs[0]).shape;
+    return std::all_of(n.ints.begin(), n.ints.end(), [&](int64_t d) { return in[static_cast<size_t>(d)] == 1; });
+}
+
 bool all_equal(const Node& c, double value) {
     return c.op == Op::Constant && std::all_of(c.data.begin(), c.data.end(), [&](double x) { return x == value; });
 }
@@ -95,10 +104,11 @@ Graph simplify(const Graph& g, Stats& s) {
             ++s.identities;
             return same;
         }
-        if (moves_no_element(n, out)) {
+        if (moves_no_element(n, out) || reduces_nothing(n, out)) {
             ++s.identities;
             n.op = Op::Reshape;
             n.ints.clear();
+            n.flag = false;
         }
         const Key key{n.op, n.inputs, n.shape, n.dtype, n.ints, n.data, n.flag, static_cast<int32_t>(i) >= g.gradient_start()};
         // Pointwise duplicates stay: fusion recomputes them inside each consumer's kernel, which is

@@ -3,7 +3,8 @@
 // outputs (and the same assignments) with fewer nodes or fewer kernels:
 //  - dead-code elimination: only what an output or an assignment needs (every leaf stays, by name);
 //  - identities, written as the rule tables in optimize.cpp: x + 0, x * 1, x / 1, -(-x), data
-//    movement or casts that change nothing, and permutes that move no element (reshapes);
+//    movement or casts that change nothing, and permutes that move no element or reductions over axes of size 1
+//    (reshapes);
 //  - common-subexpression elimination by structure (op, inputs, attributes, shape, dtype), which also
 //    merges equal constants and scalars;
 //  - horizontal fusion of sibling products in a program that does not train (siblings.cpp): linear
