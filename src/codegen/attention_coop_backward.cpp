@@ -27,7 +27,8 @@
 // accumulators rescaled with it exactly), and dS's the largest of each subgroup's tile (a running
 // scale per subgroup, its accumulators, dQ's or dK's, rescaled with it). dP comes back in dO's units
 // and is unscaled in f32 before delta is subtracted. The largest magnitudes meet through subgroupMax
-// and, for dO in dK/dV, a word per subgroup at the barrier that staging waits for anyway.
+// and, for dO, a word per subgroup (Xm) at the barrier that staging waits for anyway; dK/dV holds a
+// tile of dO in registers meanwhile (at most 32 floats a thread: fewer subgroups take smaller tiles).
 //
 // Shared memory, BR = BT = D = 64: the streamed operands 2 * BT * (D/8 + 1) * 16 = 18,432 bytes, Ps
 // BR * (BT/8 + 1) * 16 = 9,216, Ws BR * (BT + 4) * 4 = 17,408, and dK/dV's lse and delta of the tile,
