@@ -3,6 +3,7 @@
 // through SPIRV-Cross, as MoltenVK converts it on a Mac. A construct Metal cannot express fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 
@@ -55,7 +56,11 @@ TEST(Msl, CooperativeMatrixKernelsAreRefused) {
     const rt::DeviceCaps& nv = rt::find_caps_profile("nvidia-h200")->caps;
     Graph g;
     g.output("y", g.matmul(g.input("x", {256, 256}), g.parameter("w", {256, 256})));
-    const codegen::KernelSource k = compiler::program_kernels(g, nv, {.precision = Precision::Fast}).back();  // after w's cast
+    const std::vector<codegen::KernelSource> kernels = compiler::program_kernels(g, nv, {.precision = Precision::Fast});
+    const auto product = std::find_if(kernels.begin(), kernels.end(),  // not w's cast to f16 (Tuning::f16_weights)
+                                      [](const codegen::KernelSource& k) { return k.label.rfind("matmul", 0) == 0; });
+    ASSERT_NE(product, kernels.end());
+    const codegen::KernelSource& k = *product;
     ASSERT_GT(k.required_subgroup_size, 0u) << k.choice;
     try {
         codegen::spirv_to_msl(*codegen::compile_glsl(k.glsl, compiler::shader_options(nv)));
