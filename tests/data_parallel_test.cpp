@@ -176,6 +176,8 @@ TEST(DataParallelSpans, TheLossFirstThenTheGradientsEndToEndInTheParametersOrder
             EXPECT_EQ(seen[k].receive + seen[k].count, seen[k + 1].receive);
         }
     }
+    EXPECT_EQ(error_of([&] { compile(r.g, device(), {.data_parallel = o.data_parallel}); }),
+              "compile: data_parallel is for training: give a loss too");
     EXPECT_EQ(error_of([&] {
                   s.record_step(nullptr);
               }).rfind("record_step: a data-parallel session steps with step()", 0),

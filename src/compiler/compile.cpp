@@ -388,6 +388,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
 Session compile(const Graph& graph, const Device& device, const CompileOptions& options) {
     compiler::Trace::active();  // a trace's clock starts before the first compile it shows
     const auto t0 = std::chrono::steady_clock::now();
+    if (!options.loss && options.data_parallel) throw Error("compile: data_parallel is for training: give a loss too");
     if (!options.loss) return compile_graph(graph, device, options, t0);
     if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
     Graph training = graph;  // the user's graph stays as it was

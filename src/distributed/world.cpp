@@ -22,7 +22,7 @@ constexpr const char* kPlugin = "libmeganeura_mpi.so";
 // MEGANEURA_MPI_PLUGIN, else next to the executable (the build folder), else in ../lib (an install).
 mn_mpi_plugin* load_plugin() {
     std::vector<std::string> tried;
-    if (const char* p = std::getenv("MEGANEURA_MPI_PLUGIN")) {
+    if (const char* p = std::getenv("MEGANEURA_MPI_PLUGIN"); p && *p) {
         tried.push_back(p);
     } else {
         std::error_code ec;

@@ -1,5 +1,7 @@
 #include "train/finetune_loop.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -29,6 +31,22 @@ void print_eval(const HeldOut& e, int64_t step, int64_t epoch_steps) {
     if (e.accuracy) std::fprintf(stderr, ", accuracy %.2f%%", 100 * *e.accuracy);
     std::fprintf(stderr, " at step %lld", static_cast<long long>(step));
     if (epoch_steps > 0 && step % epoch_steps == 0) std::fprintf(stderr, " (epoch %lld)", static_cast<long long>(step / epoch_steps));
+    std::fputc('\n', stderr);
+}
+
+// The median of `ms` past its first fifth (at most 5 steps: pipeline creation, caches warming).
+double median_after_warmup(std::vector<double> ms) {
+    ms.erase(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(5, ms.size() / 5)));
+    std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// What a step costs on the device and, in a distributed run, in the gradients' all-reduce (rank 0's
+// wait), the feeding of inputs excluded: bench/ddp_bench.sh reads this line.
+void print_step_times(const std::vector<double>& step_ms, const std::vector<double>& reduce_ms) {
+    if (step_ms.empty()) return;
+    std::fprintf(stderr, "step time: median %.3f ms of %zu steps", median_after_warmup(step_ms), step_ms.size());
+    if (!reduce_ms.empty()) std::fprintf(stderr, ", of which all-reduce %.3f ms", median_after_warmup(reduce_ms));
     std::fputc('\n', stderr);
 }
 
@@ -168,9 +186,13 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
     };
     Progress progress("finetune", loop.total, root ? stderr : no_output());
     if (!loop.unit.empty()) progress.show_rate(loop.per_step, loop.unit);
+    std::vector<double> step_ms, reduce_ms;  // of each step() of this run, feeding excluded
     for (int64_t step = train.step_count() + 1; step <= loop.total; ++step) {
         feed(step);
+        const auto t0 = std::chrono::steady_clock::now();
         const float loss = train.step();
+        step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        if (world) reduce_ms.push_back(1e3 * world->take_reduce_seconds());
         if (!std::isfinite(loss))
             throw Error("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) + "; " +
                         (fs::exists(checkpoint) ? checkpoint + " keeps the last saved state"
@@ -195,6 +217,7 @@ FinetuneResult run_steps(Session& train, Session& eval, const std::vector<std::s
         }
     }
     progress.finish();
+    if (root) print_step_times(step_ms, reduce_ms);
     if (result.steps == 0) result.last_eval = result.first_eval;
     return result;
 }
