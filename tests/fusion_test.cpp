@@ -151,6 +151,18 @@ TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
     }
 }
 
+// SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product
+// of 16 column parts, whose fifth part was named c4 like c's 4-wide view, and no kernel compiled.
+TEST_F(FusionTest, SiblingProductsOfFiveOrMorePartsCompile) {
+    for (const int64_t rows : {1, 5}) {
+        Graph g;
+        const Tensor x = g.input("x", {rows, 24});
+        for (int p = 0; p < 7; ++p) g.output("y" + std::to_string(p), g.linear(x, g.parameter("w" + std::to_string(p), {4 + p, 24})));
+        EXPECT_EQ(compile(g, device()).stats().hoisted_dispatches, 7u) << rows << " rows";  // the stacked weights' copies
+        expect_matches_reference(g, random_feeds(g, 22));
+    }
+}
+
 TEST_F(FusionTest, MatmulStoresThroughItsEpilogue) {
     for (const Shape& x_shape : {Shape{5, 7}, Shape{1, 7}}) {  // the tiled kernel; gemv
         Graph g;

@@ -225,10 +225,12 @@ std::string store_glsl(KernelSource& k, DType dtype, const std::vector<int64_t>&
         return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
                "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";
     }
-    // The part widths PART0.. as constants; the row's columns walked part by part.
+    // The part widths PART0.. as constants; the row's columns walked part by part. The parts after c are c_1, c_2,
+    // ...: c4 is c's 4-wide view (common_glsl), which a fifth part named c4 redeclared (SmolVLA's 16 stacked
+    // projections of its VLM context did not compile).
     std::string row = "0u", body;
     for (size_t p = 0; p < parts.size(); ++p) {
-        const std::string width = "PART" + std::to_string(p), name = p ? "c" + std::to_string(p) : "c";
+        const std::string width = "PART" + std::to_string(p), name = p ? "c_" + std::to_string(p) : "c";
         k.iface.spec_constants.push_back(width);
         k.spec_values.push_back(checked_u32(parts[p], "matmul column part"));
         if (p) k.iface.bindings.push_back({name, dtype, true});
