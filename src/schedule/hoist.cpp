@@ -12,6 +12,23 @@
 
 namespace mn::sched {
 
+std::vector<bool> parameter_only_nodes(const Graph& g) {
+    const auto& nodes = g.nodes();
+    std::vector<bool> assigned(nodes.size(), false), invariant(nodes.size(), false);
+    for (const Node& n : nodes) {
+        if (n.op == Op::Assign) assigned[static_cast<size_t>(n.inputs[0])] = true;
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (op_info(n.op).archetype == Archetype::Leaf) {
+            invariant[i] = n.op == Op::Parameter || n.op == Op::Constant || (n.op == Op::State && !assigned[i]);
+        } else if (n.op != Op::Assign) {
+            invariant[i] = std::all_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return invariant[static_cast<size_t>(in)]; });
+        }
+    }
+    return invariant;
+}
+
 size_t hoist_parameter_work(Schedule& s) {
     const size_t nv = s.values.size(), ns = s.steps.size();
     auto root = [&](int32_t v) { return static_cast<size_t>(s.root(v)); };

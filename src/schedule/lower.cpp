@@ -40,7 +40,7 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
-        if (t_.f16_weights) mark_invariant();
+        if (t_.f16_weights) invariant_ = parameter_only_nodes(g_);
         std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
         for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
@@ -583,26 +583,6 @@ private:
         lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, gemv);
     }
 
-    // Nodes that depend on parameters, constants and state no assignment writes alone, which a program that
-    // does not train computes once (hoist.cpp decides the same for the steps).
-    void mark_invariant() {
-        const auto& nodes = g_.nodes();
-        std::vector<bool> assigned(nodes.size(), false);
-        for (const Node& n : nodes) {
-            if (n.op == Op::Assign) assigned[static_cast<size_t>(n.inputs[0])] = true;
-        }
-        invariant_.assign(nodes.size(), false);
-        for (size_t i = 0; i < nodes.size(); ++i) {
-            const Node& n = nodes[i];
-            if (op_info(n.op).archetype == Archetype::Leaf) {
-                invariant_[i] = n.op == Op::Parameter || n.op == Op::Constant || (n.op == Op::State && !assigned[i]);
-            } else if (n.op != Op::Assign) {
-                invariant_[i] = std::all_of(n.inputs.begin(), n.inputs.end(),
-                                            [&](int32_t in) { return invariant_[static_cast<size_t>(in)]; });
-            }
-        }
-    }
-
     // Operand `node` (lowered to value v) of a product, as an f16 copy where Tuning::f16_weights allows
     // (an f32 operand that depends on parameters alone), cast once per value however many products read it
     // (a tied embedding and lm head); -1 where not.
@@ -796,7 +776,7 @@ private:
     Schedule s_;
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
-    std::vector<bool> invariant_;                  // by node, where Tuning::f16_weights (mark_invariant)
+    std::vector<bool> invariant_;                  // by node, where Tuning::f16_weights (parameter_only_nodes)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;

@@ -83,6 +83,10 @@ void order_by_level(Schedule& s);
 // no step writes, and what such steps write) to the front, pins what they compute for the other
 // steps, and returns how many they are (hoist.cpp).
 size_t hoist_parameter_work(Schedule& s);
+// Per node of g: whether it depends on parameters, constants and state that no assignment writes alone, so that a
+// program that does not train computes it once: the graph's view of what hoist_parameter_work finds among the
+// steps (lowering reads it for Tuning::f16_weights before there are steps).
+std::vector<bool> parameter_only_nodes(const Graph& g);
 
 // After order_by_level, for data-parallel training: moves the steps that read `reduced_inputs` (the
 // gradients summed across processes), or what such steps compute, behind all others, and returns the
