@@ -68,33 +68,21 @@ size_t hoist_parameter_work(Schedule& s) {
             }
         }
     }
-    // The hoisted steps first, in their order and levels; the others after, a level above them all.
-    std::vector<Step> steps;
-    std::vector<int32_t> levels;
-    int32_t top = -1;
+    // What the hoisted steps write must outlive the runs that skip them: pinned where another step reads it.
+    std::vector<bool> hoisted_value(nv, false);
     for (size_t i = 0; i < ns; ++i) {
         if (!hoisted[i]) continue;
-        steps.push_back(std::move(s.steps[i]));
-        levels.push_back(s.step_level[i]);
-        top = std::max(top, s.step_level[i]);
-    }
-    const size_t prefix = steps.size();
-    std::vector<bool> hoisted_value(nv, false);
-    for (const Step& step : steps) {
+        const Step& step = s.steps[i];
         for (size_t b = 0; b < step.values.size(); ++b)
             if (step.kernel.iface.bindings[b].writes) hoisted_value[root(step.values[b])] = true;
     }
     for (size_t i = 0; i < ns; ++i) {
         if (hoisted[i]) continue;
         for (int32_t v : s.steps[i].values) {
-            if (hoisted_value[root(v)]) s.values[root(v)].pinned = true;  // it must outlive the runs that skip its step
+            if (hoisted_value[root(v)]) s.values[root(v)].pinned = true;
         }
-        steps.push_back(std::move(s.steps[i]));
-        levels.push_back(s.step_level[i] + top + 1);
     }
-    s.steps = std::move(steps);
-    s.step_level = std::move(levels);
-    return prefix;
+    return move_steps_first(s, hoisted);  // the hoisted steps first, the others a level above them all
 }
 
 }  // namespace mn::sched

@@ -44,4 +44,25 @@ void order_by_level(Schedule& s) {
     s.steps = std::move(steps);
 }
 
+size_t move_steps_first(Schedule& s, const std::vector<bool>& first) {
+    std::vector<Step> steps;
+    std::vector<int32_t> levels;
+    int32_t top = -1;
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+        if (!first[i]) continue;
+        steps.push_back(std::move(s.steps[i]));
+        levels.push_back(s.step_level[i]);
+        top = std::max(top, s.step_level[i]);
+    }
+    const size_t moved = steps.size();
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+        if (first[i]) continue;
+        steps.push_back(std::move(s.steps[i]));
+        levels.push_back(s.step_level[i] + top + 1);
+    }
+    s.steps = std::move(steps);
+    s.step_level = std::move(levels);
+    return moved;
+}
+
 }  // namespace mn::sched

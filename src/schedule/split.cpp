@@ -40,24 +40,9 @@ size_t split_update(Schedule& s, const std::vector<int32_t>& reduced_inputs) {
             }
         }
     }
-    std::vector<Step> steps;
-    std::vector<int32_t> levels;
-    int32_t top = -1;
-    for (size_t i = 0; i < ns; ++i) {
-        if (update[i]) continue;
-        steps.push_back(std::move(s.steps[i]));
-        levels.push_back(s.step_level[i]);
-        top = std::max(top, s.step_level[i]);
-    }
-    const size_t first_update = steps.size();
-    for (size_t i = 0; i < ns; ++i) {
-        if (!update[i]) continue;
-        steps.push_back(std::move(s.steps[i]));
-        levels.push_back(s.step_level[i] + top + 1);
-    }
-    s.steps = std::move(steps);
-    s.step_level = std::move(levels);
-    return first_update;
+    std::vector<bool> first(ns);
+    for (size_t i = 0; i < ns; ++i) first[i] = !update[i];
+    return move_steps_first(s, first);  // the update behind the rest, a level above it
 }
 
 }  // namespace mn::sched
