@@ -67,10 +67,18 @@ struct Tuning {
     // the same; the GEMVs of a decode step round their weights to f16 too), unless MEGANEURA_F16_WEIGHTS=0;
     // MEGANEURA_F16_WEIGHTS=1 turns it on in precision fast on any device (tests on lavapipe).
     bool f16_weights = false;
+    // Precision fast, in a program that computes gradients (a training step, or mn::grad's outputs): the
+    // forward products (matmuls and convolutions) on the cooperative kernels split each f32 operand into
+    // two f16 parts and multiply three products of them (MatmulTuning::coop_split), about 22 significant
+    // bits against f16's 11. f16's rounding flips enough ReLU and max-pool decisions to move ResNet-50's
+    // gradients by ~8%, past the 5% its protocol allows; the gradient products' own f16 rounding costs
+    // 0.08% (scripts/resnet50_fast_gate_emulation.py). MEGANEURA_FAST_FORWARD=f16 turns it off.
+    bool split_forward = false;
 };
 // Precision Fast lets matmuls, convolutions and the attention forward use f16 cooperative matrices
-// (f32 accumulation) where the device has them; every other op stays f32. In tuning.cpp.
-Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict);
+// (f32 accumulation) where the device has them; every other op stays f32. `training`: the program
+// trains, so its weights change every step (no f16 copies of them). In tuning.cpp.
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict, bool training = false);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
