@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 B=$1 OUT=$2
 source scripts/gpu-env.sh
 echo "== tests"; date
+MEGANEURA_VALIDATE=0 timeout 60 "$B"/meganeura_tests --gtest_filter='*SplitForward*:MatmulTest.CooperativeSelfTest' 2>&1 | tail -25
 MEGANEURA_VALIDATE=0 timeout 150 "$B"/meganeura_tests --gtest_brief=1 \
   --gtest_filter='Matmul*:ConvOps*:ConvCoop*:F16Weights*:AttentionFast*' 2>&1 | tail -25
 for m in resnet50 whisper smollm2; do
@@ -21,6 +22,6 @@ for m in resnet50 whisper smollm2; do
   done
 done
 echo "== the ResNet-50 protocol"; date
-MEGANEURA_COMMIT=$(cat "$B"/COMMIT) BENCH_WORK=/tmp/bw bench/run_gpu.sh "$B"/meganeura --out "$OUT" --budget 200 \
+MEGANEURA_COMMIT=$(cat "$B"/COMMIT) BENCH_WORK=/tmp/bw bench/run_gpu.sh "$B"/meganeura --out "$OUT" --budget 170 \
   --models resnet50 2>&1 | tail -40
 date

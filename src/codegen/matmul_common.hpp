@@ -84,7 +84,7 @@ struct CoopGeometry {
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
 // Shared memory of the tile; a split product (MatmulTuning::coop_split) stages two parts of each operand.
-uint32_t coop_shared_bytes(const CoopGeometry& g, bool split = false);
+uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
 // The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
 const char* coop_label_suffix(const MatmulTuning& tuning);
 // The tile for this GEMM on this device (tuning.forced_coop, else by the product's size).

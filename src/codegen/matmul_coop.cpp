@@ -54,16 +54,19 @@ float scale_for(uint bits) {
     frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
     return exp2(float(clamp(14 - e, -126, 126)));
 }
-// SPLIT: 8 elements times s as two f16 parts, hi (returned) the f16 nearest each and lo the f16 nearest
-// what hi leaves (x * s - hi is exact in f32): hi + lo keeps about 22 significant bits where the scale
-// keeps lo above f16's subnormals (within 2^-17 of the slice's largest magnitude).
+// SPLIT: 8 elements times s as two f16 parts, hi (returned) each with its mantissa cut to f16's 10 bits
+// and lo the f16 nearest what hi leaves: hi + lo keeps about 21 significant bits where the scale keeps
+// hi in f16's normal range and lo above its subnormals (within 2^-17 of the slice's largest
+// magnitude). hi is cut by its bits, not as x - f16(x): a compiler may take that round trip as exact.
+vec4 f16_mantissa(vec4 x) { return uintBitsToFloat(floatBitsToUint(x) & 0xFFFFE000u); }
 uvec4 split8(vec4 x0, vec4 x1, float s, out uvec4 lo) {
     x0 *= s;
     x1 *= s;
-    f16vec4 h0 = f16vec4(x0), h1 = f16vec4(x1);
-    f16vec4 l0 = f16vec4(x0 - vec4(h0)), l1 = f16vec4(x1 - vec4(h1));
+    vec4 h0 = f16_mantissa(x0), h1 = f16_mantissa(x1);
+    f16vec4 l0 = f16vec4(x0 - h0), l1 = f16vec4(x1 - h1);
     lo = uvec4(packFloat2x16(l0.xy), packFloat2x16(l0.zw), packFloat2x16(l1.xy), packFloat2x16(l1.zw));
-    return uvec4(packFloat2x16(h0.xy), packFloat2x16(h0.zw), packFloat2x16(h1.xy), packFloat2x16(h1.zw));
+    return uvec4(packFloat2x16(f16vec2(h0.xy)), packFloat2x16(f16vec2(h0.zw)), packFloat2x16(f16vec2(h1.xy)),
+                 packFloat2x16(f16vec2(h1.zw)));
 }
 float max_abs(vec4 a, vec4 b) {
     vec4 m = max(abs(a), abs(b));
@@ -95,7 +98,7 @@ void store_element(uint m, uint n, float v);
 // enough ReLU and max-pool decisions to change ResNet-50's gradients by ~8% (relative L2; 16 bits:
 // 2%, 22 bits: 0.08%; scripts/resnet50_fast_gate_emulation.py). So each operand is staged as hi and
 // lo (split8), lo after all stages of hi, and the product is lo*hi + hi*lo + hi*hi: lo*lo is below
-// f32's rounding of the sum. It needs the scales (SCALED) to keep lo out of f16's subnormals.
+// f32's rounding of the sum. It needs the scales (SCALED) to keep hi and lo in f16's range.
 const uint PARTS = 2u;
 #else
 const uint PARTS = 1u;
@@ -387,12 +390,13 @@ void main() {
 
 }  // namespace
 
-uint32_t coop_shared_bytes(const CoopGeometry& g, bool split) {
+uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning) {
+    const bool split = tuning.coop_split, scaled = split || tuning.coop_scaled;  // scaled: amax, 4 uints
     // Each operand's slice, in either order, padded by one uvec4 (16 bytes) per row.
     auto slice = [&](uint32_t rows) {
         return std::max(rows * (g.bk / 8 + 1), g.bk * (rows / 8 + 1)) * 16;
     };
-    return (split ? 2 : 1) * g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups();
+    return (split ? 2 : 1) * g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups() + (scaled ? 16 : 0);
 }
 
 const char* coop_label_suffix(const MatmulTuning& tuning) {
