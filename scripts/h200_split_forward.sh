@@ -21,6 +21,15 @@ for m in resnet50 whisper smollm2; do
     grep -E "^(training|step)|top kernels \(training" "$OUT/$m-$forward.txt" | cut -c1-500
   done
 done
+echo "== resnet50 fast, split forward, MEGANEURA_FAST_GRADIENTS=f16"; date
+MEGANEURA_FAST_GRADIENTS=f16 timeout 120 "$B"/meganeura bench --model resnet50 --precision fast --repeat 10 --warmup 3 \
+  --out-dir /tmp/r-g16 > "$OUT/resnet50-split-g16.txt" 2>&1
+grep -E "^(training|step)|top kernels \(training" "$OUT/resnet50-split-g16.txt" | cut -c1-500
+for p in strict fast; do
+  echo "== smolvla $p (its bench failed on the H200 before fc8fede)"; date
+  timeout 120 "$B"/meganeura bench --model smolvla --precision $p --repeat 10 --warmup 3 --out-dir /tmp/vla-$p 2>&1 |
+    grep -E "^(inference|latency|training|step)|error" | cut -c1-300
+done
 echo "== the ResNet-50 protocol"; date
 MEGANEURA_COMMIT=$(cat "$B"/COMMIT) BENCH_WORK=/tmp/bw bench/run_gpu.sh "$B"/meganeura --out "$OUT" --budget 170 \
   --models resnet50 2>&1 | tail -40

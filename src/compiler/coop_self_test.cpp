@@ -1,7 +1,7 @@
 // The check is two programs at odd sizes (edge tiles, operands read transposed in place, the implicit
 // GEMM's gathers): a linear layer y = x @ w^T and a padded 3x3 convolution as inference, on the f16
-// kernels; and the same with their gradients, for loss = sum(y * t) + sum(conv * u), whose forward
-// products are split (Tuning::split_forward) and whose convolution input gradient takes the scaled kernel
+// kernels; and the same with their gradients, for loss = sum(relu(y) * t) + sum(relu(conv) * u), whose
+// forward products are split (Tuning::split_forward) and whose convolution input gradient takes the scaled kernel
 // (the linear's gradient products too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16 operands
 // carry ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far more, so
 // the limit is 1e-2.
@@ -35,7 +35,8 @@ Graph check_graph(bool gradients) {
     g.output("y", y);
     g.output("conv", conv);
     if (gradients) {  // after the forward: mn::grad's products are the gradients'
-        Tensor loss = g.add(g.sum(g.mul(y, g.input("t", {70, 72}))), g.sum(g.mul(conv, g.input("u", {2, 5, 9, 11}))));
+        Tensor loss = g.add(g.sum(g.mul(g.relu(y), g.input("t", {70, 72}))),
+                            g.sum(g.mul(g.relu(conv), g.input("u", {2, 5, 9, 11}))));
         const std::vector<Tensor> grads = grad(loss, {x, w, image});
         g.output("dx", grads[0]);
         g.output("dw", grads[1]);

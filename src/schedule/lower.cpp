@@ -41,8 +41,9 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
-        // No f16 weights where there are gradients: the forward's products are split (f32 operands).
+        // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
         if (t_.f16_weights && !has_gradients_) invariant_ = parameter_only_nodes(g_);
+        if (t_.split_forward && has_gradients_) split_ = before_piecewise_gradients(g_);
         std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
         for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
@@ -543,14 +544,14 @@ private:
         emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
     }
 
-    // The matmul tuning for node `id`: the forward product of a graph with gradients is split (f32
+    // The matmul tuning for node `id`: a forward product before a piecewise gradient is split (f32
     // operands, Tuning::split_forward); a gradient product scales its operands into f16's range or stays
     // f32, as Tuning::fast_gradients says.
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
         const Node& n = g_.node(id);
         if (id < g_.gradient_start()) {
-            t.coop_split = t_.split_forward && has_gradients_ && n.dtype == DType::F32 &&
+            t.coop_split = !split_.empty() && split_[static_cast<size_t>(id)] && n.dtype == DType::F32 &&
                            g_.node(n.inputs[0]).dtype == DType::F32 && g_.node(n.inputs[1]).dtype == DType::F32;
             return t;
         }
@@ -785,6 +786,7 @@ private:
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
     std::vector<bool> invariant_;                  // by node, where f16 weights are on (parameter_only_nodes)
+    std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;
