@@ -137,19 +137,14 @@ TEST_F(ConvOpsTest, FastGradientsKeepTinyValues) {
 // strict, on the cooperative kernels too, where f16 operands are ~7e-4 off (see the matmul's
 // SplitForwardProductsKeepF32Precision). 7x7 stride 2 and 3x3, the stem's and a bottleneck's shapes.
 TEST_F(ConvOpsTest, SplitForwardKeepsF32Precision) {
-    ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", "f32");
     CompileOptions fast;
     fast.precision = Precision::Fast;
     for (const auto& [w_shape, options] : std::vector<std::pair<Shape, ConvOptions>>{
              {{64, 3, 7, 7}, {.stride = 2, .padding = 3}}, {{48, 40, 3, 3}, {.padding = 1}}}) {
         SCOPED_TRACE(shape_str(w_shape));
-        Graph g;
-        Tensor x = g.parameter("x", {2, w_shape[1], 30, 30});
-        Tensor w = g.parameter("w", w_shape);
-        Tensor y = g.conv2d(x, w, std::nullopt, options);
-        Tensor loss = g.sum(g.mul(g.relu(y), g.input("dy", y.shape())));
-        g.output("y", y);
-        g.output("grad.w", grad(loss, {w})[0]);
+        const Graph g = split_forward_graph([&](Graph& h) {
+            return h.conv2d(h.parameter("x", {2, w_shape[1], 30, 30}), h.parameter("w", w_shape), std::nullopt, options);
+        });
         expect_matches_reference(g, random_feeds(g, 810), 1e-5, fast);
     }
 }

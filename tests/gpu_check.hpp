@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
+#include "meganeura/autodiff.hpp"
 #include "meganeura/meganeura.hpp"
 #include "reference/reference.hpp"
 #include "runtime/runtime.hpp"
@@ -99,6 +101,19 @@ inline void expect_matches_reference(const Graph& g, const ref::Feeds& feeds, do
         }
         EXPECT_LE(relative_l2(got, w), tol) << "output '" << name << "' of\n" << g.str();
     }
+}
+
+// A graph whose output "y" = make(g) is a forward product that Tuning::split_forward splits: a ReLU
+// reads it and the graph has gradients. Its one gradient, "grad.z" of a parameter apart, keeps the ReLU
+// out of the outputs: a gradient through it flips wherever y is within the product's rounding of 0.
+inline Graph split_forward_graph(const std::function<Tensor(Graph&)>& make) {
+    Graph g;
+    const Tensor y = make(g);
+    const Tensor z = g.parameter("z", {4});
+    const Tensor loss = g.add(g.sum(g.relu(y)), g.sum(g.mul(z, z)));
+    g.output("y", y);
+    g.output("grad.z", grad(loss, {z})[0]);
+    return g;
 }
 
 }  // namespace mn::test

@@ -261,8 +261,8 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
 }
 
 // The fast precision's policy (Tuning::fast_gradients, MEGANEURA_FAST_GRADIENTS): forward products
-// take f16 cooperative matrices; of the gradient products mn::grad appends, by default (auto) only
-// the implicit-GEMM input gradients of convolutions do, their operands scaled into f16's range
+// take f16 cooperative matrices; of the gradient products mn::grad appends, by default (auto) those of
+// convolutions and of matmuls of 2^27 multiply-adds or more do, their operands scaled into f16's range
 // (gradients underflow f16); f16 puts all of them there, f32 none.
 TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Graph g;
@@ -296,9 +296,10 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
         backward.insert(forward.begin(), forward.end());
         return backward;
     };
-    // Backward: the linear layer's dx and dW, the 1x1's input and weight gradients (matmuls), the 3x3's.
-    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input_coop_scaled",
-                                            "conv2d_grad_weight"}));
+    // Backward: the linear layer's dx and dW (matmuls under 2^27 multiply-adds: f32 by default), the 1x1's
+    // input and weight gradients (matmuls, but a convolution's), the 3x3's.
+    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul_coop_scaled", "matmul_coop_scaled",
+                                            "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
     tuning.fast_gradients = FG::F16;
     EXPECT_EQ(product_labels(tuning),
               with({"matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled",
@@ -307,11 +308,29 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
                                             "conv2d_grad_weight"}));
     // Tuning::split_forward: of the forward products of a graph with gradients, the 3x3 convolution
-    // before the ReLU is split, the 1x1 after it not; the gradient products as before.
+    // before the ReLU is split, the 1x1 after it not; the gradient products as before (f32 here).
     tuning.split_forward = true;
     EXPECT_EQ(product_labels(tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
                                                                    "matmul", "matmul", "matmul", "conv2d_grad_input",
                                                                    "conv2d_grad_weight"}));
+    // A matmul's gradient products from 2^27 multiply-adds on (lower.cpp's kScaledGradientWork): the
+    // linear layer above (2 rows) kept them f32; one of 2^17 rows and a 32 x 32 weight puts them scaled.
+    tuning.split_forward = false;
+    tuning.fast_gradients = FG::Auto;
+    Graph big;
+    Tensor rows = big.parameter("x", {int64_t(1) << 17, 32});
+    Tensor wide = big.parameter("w", {32, 32});
+    Tensor l = big.mean(big.linear(rows, wide));  // dx and dW: 2^17 x 32 x 32 = 2^27 multiply-adds each
+    for (const Tensor& t : grad(l, {rows, wide})) big.output("grad" + std::to_string(t.id), t);
+    std::vector<std::string> big_labels;
+    std::vector<int32_t> big_roots;
+    for (const auto& [name, id] : big.outputs()) big_roots.push_back(id);
+    for (const auto& step : sched::lower(big, big_roots, tuning).steps) {
+        if (step.kernel.label.starts_with("matmul") && !step.kernel.label.starts_with("matmul_split_sum")) {
+            big_labels.push_back(step.kernel.label);
+        }
+    }
+    EXPECT_EQ(big_labels, (std::vector<std::string>{"matmul_coop_scaled", "matmul_coop_scaled"}));
 }
 
 // A graph without gradients is not split (its forward products stay f16, and read f16 weights).
@@ -342,13 +361,11 @@ Graph linear_gradients(int64_t rows, int64_t in, int64_t out, const char* dy_nam
 }
 
 // Split forward products (Tuning::split_forward) keep about f32's precision on the cooperative kernels:
-// y = x W^T before a ReLU in a graph with gradients (its gradient product f32 here, to look at the forward alone)
-// within 1e-5 of float64, as strict, where f16 operands (MEGANEURA_FAST_FORWARD=f16) are ~7e-4 off (see
+// y = x W^T before a ReLU in a graph with gradients within 1e-5 of float64, as strict, where f16 operands (MEGANEURA_FAST_FORWARD=f16) are ~7e-4 off (see
 // FastPrecision). Rows of x and W from 2^-4 to 2^4 and, in a second case, around 1e-10, where the
 // scales keep the lo parts out of f16's subnormals.
 TEST_F(MatmulTest, SplitForwardProductsKeepF32Precision) {
     const bool coop = coop_device();
-    ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", "f32");
     CompileOptions fast;
     fast.precision = Precision::Fast;
     const double magnitude[] = {1.0 / 16, 1.0 / 4, 1, 16};
@@ -356,10 +373,10 @@ TEST_F(MatmulTest, SplitForwardProductsKeepF32Precision) {
         for (double base : {1.0, 1e-10}) {
             SCOPED_TRACE(std::string(tile) + " base " + std::to_string(base));
             ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-            Graph g;  // y before mn::grad: a forward product (after it, a product is a gradient's)
-            const Tensor y = g.linear(g.parameter("x", {200, 160}), g.parameter("w", {130, 160}));
-            g.output("y", y);
-            g.output("grad.x", grad(g.sum(g.mul(g.relu(y), g.input("dy", y.shape()))), {*g.find("x")})[0]);
+            const Graph g = split_forward_graph([](Graph& h) {
+                return h.linear(h.parameter("x", {200, 160}), h.parameter("w", {130, 160}));
+            });
+            const Tensor y = *g.find("y");
             ref::Feeds feeds = random_feeds(g, 4402);
             auto& xs = feeds.at("x").data;
             auto& ws = feeds.at("w").data;

@@ -556,16 +556,29 @@ private:
             return t;
         }
         using FG = Tuning::FastGradients;
-        const bool implicit_input_gradient =
-            n.op == Op::Conv2dGradInput && !codegen::conv_is_pointwise(g_.node(n.inputs[1]).shape, n.ints);
-        if (t_.fast_gradients == FG::F16 || (t_.fast_gradients == FG::ConvInput && implicit_input_gradient)) {
+        const bool convolution = n.op == Op::Conv2dGradInput || n.op == Op::Conv2dGradWeight;
+        if (t_.fast_gradients == FG::F16 ||
+            (t_.fast_gradients == FG::Auto && (convolution || matmul_multiply_adds(n) >= kScaledGradientWork))) {
             t.coop_scaled = true;
         } else {
             t.coop_subgroup = 0;
-            t.coop_declined = t_.fast_gradients == FG::F32 ? "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)"
-                                                           : "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
+            t.coop_declined = t_.fast_gradients == FG::F32
+                                  ? "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)"
+                                  : "a gradient product under 2^27 multiply-adds, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
         }
         return t;
+    }
+
+    // Tuning::FastGradients::Auto puts a matmul's gradient products on the scaled cooperative kernels from
+    // this size on: below it they are latency-bound, and the scaled kernel's extra barrier per slice cost
+    // more than f16 saved (H200: SmolLM2-135M's fast training 10.4 ms with its 128-row products f32, 11.1
+    // scaled; Whisper's 1500-row ones 5.64 f32, 5.11 scaled).
+    static constexpr double kScaledGradientWork = double(int64_t(1) << 27);
+    // M x N x K (x batch) of a matmul node; 0 for other products.
+    double matmul_multiply_adds(const Node& n) const {
+        if (n.op != Op::MatMul) return 0;
+        const Shape& a = g_.node(n.inputs[0]).shape;
+        return double(numel(n.shape)) * double(n.ints[0] ? a[a.size() - 2] : a.back());
     }
 
     // Matmul or convolution node `id` into outs (a matmul's column slices, FusionPlan::column_slices, or its

@@ -56,10 +56,10 @@ struct Tuning {
     // Which gradient products (the matmuls and convolutions mn::grad appends) take the cooperative
     // kernels, with their operands scaled into f16's range (MatmulTuning::coop_scaled); the others stay
     // f32. MEGANEURA_FAST_GRADIENTS=f32|f16|auto. Auto, the default, is what measured faster on the
-    // H200 (README, Precision): the implicit-GEMM input gradients of convolutions; every matmul and
-    // weight gradient (1x1 convolutions included) was no faster scaled than f32.
-    enum class FastGradients { F32, ConvInput, F16 };
-    FastGradients fast_gradients = FastGradients::ConvInput;
+    // H200 (README, Precision): the gradients of convolutions (1x1 ones too), and matmul gradient
+    // products of 2^27 multiply-adds or more (lower.cpp's kScaledGradientWork).
+    enum class FastGradients { F32, Auto, F16 };
+    FastGradients fast_gradients = FastGradients::Auto;
     // Precision fast: a matmul or convolution operand that depends on parameters alone (a weight, ResNet-50's
     // folded weights, the stacked q/k/v) is read as an f16 copy, which a program that does not train
     // computes once (hoist.cpp) and a training step would compute every step, so the compiler turns this off

@@ -121,7 +121,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         if (v != "f16" && v != "f32" && v != "auto") {
             throw Error("MEGANEURA_FAST_GRADIENTS must be f32, f16 or auto, got '" + v + "'");
         }
-        t.fast_gradients = v == "f16" ? FG::F16 : v == "f32" ? FG::F32 : FG::ConvInput;
+        t.fast_gradients = v == "f16" ? FG::F16 : v == "f32" ? FG::F32 : FG::Auto;
     }
     // MEGANEURA_COOP_TILE=bm,bn,wm,wn,bk,stages forces the cooperative kernels' tile (tuning on a new
     // device); the kernel generator checks that it divides evenly.
