@@ -101,7 +101,7 @@ std::vector<std::string> khr_problems(const Words& m) {
         uint32_t component, rows, cols, use;
     };
     std::unordered_map<uint32_t, size_t> defined;  // id -> instruction index
-    std::unordered_map<uint32_t, uint32_t> type_of, value, pointee;
+    std::unordered_map<uint32_t, uint32_t> type_of, value, pointee, element;
     std::unordered_map<uint32_t, Matrix> matrices;
     uint32_t max_id = 0;
     bool capability = false, extension = false;
@@ -158,8 +158,12 @@ std::vector<std::string> khr_problems(const Words& m) {
             case spv::OpTypeArray:
                 before(in.w[1], "element type");
                 before(in.w[2], "length");
+                element[in.w[0]] = in.w[1];
                 break;
-            case spv::OpTypeRuntimeArray: before(in.w[1], "element type"); break;
+            case spv::OpTypeRuntimeArray:
+                before(in.w[1], "element type");
+                element[in.w[0]] = in.w[1];
+                break;
             case spv::OpTypePointer:
                 before(in.w[2], "pointee");
                 pointee[in.w[0]] = in.w[2];
@@ -202,6 +206,16 @@ std::vector<std::string> khr_problems(const Words& m) {
             case codegen::khr::OpCooperativeMatrixLength:
                 if (!matrices.count(in.w[2])) out.push_back(at + ": the length of a type that is no matrix");
                 break;
+            case spv::OpAccessChain: {  // type, result, base, indices: each index into an array takes its element type
+                uint32_t t = pointee[type_of[in.w[2]]];
+                for (size_t k = 3; k < in.w.size() && element.count(t); ++k) t = element.at(t);
+                const uint32_t want = pointee[in.w[0]];
+                uint32_t inner = want;
+                while (element.count(inner)) inner = element.at(inner);
+                if (matrices.count(inner) && t != want)
+                    out.push_back(at + ": an access chain to a matrix (or an array of them) of another type than its base's");
+                break;
+            }
             case spv::OpLoad:
                 if (matrices.count(in.w[0]) && pointee[type_of[in.w[2]]] != in.w[0])
                     out.push_back(at + ": a matrix loaded through a pointer to another type");
