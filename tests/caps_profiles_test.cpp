@@ -4,14 +4,18 @@
 // grid, storage buffers, shared memory as its SPIR-V declares it, the capabilities it uses, and its
 // subgroup assumptions (codegen/device_fit.hpp, the check compile runs on the device in hand). Nothing
 // runs here; the kernels are generated and compiled to SPIR-V.
+#include <glslang/SPIRV/spirv.hpp>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 
 #include "codegen/device_fit.hpp"
+#include "codegen/spirv_khr.hpp"
 #include "common/caps_profiles.hpp"
+#include "error_of.hpp"
 #include "every_kernel.hpp"
+#include "temp_dir.hpp"
 
 namespace mn::test {
 namespace {
@@ -36,6 +40,7 @@ std::vector<codegen::KernelSource> linear_kernels(const DeviceCaps& caps, int64_
 }
 
 TEST(CapsProfiles, EveryKernelOfEveryModelFitsEveryProfile) {
+    const ScopedEnv coop("MEGANEURA_COOP", "");  // each device's own choice
     for (const rt::CapsProfile& p : rt::caps_profiles()) {
         SCOPED_TRACE(p.name);
         const std::vector<ProgramKernels> programs = every_program(p.caps);
@@ -49,9 +54,10 @@ TEST(CapsProfiles, EveryKernelOfEveryModelFitsEveryProfile) {
                 if (k.required_subgroup_size) required_sizes.insert(k.required_subgroup_size);
             }
         }
-        // Only the H200 has the NV f16 cooperative matrices the fast kernels need (issue 19's first
-        // item adds KHR ones), and those kernels run at its one subgroup size.
-        EXPECT_EQ(required_sizes, p.name == "nvidia-h200" ? std::set<uint32_t>{32} : std::set<uint32_t>{});
+        // The H200 (NV) and RDNA 3 (KHR) have the f16 16x16x16 cooperative matrices the fast kernels
+        // need, and those kernels run at one subgroup size: the H200's one, RDNA 3's default wave64.
+        const std::map<std::string, std::set<uint32_t>> sizes = {{"nvidia-h200", {32}}, {"amd-wave64", {64}}};
+        EXPECT_EQ(required_sizes, sizes.count(p.name) ? sizes.at(p.name) : std::set<uint32_t>{});
     }
 }
 
@@ -162,6 +168,78 @@ TEST(CapsProfiles, AKernelForAnotherDeviceIsReportedWithEachLimit) {
     EXPECT_NE(misfits.find("no subgroup size control"), std::string::npos) << misfits;
     EXPECT_NE(misfits.find("shared memory bytes: " + std::to_string(needs.shared_bytes) + ", the device's limit 32768"),
               std::string::npos) << misfits;
+}
+
+// Issue 19: precision fast's cooperative kernels run on NV matrices where the device has them, else on
+// KHR ones (their SPIR-V rewritten, codegen/spirv_khr.hpp), unless MEGANEURA_COOP says otherwise; each
+// needs f16 x f16 + f32 at 16x16x16 on a subgroup in that extension's shapes.
+TEST(CapsProfiles, TheCooperativePathFollowsTheCapsAndMeganeuraCoop) {
+    using sched::CoopPath;
+    DeviceCaps khr_only = profile("nvidia-h200");
+    khr_only.coop_nv.clear();
+    DeviceCaps no_size_control = profile("amd-wave64");
+    no_size_control.subgroup_size_control = false;
+    const char* const lacks = "the device lacks f16 cooperative matrices at 16x16x16 with f32 accumulation (NV or KHR)";
+    const char* const khr_not_nv = "the device has VK_KHR_cooperative_matrix at f16 16x16x16, not the NV extension";
+    struct Case {
+        const char* env;
+        const DeviceCaps& caps;
+        CoopPath path;
+        const char* why;
+    };
+    const Case cases[] = {
+        {"", profile("nvidia-h200"), CoopPath::Nv, "the device has VK_NV_cooperative_matrix at f16 16x16x16; MEGANEURA_COOP=khr for KHR"},
+        {"", profile("amd-wave64"), CoopPath::Khr, khr_not_nv},
+        {"", khr_only, CoopPath::Khr, khr_not_nv},
+        {"", profile("intel-arc"), CoopPath::None, lacks},  // 8x8x16 only
+        {"", profile("lavapipe"), CoopPath::None, lacks},
+        {"", no_size_control, CoopPath::None, "the device lacks f16 arithmetic, the Vulkan memory model or subgroup size control"},
+        {"nv", profile("nvidia-h200"), CoopPath::Nv, "MEGANEURA_COOP=nv"},
+        {"nv", profile("amd-wave64"), CoopPath::None,
+         "MEGANEURA_COOP=nv, and the device lacks NV f16 cooperative matrices at 16x16x16 with f32 accumulation"},
+        {"khr", profile("nvidia-h200"), CoopPath::Khr, "MEGANEURA_COOP=khr"},
+        {"khr", profile("apple-m2"), CoopPath::None,
+         "MEGANEURA_COOP=khr, and the device lacks KHR f16 cooperative matrices at 16x16x16 with f32 accumulation"},
+        {"off", profile("nvidia-h200"), CoopPath::None, "MEGANEURA_COOP=off"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.caps.name + ", MEGANEURA_COOP=" + c.env);
+        const ScopedEnv env("MEGANEURA_COOP", c.env);
+        const sched::CoopChoice choice = sched::choose_coop(c.caps);
+        EXPECT_EQ(choice.path, c.path);
+        EXPECT_STREQ(choice.why, c.why);
+        // The kernels follow it: a subgroup size to require where there is a path, KHR's SPIR-V on KHR's.
+        const sched::Tuning fast = sched::tune_for(c.caps, Precision::Fast);
+        EXPECT_EQ(fast.coop.path, c.path);
+        EXPECT_EQ(fast.matmul.coop_subgroup, c.path == CoopPath::None ? 0u : c.caps.subgroup_size);
+        if (c.path == CoopPath::None) EXPECT_STREQ(fast.matmul.coop_declined, c.why);
+        EXPECT_EQ(sched::tune_for(c.caps, Precision::Strict).matmul.coop_subgroup, 0u);
+        EXPECT_EQ(compiler::shader_options(c.caps).coop_khr, c.path == CoopPath::Khr);
+    }
+    const ScopedEnv bad("MEGANEURA_COOP", "KHR");
+    EXPECT_EQ(error_of([] { sched::choose_coop(profile("nvidia-h200")); }), "MEGANEURA_COOP must be nv, khr or off, got 'KHR'");
+}
+
+// A device with KHR cooperative matrices only (RDNA 3) gets the cooperative product as KHR SPIR-V, which
+// fits it; the H200's NV kernel does not.
+TEST(CapsProfiles, AKhrOnlyDeviceGetsKhrKernels) {
+    const ScopedEnv coop("MEGANEURA_COOP", "");
+    const DeviceCaps& amd = profile("amd-wave64");
+    const codegen::KernelSource k = linear_kernels(amd, 4096, Precision::Fast).front();
+    ASSERT_EQ(k.required_subgroup_size, 64u) << k.choice;
+    const codegen::SpirvNeeds needs =
+        codegen::spirv_needs(*codegen::compile_glsl(k.glsl, compiler::shader_options(amd)), k.spec_values);
+    const std::set<uint32_t> capabilities(needs.capabilities.begin(), needs.capabilities.end());
+    EXPECT_TRUE(capabilities.count(codegen::khr::CapabilityCooperativeMatrix));
+    EXPECT_FALSE(capabilities.count(spv::CapabilityCooperativeMatrixNV));
+    for (const std::string& misfit : codegen::device_misfits(k, needs, amd)) ADD_FAILURE() << misfit;
+    const DeviceCaps& nv = profile("nvidia-h200");
+    const codegen::KernelSource nv_kernel = linear_kernels(nv, 4096, Precision::Fast).front();
+    const codegen::SpirvNeeds nv_needs =
+        codegen::spirv_needs(*codegen::compile_glsl(nv_kernel.glsl, compiler::shader_options(nv)), nv_kernel.spec_values);
+    std::string misfits;
+    for (const std::string& m : codegen::device_misfits(nv_kernel, nv_needs, amd)) misfits += m + "\n";
+    EXPECT_NE(misfits.find("needs NV cooperative matrices"), std::string::npos) << misfits;
 }
 
 }  // namespace

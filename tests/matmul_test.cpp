@@ -2,6 +2,7 @@
 // float64 reference at odd shapes (1, 7, 33, 50, 129: multiples of no tile), both transposes,
 // broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "codegen/families.hpp"
@@ -160,12 +161,14 @@ TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
 // f32 kernels.
 TEST_F(MatmulTest, CooperativeSelfTest) {
     rt::Context& ctx = *device().context();
-    const std::optional<bool> before = ctx.cooperative_matrices_work;
-    ctx.cooperative_matrices_work.reset();
-    EXPECT_TRUE(compiler::cooperative_matrices_work(device()));
-    EXPECT_EQ(ctx.cooperative_matrices_work, std::optional<bool>(true));
+    const sched::CoopPath path = sched::tune_for(ctx.caps(), Precision::Fast).coop.path;
+    const std::string name = sched::coop_path_name(path);
+    const std::map<std::string, bool> before = ctx.cooperative_matrices_work;
+    ctx.cooperative_matrices_work.clear();
+    EXPECT_TRUE(compiler::cooperative_matrices_work(device(), path));
+    EXPECT_EQ(ctx.cooperative_matrices_work, (std::map<std::string, bool>{{name, true}}));
     if (!device().context()->caps().timestamps) GTEST_SKIP() << "no timestamps to read kernel labels from";
-    ctx.cooperative_matrices_work = false;
+    ctx.cooperative_matrices_work[name] = false;
     Graph g;
     g.output("c", g.matmul(g.input("a", {33, 50}), g.input("b", {50, 7})));
     CompileOptions fast;

@@ -5,6 +5,7 @@
 // constant (attention's rows are head_dim + 1 long) or an expression of them, evaluated with the
 // dispatch's values. Drivers may pad a little more.
 #include "codegen/device_fit.hpp"
+#include "codegen/spirv_khr.hpp"
 
 #include <glslang/SPIRV/spirv.hpp>
 
@@ -19,8 +20,6 @@ namespace mn::codegen {
 
 namespace {
 
-constexpr uint32_t kCapabilityCooperativeMatrixKHR = 6022;  // newer than glslang 12's spirv.hpp
-
 // The capabilities a device must report for a module that declares them.
 struct Requirement {
     uint32_t capability;
@@ -34,7 +33,7 @@ const Requirement kRequirements[] = {
     {spv::CapabilityGroupNonUniformArithmetic, "subgroup arithmetic",
      [](const rt::DeviceCaps& c) { return c.subgroup_arithmetic; }},
     {spv::CapabilityCooperativeMatrixNV, "NV cooperative matrices", [](const rt::DeviceCaps& c) { return !c.coop_nv.empty(); }},
-    {kCapabilityCooperativeMatrixKHR, "KHR cooperative matrices",
+    {khr::CapabilityCooperativeMatrix, "KHR cooperative matrices",
      [](const rt::DeviceCaps& c) { return !c.coop_khr.empty(); }},
     {spv::CapabilityVulkanMemoryModel, "the Vulkan memory model", [](const rt::DeviceCaps& c) { return c.vulkan_memory_model; }},
     {spv::CapabilityPhysicalStorageBufferAddresses, "buffer device addresses",
@@ -62,7 +61,7 @@ std::optional<uint32_t> spec_op(uint32_t op, uint32_t a, uint32_t b) {
 // Capabilities whose code depends on how invocations are grouped into subgroups.
 bool subgroup_dependent(uint32_t capability) {
     return (capability >= spv::CapabilityGroupNonUniform && capability <= spv::CapabilityGroupNonUniformQuad) ||
-           capability == spv::CapabilityCooperativeMatrixNV || capability == kCapabilityCooperativeMatrixKHR;
+           capability == spv::CapabilityCooperativeMatrixNV || capability == khr::CapabilityCooperativeMatrix;
 }
 
 }  // namespace

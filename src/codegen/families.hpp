@@ -139,8 +139,8 @@ struct MatmulTuning {
     uint32_t max_shared_memory = 32768;  // bytes per workgroup
     uint32_t compute_units = 0;          // multiprocessors; 0: unknown
     bool cpu = false;                    // a CPU driver: one big register tile, few threads
-    // > 0: precision Fast on a device with NV cooperative matrices f16*f16+f32 at 16x16x16; the
-    // subgroup size the coop kernel is built for (required at pipeline creation).
+    // > 0: precision Fast on a device with NV or KHR cooperative matrices f16*f16+f32 at 16x16x16
+    // (sched::choose_coop); the subgroup size the coop kernel is built for (required at pipeline creation).
     uint32_t coop_subgroup = 0;
     uint32_t max_subgroups = 0;  // per workgroup at that size (DeviceCaps::max_workgroup_subgroups); 0: unknown
     // The cooperative kernels scale each operand's K slices into f16's range (gradient products: see

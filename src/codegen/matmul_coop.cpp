@@ -1,5 +1,6 @@
 // The cooperative-matrix product (precision Fast): f16 operands, f32 accumulation, through
-// GL_NV_cooperative_matrix at 16x16x16. A workgroup computes a BM x BN tile of C; each subgroup a
+// GL_NV_cooperative_matrix at 16x16x16 (its SPIR-V rewritten to SPV_KHR_cooperative_matrix where the KHR
+// path is chosen: spirv_khr.hpp). A workgroup computes a BM x BN tile of C; each subgroup a
 // WM x WN piece of it as (WM/16) x (WN/16) accumulators. K is staged BK deep as f16 in shared
 // memory, in STAGES buffers: with two, the slice after next is stashed while this one is
 // multiplied, so each slice costs one barrier, not two.

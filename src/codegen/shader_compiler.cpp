@@ -10,7 +10,8 @@
 //
 // Why a cache: the first glslang compile costs ~100 ms and a model has dozens of variants, so a
 // second process should compile nothing. The key is two FNV-1a-64 hashes (different offset
-// bases) of a prefix naming the compiler version and the options, followed by the source:
+// bases) of a prefix naming the compiler version and the options (the KHR rewrite's version
+// with it), followed by the source:
 // 128 bits, so a silent collision is not a practical concern, and a glslang upgrade or a new
 // target invalidates old entries by construction. Entries live in memory (mutex-protected map)
 // and on disk as cache_dir()/spirv/<key>.spv. Disk writes go to a temporary file that is then
@@ -19,6 +20,7 @@
 // recompiled. The disk cache is best effort: a read-only or missing cache folder never fails a
 // compile.
 #include "codegen/shader_compiler.hpp"
+#include "codegen/spirv_khr.hpp"
 #include "common/cache_dir.hpp"
 
 #include <glslang/Include/glslang_c_interface.h>
@@ -64,12 +66,14 @@ std::string cache_key(const std::string& source, const ShaderOptions& options) {
     std::ostringstream prefix;
     prefix << "glslang-" << GLSLANG_VERSION_MAJOR << '.' << GLSLANG_VERSION_MINOR << '.'
            << GLSLANG_VERSION_PATCH << GLSLANG_VERSION_FLAVOR << "|vulkan1." << options.vulkan_minor
-           << (options.optimize ? "|O" : "|O0") << '\n';
+           << (options.optimize ? "|O" : "|O0");
+    if (options.coop_khr) prefix << "|khr" << kNvToKhrVersion;
+    prefix << '\n';
     const std::string text = prefix.str() + source;
     std::ostringstream key;
     key << std::hex << std::setfill('0') << std::setw(16) << fnv1a64(text, 0xcbf29ce484222325ull)
         << std::setw(16) << fnv1a64(text, 0x84222325cbf29ce4ull) << "-vk1." << std::dec
-        << options.vulkan_minor << (options.optimize ? "-O" : "");
+        << options.vulkan_minor << (options.optimize ? "-O" : "") << (options.coop_khr ? "-khr" : "");
     return key.str();
 }
 
@@ -215,7 +219,13 @@ std::vector<uint32_t> run_glslang(const std::string& source, const ShaderOptions
 
     const unsigned* words = glslang_program_SPIRV_get_ptr(program.get());
     std::vector<uint32_t> spirv(words, words + glslang_program_SPIRV_get_size(program.get()));
-    return options.optimize ? optimize(spirv, target.tools_env, source) : spirv;
+    if (options.optimize) spirv = optimize(spirv, target.tools_env, source);  // SPIRV-Tools 2023.1 knows NV only
+    if (!options.coop_khr) return spirv;
+    try {
+        return nv_to_khr(spirv);
+    } catch (const Error& e) {
+        fail("the KHR cooperative-matrix rewrite", e.what(), nullptr, source);
+    }
 }
 
 }  // namespace

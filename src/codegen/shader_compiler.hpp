@@ -14,6 +14,9 @@ using Spirv = std::shared_ptr<const std::vector<uint32_t>>;
 struct ShaderOptions {
     uint32_t vulkan_minor = 2;  // target Vulkan 1.<minor> (1.2 -> SPIR-V 1.5, 1.3 -> SPIR-V 1.6)
     bool optimize = false;      // run spirv-opt -O (drivers optimize anyway)
+    // Rewrite the NV cooperative matrices glslang 12 emits as KHR ones (spirv_khr.hpp): for devices
+    // with VK_KHR_cooperative_matrix only, or MEGANEURA_COOP=khr.
+    bool coop_khr = false;
 };
 
 // Compiles one shader. Throws mn::Error whose message has glslang's log followed by the whole

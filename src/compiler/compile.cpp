@@ -281,6 +281,7 @@ void print_debug(const Session::Impl& impl) {
                  st.barriers, st.pipelines, static_cast<unsigned long long>(st.physical_bytes),
                  static_cast<unsigned long long>(st.logical_bytes), static_cast<unsigned long long>(st.pinned_bytes),
                  st.compile_ms);
+    std::fprintf(stderr, "  cooperative matrices: %s (%s)\n", sched::coop_path_name(impl.coop.path), impl.coop.why);
     for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
     for (size_t i = 0; i < impl.schedule.steps.size(); ++i) {
         const auto& step = impl.schedule.steps[i];
@@ -322,11 +323,13 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     }
 
     sched::Tuning tuning = sched::tune_for(caps, options.precision, impl->training);
-    if (tuning.matmul.coop_subgroup && !compiler::cooperative_matrices_work(device)) {
+    if (tuning.matmul.coop_subgroup && !compiler::cooperative_matrices_work(device, tuning.coop.path)) {
+        tuning.coop = {sched::CoopPath::None, "the device's cooperative matrices failed the start-up check"};
         tuning.matmul.coop_subgroup = 0;
-        tuning.matmul.coop_declined = "the device's cooperative matrices failed the start-up check";
+        tuning.matmul.coop_declined = tuning.coop.why;
         tuning.f16_weights = false;
     }
+    impl->coop = tuning.coop;
     impl->schedule = compiler::lower_program(graph, tuning);
     sched::Schedule& s = impl->schedule;
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });

@@ -82,10 +82,12 @@ double check_error(const Device& device, const Graph& g) {
 
 }  // namespace
 
-bool cooperative_matrices_work(const Device& device) {
+bool cooperative_matrices_work(const Device& device, sched::CoopPath path) {
     rt::Context& ctx = *device.context();
-    if (ctx.cooperative_matrices_work) return *ctx.cooperative_matrices_work;
-    ctx.cooperative_matrices_work = true;  // the check's own compile uses them
+    const std::string name = sched::coop_path_name(path);
+    if (const auto known = ctx.cooperative_matrices_work.find(name); known != ctx.cooperative_matrices_work.end())
+        return known->second;
+    ctx.cooperative_matrices_work[name] = true;  // the check's own compile uses them
     std::string problem;
     try {
         const double e = std::max(check_error(device, check_graph(false)), check_error(device, check_graph(true)));
@@ -97,10 +99,10 @@ bool cooperative_matrices_work(const Device& device) {
     } catch (const Error& e) {
         problem = std::string("failed a test product: ") + e.what();
     }
-    ctx.cooperative_matrices_work = problem.empty();
+    ctx.cooperative_matrices_work[name] = problem.empty();
     if (!problem.empty()) {
-        std::fprintf(stderr, "meganeura: warning: the cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
-                     ctx.caps().name.c_str(), problem.c_str());
+        std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
+                     name.c_str(), ctx.caps().name.c_str(), problem.c_str());
     }
     return problem.empty();
 }

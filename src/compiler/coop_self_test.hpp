@@ -3,11 +3,13 @@
 // compute them wrong, so before the first compile that would use them on a device, a small training
 // product runs on them and is checked against float64.
 #include "meganeura/session.hpp"
+#include "schedule/schedule.hpp"
 
 namespace mn::compiler {
 
-// Whether the device's cooperative-matrix kernels computed the check's products correctly; run once
-// per device (rt::Context::cooperative_matrices_work), with one printed warning when they did not.
-bool cooperative_matrices_work(const Device& device);
+// Whether the device's cooperative-matrix kernels, on the extension `path` (which the check's own
+// compile chooses too), computed the check's products correctly; run once per device and path
+// (rt::Context::cooperative_matrices_work), with one printed warning when they did not.
+bool cooperative_matrices_work(const Device& device, sched::CoopPath path);
 
 }  // namespace mn::compiler

@@ -37,6 +37,7 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
 codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps) {
     codegen::ShaderOptions o;
     o.vulkan_minor = caps.api_version >= VK_API_VERSION_1_3 ? 3 : 2;
+    o.coop_khr = sched::choose_coop(caps).path == sched::CoopPath::Khr;
     return o;
 }
 

@@ -20,7 +20,8 @@ sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning);
 std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
                                                    const CompileOptions& options);
 
-// The SPIR-V target of a device: Vulkan 1.3's where it has 1.3, else 1.2's.
+// The SPIR-V target of a device: Vulkan 1.3's where it has 1.3, else 1.2's; with the cooperative
+// matrices rewritten to KHR ones where sched::choose_coop picks that path.
 codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps);
 
 // An mn::Error naming the kernel and every device limit it passes (codegen/device_fit.hpp).

@@ -46,6 +46,7 @@ struct Session::Impl {
     bool profiled = false;
     CompileOptions options;
     bool training = false;
+    sched::CoopChoice coop;  // the cooperative matrices the kernels run on, and why (MEGANEURA_DEBUG=1)
     int64_t steps_taken = 0;
     // What each dispatch computes (trace and debug labels), and MEGANEURA_TRACE's tracks of this session, 0 when off.
     std::vector<compiler::DispatchName> dispatch_names;

@@ -6,8 +6,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,10 +55,11 @@ public:
     const Pipeline& pipeline(const std::vector<uint32_t>& spirv, const std::vector<uint32_t>& spec_constants,
                              uint32_t bindings, uint32_t push_constant_bytes,
                              uint32_t required_subgroup_size = 0);
-    // Whether this device's cooperative-matrix kernels compute correctly: unset until the compiler's
-    // start-up check (compiler/coop_self_test.cpp) has run, before the first compile that would use
-    // them. Drivers can advertise the extension and compute it wrong.
-    std::optional<bool> cooperative_matrices_work;
+    // Whether this device's cooperative-matrix kernels compute correctly, by the extension they run
+    // on ("NV", "KHR"): absent until the compiler's start-up check (compiler/coop_self_test.cpp) has
+    // run, before the first compile that would use them. Drivers can advertise an extension and
+    // compute it wrong.
+    std::map<std::string, bool> cooperative_matrices_work;
 
     // pipeline()'s arguments, for prepare_pipelines.
     struct PipelineRequest {

@@ -44,7 +44,21 @@ struct Schedule {
     }
 };
 
+// Which cooperative-matrix extension precision fast's kernels run on. Their GLSL is NV's either way
+// (glslang 12 has no GL_KHR_cooperative_matrix); on the KHR path the compiler rewrites their SPIR-V
+// (codegen/spirv_khr.hpp, ShaderOptions::coop_khr). MEGANEURA_COOP=nv|khr|off; unset, NV where the
+// device has it, else KHR. Either needs f16 x f16 + f32 -> f32 at 16x16x16 on a subgroup in that
+// extension's shapes, f16 arithmetic, the Vulkan memory model and subgroup size control. In tuning.cpp.
+enum class CoopPath { None, Nv, Khr };
+struct CoopChoice {
+    CoopPath path = CoopPath::None;
+    const char* why = "precision strict";  // MEGANEURA_DEBUG=1's explanation; for None, the kernels' coop_declined
+};
+CoopChoice choose_coop(const rt::DeviceCaps& caps);
+const char* coop_path_name(CoopPath path);  // "NV", "KHR", "none"
+
 struct Tuning {
+    CoopChoice coop;  // precision fast's (strict: none)
     codegen::Launch pointwise, reduction;
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
@@ -76,8 +90,8 @@ struct Tuning {
     // 0.05% (scripts/resnet50_fast_gate_emulation.py). MEGANEURA_FAST_FORWARD=f16 turns it off.
     bool split_forward = false;
 };
-// Precision Fast lets matmuls, convolutions and the attention forward use f16 cooperative matrices
-// (f32 accumulation) where the device has them; every other op stays f32. `training`: the program
+// Precision Fast lets matmuls, convolutions and attention use f16 cooperative matrices (f32
+// accumulation) where choose_coop finds a path; every other op stays f32. `training`: the program
 // trains, so its weights change every step (no f16 copies of them). In tuning.cpp.
 Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict, bool training = false);
 

@@ -11,17 +11,55 @@ namespace mn::sched {
 
 namespace {
 
-// The NV cooperative-matrix shape the coop matmul is written for: f16 x f16 + f32 -> f32, 16x16x16.
-bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
-    for (const auto& s : caps.coop_nv) {
-        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
-            s.result_type == "f32")
-            return true;
-    }
-    return false;
+// The shape the cooperative kernels are written for: f16 x f16 + f32 -> f32, 16x16x16 (caps.cpp keeps
+// the subgroup-scope shapes only).
+bool has_f16_16x16x16(const std::vector<rt::CoopMatrixShape>& shapes) {
+    return std::any_of(shapes.begin(), shapes.end(), [](const rt::CoopMatrixShape& s) {
+        return s.m == 16 && s.n == 16 && s.k == 16 && s.a_type == "f16" && s.b_type == "f16" && s.c_type == "f32" &&
+               s.result_type == "f32";
+    });
 }
 
 }  // namespace
+
+CoopChoice choose_coop(const rt::DeviceCaps& caps) {
+    const char* e = std::getenv("MEGANEURA_COOP");
+    const std::string wanted = e ? e : "";
+    if (!wanted.empty() && wanted != "nv" && wanted != "khr" && wanted != "off")
+        throw Error("MEGANEURA_COOP must be nv, khr or off, got '" + wanted + "'");
+    const bool nv = has_f16_16x16x16(caps.coop_nv), khr = has_f16_16x16x16(caps.coop_khr);
+    CoopChoice c;
+    if (wanted == "off") {
+        c = {CoopPath::None, "MEGANEURA_COOP=off"};
+    } else if (wanted == "nv") {
+        c = nv ? CoopChoice{CoopPath::Nv, "MEGANEURA_COOP=nv"}
+               : CoopChoice{CoopPath::None, "MEGANEURA_COOP=nv, and the device lacks NV f16 cooperative matrices at "
+                                            "16x16x16 with f32 accumulation"};
+    } else if (wanted == "khr") {
+        c = khr ? CoopChoice{CoopPath::Khr, "MEGANEURA_COOP=khr"}
+                : CoopChoice{CoopPath::None, "MEGANEURA_COOP=khr, and the device lacks KHR f16 cooperative matrices "
+                                             "at 16x16x16 with f32 accumulation"};
+    } else if (nv) {
+        c = {CoopPath::Nv, "the device has VK_NV_cooperative_matrix at f16 16x16x16; MEGANEURA_COOP=khr for KHR"};
+    } else if (khr) {
+        c = {CoopPath::Khr, "the device has VK_KHR_cooperative_matrix at f16 16x16x16, not the NV extension"};
+    } else {
+        c = {CoopPath::None, "the device lacks f16 cooperative matrices at 16x16x16 with f32 accumulation (NV or KHR)"};
+    }
+    // The kernels split their tiles by subgroup, so they need a subgroup size they can require.
+    if (c.path != CoopPath::None && !(caps.shader_float16 && caps.vulkan_memory_model && caps.subgroup_size_control))
+        c = {CoopPath::None, "the device lacks f16 arithmetic, the Vulkan memory model or subgroup size control"};
+    return c;
+}
+
+const char* coop_path_name(CoopPath path) {
+    switch (path) {
+        case CoopPath::None: return "none";
+        case CoopPath::Nv: return "NV";
+        case CoopPath::Khr: return "KHR";
+    }
+    return "?";
+}
 
 Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) {
     Tuning t;
@@ -75,13 +113,10 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
                 .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
-    // The coop kernel splits its tile by subgroup, so it needs a subgroup size it can require.
-    if (precision == Precision::Fast && has_coop_f16_16x16x16(caps) && caps.shader_float16 &&
-        caps.vulkan_memory_model && caps.subgroup_size_control) {
-        t.matmul.coop_subgroup = caps.subgroup_size;
-    } else if (precision == Precision::Fast) {
-        t.matmul.coop_declined = "the device lacks NV f16 cooperative matrices at 16x16x16, f16, the memory model or "
-                                 "subgroup size control";
+    if (precision == Precision::Fast) {
+        t.coop = choose_coop(caps);
+        if (t.coop.path == CoopPath::None) t.matmul.coop_declined = t.coop.why;
+        else t.matmul.coop_subgroup = caps.subgroup_size;
     }
     t.f16_weights = t.matmul.coop_subgroup != 0;
     if (const char* e = std::getenv("MEGANEURA_F16_WEIGHTS"); e && *e) {
