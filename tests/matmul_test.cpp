@@ -204,62 +204,56 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }
 
+// Every case of kTiled, unbatched, as a product of `dtype` at this tuning: its kernel is `label`,
+// requires subgroups of 32, and compiles with glslang.
+void expect_coop_sources_compile(const codegen::MatmulTuning& tuning, DType dtype, const std::string& label) {
+    for (const auto& c : kTiled) {
+        const codegen::MatmulSpec spec{.dtype = dtype, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                                       .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(),
+                                       .k = c.ta ? c.a[c.a.size() - 2] : c.a.back(), .trans_a = c.ta,
+                                       .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
+        const auto k = codegen::matmul_kernels(spec, tuning).product;
+        EXPECT_EQ(k.label, label);
+        EXPECT_EQ(k.required_subgroup_size, 32u);
+        EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+    }
+}
+
 // The cooperative kernel's GLSL compiles for every transpose and alignment variant and every tile,
-// f32 and f16 operands (f16 rows of whole 16 bytes are fetched as they are), also where no device
-// can run it (CI), so a broken shader is caught before it reaches a GPU.
+// f32 and f16 operands (f16 rows of whole 16 bytes are fetched as they are), scaled and split, also
+// where no device can run it (CI), so a broken shader is caught before it reaches a GPU.
 TEST(MatmulCoopSource, CompilesWithGlslang) {
+    auto h200_like = [] {
+        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
+        tuning.max_shared_memory = 48 * 1024;
+        tuning.coop_subgroup = 32;
+        return tuning;
+    };
     for (const char* tile : kCoopTiles) {
         for (auto [scaled, dtype] : {std::pair{false, DType::F32}, {true, DType::F32}, {false, DType::F16}}) {
             SCOPED_TRACE(std::string(tile) + (scaled ? " scaled" : "") + " " + dtype_name(dtype));
             ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-            codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
-            tuning.max_shared_memory = 48 * 1024;
-            tuning.coop_subgroup = 32;
+            codegen::MatmulTuning tuning = h200_like();
             tuning.coop_scaled = scaled;
-            for (const auto& c : kTiled) {
-                const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
-                codegen::MatmulSpec spec{.dtype = dtype, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
-                                         .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
-                                         .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
-                const auto k = codegen::matmul_kernels(spec, tuning).product;
-                EXPECT_EQ(k.label, tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop");
-                EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
-            }
+            expect_coop_sources_compile(tuning, dtype, scaled ? "matmul_coop_scaled" : "matmul_coop");
         }
     }
     // Split products (f32 operands): the tiles chosen by size, and forced ones within 48 KiB with two parts.
     for (const char* tile : {"", "128,64,32,32,32,1", "64,64,32,32,32,2", "32,32,16,16,32,2"}) {
         SCOPED_TRACE(std::string(tile) + " split");
         ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
-        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
-        tuning.max_shared_memory = 48 * 1024;
-        tuning.coop_subgroup = 32;
+        codegen::MatmulTuning tuning = h200_like();
         tuning.coop_split = true;
-        for (const auto& c : kTiled) {
-            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
-                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(),
-                                     .k = c.ta ? c.a[c.a.size() - 2] : c.a.back(), .trans_a = c.ta, .trans_b = c.tb,
-                                     .a_batch_strides = {}, .b_batch_strides = {}};
-            const auto k = codegen::matmul_kernels(spec, tuning).product;
-            EXPECT_EQ(k.label, "matmul_coop_split");
-            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
-        }
+        expect_coop_sources_compile(tuning, DType::F32, "matmul_coop_split");
     }
+    // The tiles MEGANEURA_MATMUL_TILE's heights force.
     codegen::MatmulTuning tuning;
     tuning.max_shared_memory = 48 * 1024;
     tuning.coop_subgroup = 32;
-    for (const auto& c : kTiled) {
-        for (uint32_t bm : {128u, 64u, 32u}) {
-            tuning.forced_bm = bm;
-            const int64_t ka = c.ta ? c.a[c.a.size() - 2] : c.a.back();
-            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
-                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(), .k = ka, .trans_a = c.ta,
-                                     .trans_b = c.tb, .a_batch_strides = {}, .b_batch_strides = {}};
-            const auto k = codegen::matmul_kernels(spec, tuning).product;
-            EXPECT_EQ(k.label, "matmul_coop");
-            EXPECT_EQ(k.required_subgroup_size, 32u);
-            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
-        }
+    for (uint32_t bm : {128u, 64u, 32u}) {
+        SCOPED_TRACE("height " + std::to_string(bm));
+        tuning.forced_bm = bm;
+        expect_coop_sources_compile(tuning, DType::F32, "matmul_coop");
     }
 }
 
