@@ -116,6 +116,83 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
         } \
     }
 
+// The setup of a workgroup that owns BR query rows of a kv head (the forward and dQ): its head and
+// first row r0 (or an early return past the grid), the keys its rows may see; its subgroup's rows from
+// w0 and their keys `seen`; this thread's row r (`live` inside), its position, and its rows srow of
+// Ws and prow of Ps.
+#define OWN_QUERY_ROWS \
+    uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u; \
+    uint blocks = (ROWS + BR - 1u) / BR; \
+    uint g = mn_group_id(); \
+    if (g >= HEADS * blocks) return; \
+    uint head = g / blocks, r0 = (g % blocks) * BR; \
+    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u); \
+    uint w0 = r0 + warp * 16u; \
+    bool rows_here = w0 < ROWS; \
+    uvec2 seen = rows_here ? key_range(w0, min(w0 + 16u, ROWS) - 1u) : uvec2(0u); \
+    uint r = w0 + rr; \
+    bool live = r < ROWS; \
+    int position = query_start() + int(r % TQ); \
+    uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
+
+// Key tile j0 of K and V staged as f16 into KV (K at 0, V at VOFF), once the previous one is consumed.
+#define STAGE_KEY_TILE(j0) \
+    barrier(); \
+    STAGE_F16(KV, k4, head * TK + (j0), BT, TK - (j0), 0u, 1.0) \
+    STAGE_F16(KV, v4, head * TK + (j0), BT, TK - (j0), VOFF, 1.0) \
+    barrier();
+
+// The subgroup's 16 x BT product of its fragments left[OG] (16 x DH) by the BT staged rows of src
+// from uvec4 `at`, transposed (16 columns of it at a time), into its rows of Ws: S = Q K^T, dP = dO V^T.
+#define PRODUCT_TO_WS(left, src, at) \
+    [[unroll]] for (uint n = 0u; n < TG; ++n) { \
+        F32MAT x = F32MAT(0.0); \
+        [[unroll]] for (uint i = 0u; i < OG; ++i) { \
+            F16MAT f; \
+            coopMatLoadNV(f, src, (at) + n * 16u * D4 + i * 2u, D4, true); \
+            x = coopMatMulAddNV(left[i], f, x); \
+        } \
+        coopMatStoreNV(x, Ws, warp * 16u * SW + n * 16u, SW, false); \
+    } \
+    subgroupMemoryBarrierShared(); \
+    subgroupBarrier();
+
+// The backward's dS = P (dP - delta) from this thread's p[TG * 8] and dP in Ws (in units of o_scale,
+// 1 / inv_o), delta of column col given by `delta`; written as f16 in units of the running scale s
+// (acc rescaled with it, TAKE_SCALE) to this thread's groups of its row of Ps.
+#define DS_TO_PS(p, delta, s, acc) { \
+        float ds_max = 0.0; \
+        [[unroll]] for (uint t = 0u; t < TG; ++t) { \
+            [[unroll]] for (uint e = 0u; e < 8u; ++e) { \
+                uint col = (side + 2u * t) * 8u + e; \
+                p[t * 8u + e] *= Ws[srow + col] * inv_o - (delta); \
+                ds_max = max(ds_max, abs(p[t * 8u + e])); \
+            } \
+        } \
+        TAKE_SCALE(s, ds_max, acc) \
+        [[unroll]] for (uint t = 0u; t < TG; ++t) { \
+            uint i = t * 8u; \
+            Ps[prow + side + 2u * t] = pack8(vec4(p[i], p[i + 1u], p[i + 2u], p[i + 3u]), \
+                                             vec4(p[i + 4u], p[i + 5u], p[i + 6u], p[i + 7u]), s); \
+        } \
+        subgroupMemoryBarrierShared(); \
+        subgroupBarrier(); \
+    }
+
+// acc[OG] += the subgroup's 16 rows of Ps (P or dS) times the BT staged rows of src from uvec4 `at`:
+// dQ += dS K, dV += P^T dO, dK += dS^T Q.
+#define ACCUMULATE_PS_TIMES(acc, src, at) { \
+        F16MAT pf[TG]; \
+        [[unroll]] for (uint t = 0u; t < TG; ++t) coopMatLoadNV(pf[t], Ps, warp * 16u * P4 + t * 2u, P4, false); \
+        [[unroll]] for (uint dn = 0u; dn < OG; ++dn) { \
+            [[unroll]] for (uint t = 0u; t < TG; ++t) { \
+                F16MAT f; \
+                coopMatLoadNV(f, src, (at) + t * 16u * D4 + dn * 2u, D4, false); \
+                acc[dn] = coopMatMulAddNV(pf[t], f, acc[dn]); \
+            } \
+        } \
+    }
+
 // The subgroup's 16 x DH accumulators acc times `factor` into dst4's rows from `first` (those from
 // `valid` on not stored), BT columns at a time through its rows of Ws.
 #define STORE_ROWS(dst4, acc, factor, first, valid) \
@@ -154,20 +231,7 @@ float other_side(float x) {
 }
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR;
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
-    // This subgroup's rows and the keys they may see; this thread's row.
-    uint w0 = r0 + warp * 16u;
-    bool rows_here = w0 < ROWS;
-    uvec2 seen = rows_here ? key_range(w0, min(w0 + 16u, ROWS) - 1u) : uvec2(0u);
-    uint r = w0 + rr;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
+    OWN_QUERY_ROWS
 
     STAGE_F16(KV, q4, head * ROWS + r0, BR, ROWS - r0, 0u, scale())
     barrier();
@@ -178,24 +242,11 @@ void main() {
     [[unroll]] for (uint i = 0u; i < OG * 8u; ++i) o[i] = 0.0;
     float m = NEG_INF, l = 0.0;  // the row's running max; this thread's share of its sum
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();  // the previous tile is consumed (Q's fragments loaded, on the first pass)
-        STAGE_F16(KV, k4, head * TK + j0, BT, TK - j0, 0u, 1.0)
-        STAGE_F16(KV, v4, head * TK + j0, BT, TK - j0, VOFF, 1.0)
-        barrier();
+        STAGE_KEY_TILE(j0)  // (Q's fragments are loaded on the first pass)
         if (!rows_here || j0 >= seen.y || j0 + BT <= seen.x) continue;  // the same for the whole subgroup
 
-        // S = (scale Q) K^T, 16 keys at a time, into this subgroup's rows of Ws.
-        [[unroll]] for (uint n = 0u; n < TG; ++n) {
-            F32MAT acc = F32MAT(0.0);
-            [[unroll]] for (uint i = 0u; i < OG; ++i) {
-                F16MAT kf;
-                coopMatLoadNV(kf, KV, n * 16u * D4 + i * 2u, D4, true);
-                acc = coopMatMulAddNV(qf[i], kf, acc);
-            }
-            coopMatStoreNV(acc, Ws, warp * 16u * SW + n * 16u, SW, false);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        // S = (scale Q) K^T into this subgroup's rows of Ws.
+        PRODUCT_TO_WS(qf, KV, 0u)
 
         // The online softmax of row r over this side's columns, the max across both sides.
         float s[TG * 8u];

@@ -49,20 +49,7 @@ shared float Ws[BR * SW];
 shared float Xm[WG / 32u];
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u;
-    uint blocks = (ROWS + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, r0 = (g % blocks) * BR;
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u);
-    // This subgroup's rows and the keys they may see; this thread's row.
-    uint w0 = r0 + warp * 16u;
-    bool rows_here = w0 < ROWS;
-    uvec2 seen = rows_here ? key_range(w0, min(w0 + 16u, ROWS) - 1u) : uvec2(0u);
-    uint r = w0 + rr;
-    bool live = r < ROWS;
-    int position = query_start() + int(r % TQ);
-    uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
+    OWN_QUERY_ROWS
     float row_lse = live ? lse.d[head * ROWS + r] : 0.0, row_delta = live ? delta.d[head * ROWS + r] : 0.0;
 
     // scale Q, then dO times o_scale (the block's), as fragments, staged through KV in turn.
@@ -87,24 +74,11 @@ void main() {
     [[unroll]] for (uint i = 0u; i < OG; ++i) acc[i] = F32MAT(0.0);
     float g_scale = exp2(126.0);  // dS's running scale: no tile yet
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();  // the previous tile is consumed (dO's fragments loaded, on the first pass)
-        STAGE_F16(KV, k4, head * TK + j0, BT, TK - j0, 0u, 1.0)
-        STAGE_F16(KV, v4, head * TK + j0, BT, TK - j0, VOFF, 1.0)
-        barrier();
+        STAGE_KEY_TILE(j0)  // (dO's fragments are loaded on the first pass)
         if (!rows_here || j0 >= seen.y || j0 + BT <= seen.x) continue;  // the same for the whole subgroup
 
         // S = (scale Q) K^T into this subgroup's rows of Ws; P of this thread's columns.
-        [[unroll]] for (uint n = 0u; n < TG; ++n) {
-            F32MAT s = F32MAT(0.0);
-            [[unroll]] for (uint i = 0u; i < OG; ++i) {
-                F16MAT kf;
-                coopMatLoadNV(kf, KV, n * 16u * D4 + i * 2u, D4, true);
-                s = coopMatMulAddNV(qf[i], kf, s);
-            }
-            coopMatStoreNV(s, Ws, warp * 16u * SW + n * 16u, SW, false);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        PRODUCT_TO_WS(qf, KV, 0u)
         float p[TG * 8u];
         [[unroll]] for (uint t = 0u; t < TG; ++t) {
             [[unroll]] for (uint e = 0u; e < 8u; ++e) {
@@ -114,47 +88,10 @@ void main() {
         }
         subgroupBarrier();  // every score is read: Ws takes dP
 
-        // dP = (o_scale dO) V^T into Ws.
-        [[unroll]] for (uint n = 0u; n < TG; ++n) {
-            F32MAT dp = F32MAT(0.0);
-            [[unroll]] for (uint i = 0u; i < OG; ++i) {
-                F16MAT vf;
-                coopMatLoadNV(vf, KV, VOFF + n * 16u * D4 + i * 2u, D4, true);
-                dp = coopMatMulAddNV(of[i], vf, dp);
-            }
-            coopMatStoreNV(dp, Ws, warp * 16u * SW + n * 16u, SW, false);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-
-        // dS = P (dP - delta), as f16 in units of g_scale into Ps.
-        float ds_max = 0.0;
-        [[unroll]] for (uint t = 0u; t < TG; ++t) {
-            [[unroll]] for (uint e = 0u; e < 8u; ++e) {
-                uint col = (side + 2u * t) * 8u + e;
-                p[t * 8u + e] *= Ws[srow + col] * inv_o - row_delta;
-                ds_max = max(ds_max, abs(p[t * 8u + e]));
-            }
-        }
-        TAKE_SCALE(g_scale, ds_max, acc)
-        [[unroll]] for (uint t = 0u; t < TG; ++t) {
-            uint i = t * 8u;
-            Ps[prow + side + 2u * t] = pack8(vec4(p[i], p[i + 1u], p[i + 2u], p[i + 3u]),
-                                             vec4(p[i + 4u], p[i + 5u], p[i + 6u], p[i + 7u]), g_scale);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-
-        // dQ += dS K.
-        F16MAT sf[TG];
-        [[unroll]] for (uint t = 0u; t < TG; ++t) coopMatLoadNV(sf[t], Ps, warp * 16u * P4 + t * 2u, P4, false);
-        [[unroll]] for (uint dn = 0u; dn < OG; ++dn) {
-            [[unroll]] for (uint t = 0u; t < TG; ++t) {
-                F16MAT kf;
-                coopMatLoadNV(kf, KV, t * 16u * D4 + dn * 2u, D4, false);
-                acc[dn] = coopMatMulAddNV(sf[t], kf, acc[dn]);
-            }
-        }
+        // dP = (o_scale dO) V^T into Ws; dS = P (dP - delta), as f16 in units of g_scale into Ps; dQ += dS K.
+        PRODUCT_TO_WS(of, KV, VOFF)
+        DS_TO_PS(p, row_delta, g_scale, acc)
+        ACCUMULATE_PS_TIMES(acc, KV, 0u)
     }
     if (!rows_here) return;
     STORE_ROWS(dq4, acc, scale() / g_scale, head * ROWS + w0, ROWS - w0)
@@ -229,17 +166,7 @@ void main() {
         if (!keys_here || t0 >= seen.y || t0 + BT <= seen.x) continue;  // the same for the whole subgroup
 
         // S^T = K (scale Q)^T, this subgroup's 16 keys by BT queries, into its rows of Ws; P^T as f16 into Ps.
-        [[unroll]] for (uint n = 0u; n < TG; ++n) {
-            F32MAT s = F32MAT(0.0);
-            [[unroll]] for (uint i = 0u; i < OG; ++i) {
-                F16MAT qf;
-                coopMatLoadNV(qf, QO, n * 16u * D4 + i * 2u, D4, true);
-                s = coopMatMulAddNV(kf[i], qf, s);
-            }
-            coopMatStoreNV(s, Ws, warp * 16u * SW + n * 16u, SW, false);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        PRODUCT_TO_WS(kf, QO, 0u)
         float p[TG * 8u];
         [[unroll]] for (uint t = 0u; t < TG; ++t) {
             [[unroll]] for (uint e = 0u; e < 8u; ++e) {
@@ -253,57 +180,13 @@ void main() {
         subgroupMemoryBarrierShared();
         subgroupBarrier();  // P^T is written and every score read: Ws takes dP^T
 
-        // dV += P^T (o_scale dO).
-        F16MAT pf[TG];
-        [[unroll]] for (uint t = 0u; t < TG; ++t) coopMatLoadNV(pf[t], Ps, warp * 16u * P4 + t * 2u, P4, false);
-        [[unroll]] for (uint dn = 0u; dn < OG; ++dn) {
-            [[unroll]] for (uint t = 0u; t < TG; ++t) {
-                F16MAT of;
-                coopMatLoadNV(of, QO, OOFF + t * 16u * D4 + dn * 2u, D4, false);
-                dv[dn] = coopMatMulAddNV(pf[t], of, dv[dn]);
-            }
-        }
-        // dP^T = V (o_scale dO)^T into Ws.
-        [[unroll]] for (uint n = 0u; n < TG; ++n) {
-            F32MAT dp = F32MAT(0.0);
-            [[unroll]] for (uint i = 0u; i < OG; ++i) {
-                F16MAT of;
-                coopMatLoadNV(of, QO, OOFF + n * 16u * D4 + i * 2u, D4, true);
-                dp = coopMatMulAddNV(vf[i], of, dp);
-            }
-            coopMatStoreNV(dp, Ws, warp * 16u * SW + n * 16u, SW, false);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();  // and P^T's fragments are loaded: Ps takes dS^T
-
-        // dS^T = P^T (dP^T - delta), as f16 in units of g_scale.
-        float ds_max = 0.0, inv_o = 1.0 / o_scale;
-        [[unroll]] for (uint t = 0u; t < TG; ++t) {
-            [[unroll]] for (uint e = 0u; e < 8u; ++e) {
-                uint col = (side + 2u * t) * 8u + e;
-                p[t * 8u + e] *= Ws[srow + col] * inv_o - Dl[col];
-                ds_max = max(ds_max, abs(p[t * 8u + e]));
-            }
-        }
-        TAKE_SCALE(g_scale, ds_max, dk)
-        [[unroll]] for (uint t = 0u; t < TG; ++t) {
-            uint i = t * 8u;
-            Ps[prow + side + 2u * t] = pack8(vec4(p[i], p[i + 1u], p[i + 2u], p[i + 3u]),
-                                             vec4(p[i + 4u], p[i + 5u], p[i + 6u], p[i + 7u]), g_scale);
-        }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-
-        // dK += dS^T (scale Q).
-        F16MAT sf[TG];
-        [[unroll]] for (uint t = 0u; t < TG; ++t) coopMatLoadNV(sf[t], Ps, warp * 16u * P4 + t * 2u, P4, false);
-        [[unroll]] for (uint dn = 0u; dn < OG; ++dn) {
-            [[unroll]] for (uint t = 0u; t < TG; ++t) {
-                F16MAT qf;
-                coopMatLoadNV(qf, QO, t * 16u * D4 + dn * 2u, D4, false);
-                dk[dn] = coopMatMulAddNV(sf[t], qf, dk[dn]);
-            }
-        }
+        // dV += P^T (o_scale dO); dP^T = V (o_scale dO)^T into Ws (its barrier: P^T's fragments are loaded, so
+        // Ps takes dS^T); dS^T = P^T (dP^T - delta), as f16 in units of g_scale; dK += dS^T (scale Q).
+        ACCUMULATE_PS_TIMES(dv, QO, OOFF)
+        PRODUCT_TO_WS(vf, QO, OOFF)
+        float inv_o = 1.0 / o_scale;
+        DS_TO_PS(p, Dl[col], g_scale, dk)
+        ACCUMULATE_PS_TIMES(dk, QO, 0u)
     }
     if (!keys_here) return;
     STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0)
