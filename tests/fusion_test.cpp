@@ -551,7 +551,6 @@ Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, 
         out.emit(std::move(n));
     }
     for (const auto& [name, id] : t.outputs()) out.output(name, out.handle(id));
-    out.mark_gradient_start(t.gradient_start());
     return out;
 }
 

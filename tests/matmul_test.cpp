@@ -330,6 +330,31 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     EXPECT_EQ(big_labels, (std::vector<std::string>{"matmul_coop_scaled", "matmul_coop_scaled"}));
 }
 
+// Node::gradient marks what mn::grad appended, not what comes after it: a product built after the
+// backward is a forward one (split before a ReLU), a gradient product stays one.
+TEST(MatmulPrecisionPolicy, ProductsBuiltAfterTheBackwardAreForward) {
+    Graph g;
+    Tensor x = g.parameter("x", {64, 96});
+    Tensor w = g.parameter("w", {80, 96});
+    g.output("dx", grad(g.sum(g.linear(x, w)), {x})[0]);
+    g.output("y", g.relu(g.linear(x, w)));
+    EXPECT_TRUE(g.has_gradients());
+    sched::Tuning tuning;
+    tuning.matmul.max_shared_memory = 48 * 1024;
+    tuning.matmul.coop_subgroup = 32;
+    tuning.split_forward = true;
+    tuning.fast_gradients = sched::Tuning::FastGradients::F32;
+    std::multiset<std::string> labels;
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+    for (const auto& step : sched::lower(g, roots, tuning).steps) {
+        if (step.kernel.label.starts_with("matmul") && !step.kernel.label.starts_with("matmul_split_sum")) {
+            labels.insert(step.kernel.label);
+        }
+    }
+    EXPECT_EQ(labels, (std::multiset<std::string>{"matmul", "matmul_coop_split+relu"}));
+}
+
 // A graph without gradients is not split (its forward products stay f16, and read f16 weights).
 TEST(MatmulPrecisionPolicy, OnlyGraphsWithGradientsSplitTheirForward) {
     Graph g;

@@ -86,7 +86,7 @@ TEST(OptimizeTest, ForwardAndGradientNodesAreNotMerged) {
     const Graph o = optimize::optimize(g);
     size_t forward = 0, backward = 0;
     for (int32_t id = 0; id < static_cast<int32_t>(o.nodes().size()); ++id) {
-        if (o.node(id).op == Op::MatMul) ++(id < o.gradient_start() ? forward : backward);
+        if (o.node(id).op == Op::MatMul) ++(o.node(id).gradient ? backward : forward);
     }
     EXPECT_EQ(forward, 1u);
     EXPECT_GE(backward, 1u);

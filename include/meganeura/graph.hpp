@@ -90,6 +90,9 @@ struct Node {
     std::string name;           // Input / Parameter / State; an Assign's: what the write is (Graph::assign)
     Init init;                  // Parameter
     bool requires_grad = true;  // Parameter: false freezes it (no gradient, no optimizer state, no update)
+    // Appended by mn::grad: a gradient's. Precision fast chooses its products' kernels by it (sched::Tuning's
+    // fast_gradients and split_forward), and common subexpressions never merge it with the forward's.
+    bool gradient = false;
 };
 
 class Graph {
@@ -236,11 +239,10 @@ public:
     // Appends a node whose shape and dtype the caller has already checked (used by passes).
     Tensor emit(Node n);
 
-    // Nodes from this id on compute gradients (mn::grad marks where it starts appending). The fast
-    // precision keeps their products in f32: gradients underflow f16 (LESSONS.md; measured on the
-    // H200: per-parameter gradient errors up to 100% with f16 backward matmuls).
-    int32_t gradient_start() const { return gradient_start_; }
-    void mark_gradient_start(int32_t id) { gradient_start_ = std::min(gradient_start_, id); }
+    // Marks the nodes from id `first` to the last as gradients (Node::gradient; mn::grad, for what it appended).
+    void mark_gradients(int32_t first);
+    // Whether a node is a gradient's (mn::grad appended a backward).
+    bool has_gradients() const { return has_gradients_; }
 
 private:
     Tensor unary(Op op, Tensor x);
@@ -257,7 +259,7 @@ private:
 
     std::vector<Node> nodes_;
     std::vector<std::pair<std::string, int32_t>> outputs_;
-    int32_t gradient_start_ = INT32_MAX;
+    bool has_gradients_ = false;
 };
 
 // PyTorch-style operators

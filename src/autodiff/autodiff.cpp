@@ -281,7 +281,7 @@ std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt) {
     Graph& g = *loss.graph;
     if (!loss.shape().empty()) throw Error("[grad] loss must be a scalar, got shape " + shape_str(loss.shape()));
     const auto count = static_cast<size_t>(loss.id) + 1;
-    g.mark_gradient_start(static_cast<int32_t>(g.nodes().size()));
+    const auto first = static_cast<int32_t>(g.nodes().size());  // what this call appends is a gradient's
 
     // On a path: depends on some wanted input, and the loss depends on it.
     std::vector<bool> from_wrt(count, false), to_loss(count, false);
@@ -322,6 +322,7 @@ std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt) {
         const auto id = static_cast<size_t>(w.id);
         out.push_back(id < count && adjoint[id] ? *adjoint[id] : g.full(w.shape(), 0.0, w.dtype()));
     }
+    g.mark_gradients(first);
     return out;
 }
 

@@ -65,16 +65,15 @@ Floor count_floor(const Graph& g, bool backward, bool adamw) {
     Floor f;
     std::set<int32_t> outputs, kept;
     for (const auto& [name, id] : g.outputs()) outputs.insert(storage_of(g, id));
-    const int32_t gradients = backward ? g.gradient_start() : INT32_MAX;
     for (int32_t id = 0; id < static_cast<int32_t>(g.nodes().size()); ++id) {
         const Node& n = g.node(id);
         f.product_flops += product_flops(g, n);
         if (n.op == Op::Parameter) f.weight_bytes += bytes_of(n);
         if (n.op == Op::Input) f.input_bytes += bytes_of(n);
-        if (id < gradients) continue;
-        for (int32_t in : n.inputs) {
+        if (!backward || !n.gradient) continue;
+        for (int32_t in : n.inputs) {  // a forward value the backward reads is kept
             const int32_t s = storage_of(g, in);
-            if (s < gradients && op_info(g.node(s).op).archetype != Archetype::Leaf) kept.insert(s);
+            if (!g.node(s).gradient && op_info(g.node(s).op).archetype != Archetype::Leaf) kept.insert(s);
         }
     }
     for (int32_t id : outputs) f.output_bytes += bytes_of(g.node(id));

@@ -25,8 +25,8 @@ struct Floor {
     uint64_t bytes() const { return weight_bytes + input_bytes + output_bytes + activation_bytes + optimizer_bytes; }
 };
 
-// `g` as a model builds it, gradients appended by mn::grad when `backward` (Graph::gradient_start
-// marks them); `adamw` adds an AdamW update of every parameter.
+// `g` as a model builds it, gradients appended by mn::grad when `backward` (Node::gradient marks
+// them); `adamw` adds an AdamW update of every parameter.
 Floor count_floor(const Graph& g, bool backward, bool adamw);
 
 nlohmann::json to_json(const Floor& f);

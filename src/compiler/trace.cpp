@@ -56,8 +56,8 @@ std::vector<std::string> layers(const Graph& graph) {
     std::vector<std::string> fed(count);  // gradient nodes: the layer of what they feed
     for (const auto& [name, id] : graph.outputs())
         if (name.rfind("grad.", 0) == 0 && fed[static_cast<size_t>(id)].empty()) fed[static_cast<size_t>(id)] = layer_of_parameter(name.substr(5));
-    const size_t gradient_start = std::min<size_t>(count, static_cast<size_t>(graph.gradient_start()));
-    for (size_t i = count; i-- > gradient_start;) {
+    for (size_t i = count; i-- > 0;) {
+        if (!graph.nodes()[i].gradient) continue;
         if (!direct[i].empty()) fed[i] = direct[i];
         for (size_t k = 0; fed[i].empty() && k < consumers[i].size(); ++k) fed[i] = fed[static_cast<size_t>(consumers[i][k])];
         if (!fed[i].empty()) layer[i] = fed[i];
@@ -82,7 +82,7 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
             d.nodes.push_back("%" + std::to_string(node) + " " + op + " " + shape_str(n.shape) + " " + dtype_name(n.dtype));
             if (ops.find(op) == std::string::npos) ops += (ops.empty() ? "" : ", ") + std::string(op);
             if (where.empty()) where = layer[static_cast<size_t>(node)];
-            gradient = gradient || node >= graph.gradient_start();
+            gradient = gradient || n.gradient;
         }
         if (d.nodes.empty()) ops = step.kernel.label;  // scratch only (a split-K partial sum)
         // A product or norm storing through an epilogue writes only the epilogue's value, and a product storing

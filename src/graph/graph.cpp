@@ -87,8 +87,16 @@ Tensor Graph::emit(Node n) {
     for (int32_t in : n.inputs) {
         if (in < 0 || static_cast<size_t>(in) >= nodes_.size()) fail(op_info(n.op).name, "bad input id");
     }
+    has_gradients_ = has_gradients_ || n.gradient;
     nodes_.push_back(std::move(n));
     return Tensor{this, static_cast<int32_t>(nodes_.size() - 1)};
+}
+
+void Graph::mark_gradients(int32_t first) {
+    for (size_t i = static_cast<size_t>(std::max(first, 0)); i < nodes_.size(); ++i) {
+        nodes_[i].gradient = true;
+        has_gradients_ = true;
+    }
 }
 
 void Graph::check_unique_name(const std::string& name, const char* op) const {

@@ -110,7 +110,7 @@ Graph simplify(const Graph& g, Stats& s) {
             n.ints.clear();
             n.flag = false;
         }
-        const Key key{n.op, n.inputs, n.shape, n.dtype, n.ints, n.data, n.flag, static_cast<int32_t>(i) >= g.gradient_start()};
+        const Key key{n.op, n.inputs, n.shape, n.dtype, n.ints, n.data, n.flag, n.gradient};
         // Pointwise duplicates stay: fusion recomputes them inside each consumer's kernel, which is
         // cheaper than materializing one shared value (and would add a dispatch).
         if (op_info(n.op).archetype != Archetype::Pointwise) {

@@ -23,8 +23,7 @@ Graph rebuild(const Graph& g, Decide&& decide) {
             to[i] = same;
             continue;
         }
-        to[i] = out.emit(std::move(n)).id;
-        if (static_cast<int32_t>(i) >= g.gradient_start()) out.mark_gradient_start(to[i]);
+        to[i] = out.emit(std::move(n)).id;  // Node::gradient with it
     }
     for (const auto& [name, id] : g.outputs()) out.output(name, out.handle(to[static_cast<size_t>(id)]));
     return out;

@@ -43,7 +43,7 @@ Graph fuse_sibling_products(const Graph& g, Stats& stats) {
     std::map<int32_t, std::vector<int32_t>> by_input;
     for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()) && !trains; ++i) {
         const Node& n = g.node(i);
-        if (n.op == Op::MatMul && n.ints == std::vector<int64_t>{0, 1} && n.shape.size() == 2 && i < g.gradient_start() &&
+        if (n.op == Op::MatMul && n.ints == std::vector<int64_t>{0, 1} && n.shape.size() == 2 && !n.gradient &&
             g.node(n.inputs[1]).op == Op::Parameter && !read_pointwise(g, readers, i)) {
             by_input[n.inputs[0]].push_back(i);
         }

@@ -31,7 +31,7 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 class Lowering {
 public:
     Lowering(const Graph& g, const Tuning& t)
-        : g_(g), t_(t), has_gradients_(g.gradient_start() < static_cast<int32_t>(g.nodes().size())) {}
+        : g_(g), t_(t), has_gradients_(g.has_gradients()) {}
 
     Schedule run(const std::vector<int32_t>& roots) {
         std::vector<bool> live(g_.nodes().size(), false);
@@ -550,7 +550,7 @@ private:
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
         const Node& n = g_.node(id);
-        if (id < g_.gradient_start()) {
+        if (!n.gradient) {
             t.coop_split = !split_.empty() && split_[static_cast<size_t>(id)] && n.dtype == DType::F32 &&
                            g_.node(n.inputs[0]).dtype == DType::F32 && g_.node(n.inputs[1]).dtype == DType::F32;
             return t;

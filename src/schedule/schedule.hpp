@@ -113,8 +113,8 @@ size_t hoist_parameter_work(Schedule& s);
 // program that does not train computes it once: the graph's view of what hoist_parameter_work finds among the
 // steps (lowering reads it for Tuning::f16_weights before there are steps).
 std::vector<bool> parameter_only_nodes(const Graph& g);
-// Per node of g: whether a ReLU, max pool, |x|, maximum or minimum of the forward (before
-// Graph::gradient_start) depends on it, whose piecewise gradients f16's rounding would flip: the forward
+// Per node of g: whether a ReLU, max pool, |x|, maximum or minimum of the forward (not Node::gradient)
+// depends on it, whose piecewise gradients f16's rounding would flip: the forward
 // products that Tuning::split_forward splits (split_forward.cpp).
 std::vector<bool> before_piecewise_gradients(const Graph& g);
 

@@ -6,8 +6,6 @@
 // softmax: the transformers, the U-Net) the rounding moves the gradients about as much as it moves the
 // values, ~1e-3, and splitting would cost time for nothing (SmolLM2-135M's fast training took 14.3 ms
 // split against 10.3 on the H200).
-#include <algorithm>
-
 #include "schedule/schedule.hpp"
 
 namespace mn::sched {
@@ -23,9 +21,8 @@ bool piecewise_gradient(Op op) {
 std::vector<bool> before_piecewise_gradients(const Graph& g) {
     const auto& nodes = g.nodes();
     std::vector<bool> before(nodes.size(), false);
-    const size_t forward = std::min(nodes.size(), static_cast<size_t>(g.gradient_start()));
-    for (size_t i = forward; i-- > 0;) {  // inputs precede their consumers
-        if (!before[i] && !piecewise_gradient(nodes[i].op)) continue;
+    for (size_t i = nodes.size(); i-- > 0;) {  // inputs precede their consumers
+        if (nodes[i].gradient || (!before[i] && !piecewise_gradient(nodes[i].op))) continue;
         for (int32_t in : nodes[i].inputs) before[static_cast<size_t>(in)] = true;
     }
     return before;
