@@ -1,6 +1,6 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
-//   lower (schedule/, with pointwise fusion) -> order by level -> place values (memory/) ->
-//   compile shaders (codegen/) -> allocate -> initialize -> record (runtime/)
+//   optimize -> tune (tiles for the device) -> lower (schedule/, with pointwise fusion) -> order by level ->
+//   place values (memory/) -> compile shaders (codegen/) -> allocate -> initialize -> record (runtime/)
 // Each pass is a function below; compile_graph runs them in order and times each one.
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -135,21 +136,32 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
 }
 
 // ---- pass: initialize (constants, and parameters and state from their Init) ----
+// A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; the
+// rest goes through staging, in pieces written on every core.
 void initialize(Session::Impl& impl, const Graph& graph) {
+    constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
     const sched::Schedule& s = impl.schedule;
-    std::vector<int32_t> initialized;
+    std::vector<int32_t> staged;
+    rt::Program fills(impl.ctx);
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
         if (val.node < 0 || val.view_of >= 0) continue;
-        const Op op = graph.node(val.node).op;
-        if (op == Op::Constant || op == Op::Parameter || op == Op::State) initialized.push_back(static_cast<int32_t>(v));
-    }
-    impl.write_many(initialized, [&](size_t i, uint8_t* dst) {
-        const Node& n = graph.node(s.values[static_cast<size_t>(initialized[i])].node);
-        if (n.op == Op::Constant) {
-            compiler::write_constant(n, dst);
+        const Node& n = graph.node(val.node);
+        if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
+        if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
+            fills.fill(impl.range(static_cast<int32_t>(v)), *word);
         } else {
-            compiler::write_initial_values(n, impl.options.seed, dst);
+            staged.push_back(static_cast<int32_t>(v));
+        }
+    }
+    fills.finish();
+    fills.run();
+    impl.write_pieces(staged, kPiece, [&](size_t i, int64_t begin, int64_t end, uint8_t* dst) {
+        const Node& n = graph.node(s.values[static_cast<size_t>(staged[i])].node);
+        if (n.op == Op::Constant) {
+            compiler::write_constant(n, begin, end, dst);
+        } else {
+            compiler::write_initial_values(n, impl.options.seed, begin, end, dst);
         }
     });
 }
@@ -328,6 +340,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         tuning.f16_weights = false;
     }
     if (impl->training) tuning.f16_weights = false;  // the weights change every step
+    mark("tune", nothing);  // a device's first fast compile checks its cooperative matrices: a compile of its own
     impl->schedule = compiler::lower_program(graph, tuning);
     sched::Schedule& s = impl->schedule;
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "common/half.hpp"
@@ -52,37 +53,61 @@ void Session::Impl::write_now(int32_t v, const void* bytes) {
 }
 
 void Session::Impl::write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill) {
+    write_pieces(values, std::numeric_limits<int64_t>::max(), [&](size_t i, int64_t, int64_t, uint8_t* dst) { fill(i, dst); });
+}
+
+void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t piece,
+                                 const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill) {
     parameters_changed = true;  // whatever it writes: the hoisted steps run again before the next use
-    // Staging in chunks of at most 256 MiB (a value larger than that gets a chunk of its own).
+    // Staged in chunks of at most 256 MiB (a value larger than that gets a chunk of its own), one after
+    // the other through one staging buffer.
     constexpr uint64_t kChunk = 256ull << 20;
-    size_t begin = 0;
-    while (begin < values.size()) {
-        size_t end = begin;
+    std::vector<uint64_t> at(values.size());  // in its chunk's staging
+    std::vector<size_t> chunk_ends;
+    uint64_t staging_bytes = 0;
+    for (size_t begin = 0, end = 0; begin < values.size(); begin = end) {
         uint64_t bytes = 0;
-        std::vector<uint64_t> at;
         while (end < values.size() && (end == begin || bytes + range(values[end]).size <= kChunk)) {
-            at.push_back(bytes);
+            at[end] = bytes;
             bytes += (range(values[end]).size + 15) / 16 * 16;
             ++end;
         }
-        rt::Buffer staging(ctx, bytes, rt::MemoryKind::Upload);
-        auto* base = static_cast<uint8_t*>(staging.mapped());
-        std::atomic<size_t> next{begin};
+        chunk_ends.push_back(end);
+        staging_bytes = std::max(staging_bytes, bytes);
+    }
+    if (values.empty()) return;
+    rt::Buffer staging(ctx, staging_bytes, rt::MemoryKind::Upload);
+    auto* base = static_cast<uint8_t*>(staging.mapped());
+    size_t begin = 0;
+    for (size_t end : chunk_ends) {
+        struct Piece {
+            size_t i;
+            int64_t begin, end;
+        };
+        std::vector<Piece> pieces;
+        for (size_t i = begin; i < end; ++i) {
+            const sched::Value& v = value(values[i]);
+            const int64_t count = numel(v.shape);
+            // The rest of the range (its padding to 4 bytes), which no fill writes, is zero.
+            const uint64_t size = range(values[i]).size, written = std::min(v.bytes(), size);
+            std::memset(base + at[i] + written, 0, size - written);
+            for (int64_t e = 0; e < count; e += piece) pieces.push_back({i, e, e + std::min(piece, count - e)});
+        }
+        std::atomic<size_t> next{0};
         auto worker = [&] {
-            for (size_t i; (i = next++) < end;) {
-                const rt::BufferRange dst = range(values[i]);
-                std::memset(base + at[i - begin], 0, dst.size);
-                fill(i, base + at[i - begin]);
+            for (size_t k; (k = next++) < pieces.size();) {
+                const Piece& p = pieces[k];
+                fill(p.i, p.begin, p.end, base + at[p.i] + p.begin * dtype_size(value(values[p.i]).dtype));
             }
         };
-        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), end - begin) - 1);
+        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pieces.size()) - 1);
         for (auto& t : threads) t = std::thread(worker);
         worker();
         for (auto& t : threads) t.join();
         rt::Program p(ctx);
         for (size_t i = begin; i < end; ++i) {
             const rt::BufferRange dst = range(values[i]);
-            p.copy({&staging, at[i - begin], dst.size}, dst);
+            p.copy({&staging, at[i], dst.size}, dst);
         }
         p.finish();
         p.run();
