@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <thread>
 
@@ -59,60 +60,67 @@ void Session::Impl::write_many(const std::vector<int32_t>& values, const std::fu
 void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t piece,
                                  const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill) {
     parameters_changed = true;  // whatever it writes: the hoisted steps run again before the next use
-    // Staged in chunks of at most 256 MiB (a value larger than that gets a chunk of its own), one after
-    // the other through one staging buffer.
-    constexpr uint64_t kChunk = 256ull << 20;
-    std::vector<uint64_t> at(values.size());  // in its chunk's staging
-    std::vector<size_t> chunk_ends;
-    uint64_t staging_bytes = 0;
-    for (size_t begin = 0, end = 0; begin < values.size(); begin = end) {
-        uint64_t bytes = 0;
-        while (end < values.size() && (end == begin || bytes + range(values[end]).size <= kChunk)) {
-            at[end] = bytes;
-            bytes += (range(values[end]).size + 15) / 16 * 16;
-            ++end;
+    // The pieces go in chunks of at most 64 MiB (a larger piece gets a chunk of its own) through two staging
+    // buffers: the threads fill one chunk while the device copies the one before. Few new pages to map (a
+    // new host allocation is costly on every driver) and the copies take no time of their own.
+    constexpr uint64_t kChunk = 64ull << 20;
+    struct Piece {
+        size_t i;
+        int64_t begin, end;
+        rt::BufferRange dst;  // the piece's bytes in the value's range; the last piece's include its padding
+        uint64_t at;          // in its chunk's staging
+    };
+    std::vector<Piece> pieces;
+    std::vector<size_t> chunk_ends;  // into pieces
+    uint64_t staging_bytes = 0, used = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+        const rt::BufferRange r = range(values[i]);
+        const uint64_t size = dtype_size(value(values[i]).dtype);
+        const int64_t count = numel(value(values[i]).shape);
+        for (int64_t begin = 0; begin == 0 || begin < count; begin += piece) {
+            const int64_t end = begin + std::min(piece, count - begin);
+            const uint64_t from = static_cast<uint64_t>(begin) * size;
+            const uint64_t bytes = end == count ? r.size - from : static_cast<uint64_t>(end - begin) * size;
+            if (used && used + bytes > kChunk) {
+                chunk_ends.push_back(pieces.size());
+                used = 0;
+            }
+            pieces.push_back({i, begin, end, {r.buffer, r.offset + from, bytes}, used});
+            used += (bytes + 15) / 16 * 16;
+            staging_bytes = std::max(staging_bytes, used);
         }
-        chunk_ends.push_back(end);
-        staging_bytes = std::max(staging_bytes, bytes);
     }
-    if (values.empty()) return;
-    rt::Buffer staging(ctx, staging_bytes, rt::MemoryKind::Upload);
-    auto* base = static_cast<uint8_t*>(staging.mapped());
+    if (pieces.empty()) return;
+    chunk_ends.push_back(pieces.size());
+    rt::Buffer staging[2] = {rt::Buffer(ctx, staging_bytes, rt::MemoryKind::Upload),
+                             chunk_ends.size() > 1 ? rt::Buffer(ctx, staging_bytes, rt::MemoryKind::Upload) : rt::Buffer()};
+    std::future<void> copied[2];  // declared after the buffers: waited for before they go
     size_t begin = 0;
-    for (size_t end : chunk_ends) {
-        struct Piece {
-            size_t i;
-            int64_t begin, end;
-        };
-        std::vector<Piece> pieces;
-        for (size_t i = begin; i < end; ++i) {
-            const sched::Value& v = value(values[i]);
-            const int64_t count = numel(v.shape);
-            // The rest of the range (its padding to 4 bytes), which no fill writes, is zero.
-            const uint64_t size = range(values[i]).size, written = std::min(v.bytes(), size);
-            std::memset(base + at[i] + written, 0, size - written);
-            for (int64_t e = 0; e < count; e += piece) pieces.push_back({i, e, e + std::min(piece, count - e)});
-        }
-        std::atomic<size_t> next{0};
+    for (size_t c = 0; c < chunk_ends.size(); begin = chunk_ends[c++]) {
+        rt::Buffer& buffer = staging[c % 2];
+        if (copied[c % 2].valid()) copied[c % 2].get();  // the chunk before last has left this buffer
+        auto* base = static_cast<uint8_t*>(buffer.mapped());
+        std::atomic<size_t> next{begin};
         auto worker = [&] {
-            for (size_t k; (k = next++) < pieces.size();) {
+            for (size_t k; (k = next++) < chunk_ends[c];) {
                 const Piece& p = pieces[k];
-                fill(p.i, p.begin, p.end, base + at[p.i] + p.begin * dtype_size(value(values[p.i]).dtype));
+                const uint64_t data = static_cast<uint64_t>(p.end - p.begin) * dtype_size(value(values[p.i]).dtype);
+                const uint64_t written = std::min(data, p.dst.size);
+                std::memset(base + p.at + written, 0, p.dst.size - written);  // the padding, which no fill writes
+                fill(p.i, p.begin, p.end, base + p.at);
             }
         };
-        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pieces.size()) - 1);
+        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunk_ends[c] - begin) - 1);
         for (auto& t : threads) t = std::thread(worker);
         worker();
         for (auto& t : threads) t.join();
-        rt::Program p(ctx);
-        for (size_t i = begin; i < end; ++i) {
-            const rt::BufferRange dst = range(values[i]);
-            p.copy({&staging, at[i], dst.size}, dst);
-        }
-        p.finish();
-        p.run();
-        begin = end;
+        auto copy = std::make_shared<rt::Program>(ctx);
+        for (size_t k = begin; k < chunk_ends[c]; ++k) copy->copy({&buffer, pieces[k].at, pieces[k].dst.size}, pieces[k].dst);
+        copy->finish();
+        copied[c % 2] = std::async(std::launch::async, [copy] { copy->run(); });
     }
+    for (auto& c : copied)
+        if (c.valid()) c.get();
 }
 
 std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {
