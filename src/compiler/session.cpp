@@ -1,12 +1,11 @@
 // Session: set inputs and parameters, run the recorded program, read results back.
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <limits>
-#include <thread>
 
 #include "common/half.hpp"
+#include "common/parallel.hpp"
 #include "compiler/check.hpp"
 #include "compiler/data_parallel.hpp"
 #include "compiler/session_impl.hpp"
@@ -100,20 +99,13 @@ void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t pie
         rt::Buffer& buffer = staging[c % 2];
         if (copied[c % 2].valid()) copied[c % 2].get();  // the chunk before last has left this buffer
         auto* base = static_cast<uint8_t*>(buffer.mapped());
-        std::atomic<size_t> next{begin};
-        auto worker = [&] {
-            for (size_t k; (k = next++) < chunk_ends[c];) {
-                const Piece& p = pieces[k];
-                const uint64_t data = static_cast<uint64_t>(p.end - p.begin) * dtype_size(value(values[p.i]).dtype);
-                const uint64_t written = std::min(data, p.dst.size);
-                std::memset(base + p.at + written, 0, p.dst.size - written);  // the padding, which no fill writes
-                fill(p.i, p.begin, p.end, base + p.at);
-            }
-        };
-        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunk_ends[c] - begin) - 1);
-        for (auto& t : threads) t = std::thread(worker);
-        worker();
-        for (auto& t : threads) t.join();
+        parallel_for(chunk_ends[c] - begin, [&](size_t k) {
+            const Piece& p = pieces[begin + k];
+            const uint64_t data = static_cast<uint64_t>(p.end - p.begin) * dtype_size(value(values[p.i]).dtype);
+            const uint64_t written = std::min(data, p.dst.size);
+            std::memset(base + p.at + written, 0, p.dst.size - written);  // the padding, which no fill writes
+            fill(p.i, p.begin, p.end, base + p.at);
+        });
         auto copy = std::make_shared<rt::Program>(ctx);
         for (size_t k = begin; k < chunk_ends[c]; ++k) copy->copy({&buffer, pieces[k].at, pieces[k].dst.size}, pieces[k].dst);
         copy->finish();

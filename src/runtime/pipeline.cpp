@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,11 +23,11 @@
 #include <fstream>
 #include <iterator>
 #include <set>
-#include <thread>
 
 #include "runtime/context_impl.hpp"
 
 #include "common/cache_dir.hpp"
+#include "common/parallel.hpp"
 
 namespace mn::rt {
 namespace {
@@ -248,18 +247,13 @@ std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<Pipeli
         if (m.pipelines.count(keys.back()) || !seen.insert(keys.back()).second) continue;
         pending.push_back({keys.back(), &r, new_pipeline(m, r)});
     }
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-        for (size_t i; (i = next++) < pending.size();) {
-            Pending& p = pending[i];
-            p.result = create_handle(m, *p.request, *p.pipeline, &p.failed);
-        }
-    };
-    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pending.size());
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
+    // Largest module first, as compile_glsl_parallel: the driver's longest compiles start at once.
+    const std::vector<size_t> order =
+        largest_first(pending.size(), [&](size_t i) { return pending[i].request->spirv->size(); });
+    parallel_for(pending.size(), [&](size_t k) {
+        Pending& p = pending[order[k]];
+        p.result = create_handle(m, *p.request, *p.pipeline, &p.failed);
+    });
     const Pending* failure = nullptr;
     for (Pending& p : pending) {
         if (p.result != VK_SUCCESS) {
