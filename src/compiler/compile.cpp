@@ -1,6 +1,7 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
 //   optimize -> tune (tiles for the device) -> lower (schedule/, with pointwise fusion) -> order by level ->
-//   place values (memory/) -> compile shaders (codegen/) -> allocate -> initialize -> record (runtime/)
+//   place values (memory/) -> compile shaders (codegen/) and pipelines, beside allocate and initialize ->
+//   record (runtime/)
 // Each pass is a function below; compile_graph runs them in order and times each one.
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -262,17 +264,21 @@ void record_data_parallel(Session::Impl& impl, const std::vector<const rt::Pipel
     impl.update_program = record_program(impl, step_pipelines, update);
 }
 
-void record(Session::Impl& impl, const Shaders& shaders) {
-    const sched::Schedule& s = impl.schedule;
+// ---- pass: pipelines (each distinct one once, in parallel, through the driver's cache) ----
+void prepare_pipelines(Session::Impl& impl, const Shaders& shaders) {
     std::vector<rt::Context::PipelineRequest> requests;
-    for (const sched::Step& step : s.steps) {
+    for (const sched::Step& step : impl.schedule.steps) {
         const auto& k = step.kernel;
         requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
                             static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
     }
     impl.step_pipelines = impl.ctx->prepare_pipelines(requests);
+    impl.stats.pipelines = std::set<const rt::Pipeline*>(impl.step_pipelines.begin(), impl.step_pipelines.end()).size();
+}
+
+void record(Session::Impl& impl) {
+    const sched::Schedule& s = impl.schedule;
     const auto& step_pipelines = impl.step_pipelines;
-    impl.stats.pipelines = std::set<const rt::Pipeline*>(step_pipelines.begin(), step_pipelines.end()).size();
     impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
     if (!impl.exchanged.empty()) return record_data_parallel(impl, step_pipelines);
     const ProgramPart whole{.first = 0, .end = s.steps.size(), .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
@@ -365,18 +371,26 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         return compiler::dump_plan(s, placement.first, placement.last, placement.arena_values, placement.arena);
     });
 
+    // The values are allocated and initialized on a thread of their own while the shaders and pipelines
+    // compile: each keeps the cores busy only in stretches (a driver compiling one large kernel; the
+    // device copying staged weights). Neither touches what the other writes; "initialize" is the wait
+    // for it after the pipelines.
+    std::future<void> values = std::async(std::launch::async, [&] {
+        allocate(*impl, graph, placement);
+        initialize(*impl, graph);
+    });
     const Shaders shaders = compile_shaders(s, caps);
     mark("shaders", nothing);
-
-    allocate(*impl, graph, placement);
-    initialize(*impl, graph);
+    prepare_pipelines(*impl, shaders);
+    mark("pipelines", nothing);
+    values.get();
     mark("initialize", nothing);
 
     // What each dispatch computes names it in traces and in VK_EXT_debug_utils labels.
     impl->dispatch_names = compiler::dispatch_names(graph, s);
     compiler::Trace* trace = compiler::Trace::active();
     if (trace) impl->options.profile = true;
-    record(*impl, shaders);
+    record(*impl);
     mark("record", nothing);
 
     SessionStats& st = impl->stats;
