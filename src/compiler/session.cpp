@@ -109,7 +109,11 @@ void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t pie
         auto copy = std::make_shared<rt::Program>(ctx);
         for (size_t k = begin; k < chunk_ends[c]; ++k) copy->copy({&buffer, pieces[k].at, pieces[k].dst.size}, pieces[k].dst);
         copy->finish();
-        copied[c % 2] = std::async(std::launch::async, [copy] { copy->run(); });
+        if (c + 1 == chunk_ends.size()) {
+            copy->run();  // the last chunk, and a set()'s only one, has nothing to overlap: no thread
+        } else {
+            copied[c % 2] = std::async(std::launch::async, [copy] { copy->run(); });
+        }
     }
     for (auto& c : copied)
         if (c.valid()) c.get();
