@@ -68,17 +68,20 @@ Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps) {
     return out;
 }
 
-// ---- pass: allocate (device buffers, staging, MEGANEURA_CHECK's snapshot) ----
-void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& placement) {
-    const sched::Schedule& s = impl.schedule;
-    const size_t nv = s.values.size();
-    const uint64_t max_range = impl.ctx->caps().max_storage_buffer_range;
+// Before anything is compiled or allocated: a tensor no binding can hold.
+void require_storage_range(const sched::Schedule& s, uint64_t max_range) {
     for (const auto& v : s.values) {
         if (v.bytes() > max_range) {
             throw Error("compile: a tensor of shape " + shape_str(v.shape) + " (" + std::to_string(v.bytes()) +
                         " bytes) exceeds the device's storage-buffer range of " + std::to_string(max_range) + " bytes");
         }
     }
+}
+
+// ---- pass: allocate (device buffers, staging, MEGANEURA_CHECK's snapshot) ----
+void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& placement) {
+    const sched::Schedule& s = impl.schedule;
+    const size_t nv = s.values.size();
     impl.pinned = rt::Buffer(impl.ctx, std::max<uint64_t>(placement.pinned_bytes, 4), rt::MemoryKind::DeviceLocal);
     impl.arena = rt::Buffer(impl.ctx, std::max<uint64_t>(placement.arena.physical_bytes, 4), rt::MemoryKind::DeviceLocal);
     impl.home.assign(nv, nullptr);
@@ -375,6 +378,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     // compile: each keeps the cores busy only in stretches (a driver compiling one large kernel; the
     // device copying staged weights). Neither touches what the other writes; "initialize" is the wait
     // for it after the pipelines.
+    require_storage_range(s, caps.max_storage_buffer_range);
     std::future<void> values = std::async(std::launch::async, [&] {
         allocate(*impl, graph, placement);
         initialize(*impl, graph);
