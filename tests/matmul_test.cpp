@@ -224,6 +224,24 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
             }
         }
     }
+    // Split products (f32 operands): the tiles chosen by size, and forced ones within 48 KiB with two parts.
+    for (const char* tile : {"", "128,64,32,32,32,1", "64,64,32,32,32,2", "32,32,16,16,32,2"}) {
+        SCOPED_TRACE(std::string(tile) + " split");
+        ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+        codegen::MatmulTuning tuning = sched::tune_for(device().context()->caps(), Precision::Fast).matmul;
+        tuning.max_shared_memory = 48 * 1024;
+        tuning.coop_subgroup = 32;
+        tuning.coop_split = true;
+        for (const auto& c : kTiled) {
+            codegen::MatmulSpec spec{.dtype = DType::F32, .m = c.ta ? c.a.back() : c.a[c.a.size() - 2],
+                                     .n = c.tb ? c.b[c.b.size() - 2] : c.b.back(),
+                                     .k = c.ta ? c.a[c.a.size() - 2] : c.a.back(), .trans_a = c.ta, .trans_b = c.tb,
+                                     .a_batch_strides = {}, .b_batch_strides = {}};
+            const auto k = codegen::matmul_kernels(spec, tuning).product;
+            EXPECT_EQ(k.label, "matmul_coop_split");
+            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+        }
+    }
     codegen::MatmulTuning tuning;
     tuning.max_shared_memory = 48 * 1024;
     tuning.coop_subgroup = 32;
@@ -254,7 +272,7 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Tensor w = g.parameter("w", {16, 800});
     ConvOptions pad;
     pad.padding = 1;
-    Tensor h = g.conv2d(g.conv2d(x, w3, std::nullopt, pad), w1);
+    Tensor h = g.conv2d(g.relu(g.conv2d(x, w3, std::nullopt, pad)), w1);
     Tensor loss = g.mean(g.linear(g.reshape(h, {2, 800}), w));
     for (const Tensor& t : grad(loss, {x, w3, w1, w})) g.output("grad" + std::to_string(t.id), t);
     std::vector<int32_t> roots;
@@ -288,6 +306,26 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     tuning.fast_gradients = FG::F32;
     EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
                                             "conv2d_grad_weight"}));
+    // Tuning::split_forward: of the forward products of a graph with gradients, the 3x3 convolution
+    // before the ReLU is split, the 1x1 after it not; the gradient products as before.
+    tuning.split_forward = true;
+    EXPECT_EQ(product_labels(tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
+                                                                   "matmul", "matmul", "matmul", "conv2d_grad_input",
+                                                                   "conv2d_grad_weight"}));
+}
+
+// A graph without gradients is not split (its forward products stay f16, and read f16 weights).
+TEST(MatmulPrecisionPolicy, OnlyGraphsWithGradientsSplitTheirForward) {
+    Graph g;
+    g.output("y", g.linear(g.input("x", {64, 96}), g.parameter("w", {80, 96})));
+    sched::Tuning tuning;
+    tuning.matmul.max_shared_memory = 48 * 1024;
+    tuning.matmul.coop_subgroup = 32;
+    tuning.split_forward = true;
+    tuning.f16_weights = true;
+    std::vector<std::string> labels;
+    for (const auto& step : sched::lower(g, {g.outputs()[0].second}, tuning).steps) labels.push_back(step.kernel.label);
+    EXPECT_EQ(labels.back(), "matmul_coop") << labels.size();
 }
 
 // A linear layer's two gradient products, dx = dy @ W and dW = dy^T @ x, for loss = sum(linear(x, w) * dy)
@@ -301,6 +339,42 @@ Graph linear_gradients(int64_t rows, int64_t in, int64_t out, const char* dy_nam
     g.output("grad.x", grads[0]);
     g.output("grad.w", grads[1]);
     return g;
+}
+
+// Split forward products (Tuning::split_forward) keep about f32's precision on the cooperative kernels:
+// y = x W^T before a ReLU in a graph with gradients (its gradient product f32 here, to look at the forward alone)
+// within 1e-5 of float64, as strict, where f16 operands (MEGANEURA_FAST_FORWARD=f16) are ~7e-4 off (see
+// FastPrecision). Rows of x and W from 2^-4 to 2^4 and, in a second case, around 1e-10, where the
+// scales keep the lo parts out of f16's subnormals.
+TEST_F(MatmulTest, SplitForwardProductsKeepF32Precision) {
+    const bool coop = coop_device();
+    ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", "f32");
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    const double magnitude[] = {1.0 / 16, 1.0 / 4, 1, 16};
+    for (const char* tile : {"", "64,64,32,32,32,2", "128,64,32,32,32,1"}) {
+        for (double base : {1.0, 1e-10}) {
+            SCOPED_TRACE(std::string(tile) + " base " + std::to_string(base));
+            ScopedEnv forced("MEGANEURA_COOP_TILE", tile);
+            Graph g;  // y before mn::grad: a forward product (after it, a product is a gradient's)
+            const Tensor y = g.linear(g.parameter("x", {200, 160}), g.parameter("w", {130, 160}));
+            g.output("y", y);
+            g.output("grad.x", grad(g.sum(g.mul(g.relu(y), g.input("dy", y.shape()))), {*g.find("x")})[0]);
+            ref::Feeds feeds = random_feeds(g, 4402);
+            auto& xs = feeds.at("x").data;
+            auto& ws = feeds.at("w").data;
+            for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(xs[i] * base * magnitude[(i / 160) % 4]);
+            for (size_t i = 0; i < ws.size(); ++i) ws[i] = static_cast<float>(ws[i] * magnitude[(i / 160 / 3) % 4]);
+            expect_matches_reference(g, feeds, 1e-5, fast);
+            if (!coop) continue;
+            ScopedEnv f16_forward("MEGANEURA_FAST_FORWARD", "f16");
+            Session s = compile(g, device(), fast);
+            set_feeds(s, g, feeds);
+            s.run();
+            const auto want = ref::evaluate(g, feeds);
+            EXPECT_GT(relative_l2(s.get("y"), want[static_cast<size_t>(y.id)].data), 1e-4);
+        }
+    }
 }
 
 // Gradients of 1e-10, where f16 has nothing (its smallest subnormal is 6e-8): the scaled products

@@ -370,13 +370,13 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
         k.spec_values.push_back(k_split);  // KSPLIT, before the epilogue's constants
-        k.label += tuning.coop_scaled ? "_coop_scaled" : "_coop";
+        k.label += matmul_detail::coop_label_suffix(tuning);
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
         k.required_subgroup_size = tuning.coop_subgroup;
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
-        const bool raw8 = spec.weight_f16 && depth % 8 == 0;
+        const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split;
         const std::string fetch_a = raw8 ? "#define A_RAW8 1\n#define B_RAW8 0\n"
                                            "layout(std430, set = 0, binding = 1) readonly buffer B_a8 { uvec4 d[]; } a8;\n"
                                          : "";

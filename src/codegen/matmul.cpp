@@ -365,9 +365,13 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // its one workgroup per compute unit waiting on its loads (ResNet-50's convolutions: 0.038
     // against 0.068 ms at 64 x 12544 x 576); 32x32 on small ones (the U-Net's: 0.016 against
     // 0.019 ms at 64 x 2048 x 576). Two stages were slower than one 64-deep slice (94 against 122
-    // TFLOP/s at 128x128). Where none is taken by size, the smallest that fits is.
+    // TFLOP/s at 128x128). Where none is taken by size, the smallest that fits is. Split products
+    // (MatmulTuning::coop_split) stage two parts of each operand, which leaves the 64-deep tiles over
+    // 48 KiB: 128x64's 32-deep twin takes them from 2^27 multiply-adds (128x128's is 16 bytes over, with
+    // the scales).
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
                                             {128, 64, 32, 32, 64, 1, int64_t(1) << 27},
+                                            {128, 64, 32, 32, 32, 1, int64_t(1) << 27, true},
                                             {64, 64, 32, 32, 32, 2, int64_t(1) << 27},
                                             {32, 32, 16, 16, 32, 2, 0}};
     const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
@@ -376,10 +380,11 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     for (const CoopGeometry& c : coop) {
         notes += (notes.empty() ? "" : "; ") + tile_name(c) + ": ";
         const char* no = nullptr;
-        if (!coop_geometry_divides(c, t.coop_subgroup)) no = "does not divide among subgroups of this size";
+        if (c.split_only && !t.coop_split) no = "for split products only";
+        else if (!coop_geometry_divides(c, t.coop_subgroup)) no = "does not divide among subgroups of this size";
         else if (c.subgroups() * t.coop_subgroup > t.max_invocations || (t.max_subgroups && c.subgroups() > t.max_subgroups))
             no = "exceeds the device's workgroup size";
-        else if (coop_shared_bytes(c) > t.max_shared_memory) no = "exceeds the device's shared memory";
+        else if (coop_shared_bytes(c, t) > t.max_shared_memory) no = "exceeds the device's shared memory";
         if (no) {
             notes += no;
             continue;

@@ -79,10 +79,14 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 struct CoopGeometry {
     uint32_t bm, bn, wm, wn, bk = 32, stages = 2;
     int64_t min_work = 0;  // the smallest product (multiply-adds) the tile is chosen for
+    bool split_only = false;  // chosen for split products only (MatmulTuning::coop_split)
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
-uint32_t coop_shared_bytes(const CoopGeometry& g);
+// Shared memory of the tile; a split product (MatmulTuning::coop_split) stages two parts of each operand.
+uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
+// The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
+const char* coop_label_suffix(const MatmulTuning& tuning);
 // The tile for this GEMM on this device (tuning.forced_coop, else by the product's size).
 CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
 // What the convolution family's cooperative kernels share with the matmul's (and the attention's
@@ -93,7 +97,7 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 // definitions of `void fetch(uint k0)` (group p of this thread's slice, 8 elements as two vec4s, to
 // put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `void store_element(uint m, uint n,
 // float v)` after it. It defines the shared stages As, Bs (uvec4: 8 halves), put_a, put_b, stash(), a_scale and b_scale (1 unless
-// tuning.coop_scaled), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
+// tuning.coop_scaled or coop_split), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
 // (into acc) and `coop_store_elements()`.
 extern const char* const kCoopExtensions;
 extern const char* const kCoopTypesGlsl;

@@ -16,6 +16,9 @@
 // allows; zero outside the matrix, so edge tiles multiply zeros) in their memory order.
 // Tiles wholly inside C are stored straight from the accumulators; edge tiles go through a
 // per-subgroup 16x16 staging area and threads store only in-bounds elements.
+//
+// SPLIT (MatmulTuning::coop_split, a training program's forward products) stages each operand as two
+// f16 parts and multiplies three products of them, for about f32's precision on the tensor cores.
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -51,6 +54,20 @@ float scale_for(uint bits) {
     frexp(m, e);  // m = f * 2^e, f in [0.5, 1)
     return exp2(float(clamp(14 - e, -126, 126)));
 }
+// SPLIT: 8 elements times s as two f16 parts, hi (returned) each with its mantissa cut to f16's 10 bits
+// and lo the f16 nearest what hi leaves: hi + lo keeps about 21 significant bits where the scale keeps
+// hi in f16's normal range and lo above its subnormals (within 2^-17 of the slice's largest
+// magnitude). hi is cut by its bits, not as x - f16(x): a compiler may take that round trip as exact.
+vec4 f16_mantissa(vec4 x) { return uintBitsToFloat(floatBitsToUint(x) & 0xFFFFE000u); }
+uvec4 split8(vec4 x0, vec4 x1, float s, out uvec4 lo) {
+    x0 *= s;
+    x1 *= s;
+    vec4 h0 = f16_mantissa(x0), h1 = f16_mantissa(x1);
+    f16vec4 l0 = f16vec4(x0 - h0), l1 = f16vec4(x1 - h1);
+    lo = uvec4(packFloat2x16(l0.xy), packFloat2x16(l0.zw), packFloat2x16(l1.xy), packFloat2x16(l1.zw));
+    return uvec4(packFloat2x16(f16vec2(h0.xy)), packFloat2x16(f16vec2(h0.zw)), packFloat2x16(f16vec2(h1.xy)),
+                 packFloat2x16(f16vec2(h1.zw)));
+}
 float max_abs(vec4 a, vec4 b) {
     vec4 m = max(abs(a), abs(b));
     return max(max(m.x, m.y), max(m.z, m.w));
@@ -76,8 +93,19 @@ const uint A_G = A_S4 - 1u, B_G = B_S4 - 1u;
 const uint GA = A_ROWS * A_G / WG, GB = B_ROWS * B_G / WG;
 void fetch(uint k0);  // the includer's: each of the thread's groups into ra[p] and rb[p] (see below)
 void store_element(uint m, uint n, float v);
-shared uvec4 As[STAGES * A_ROWS * A_S4];
-shared uvec4 Bs[STAGES * B_ROWS * B_S4];
+#if SPLIT
+// f16 rounds an operand to 11 significant bits, and in a training program's forward that moves
+// enough ReLU and max-pool decisions to change ResNet-50's gradients by ~8% (relative L2; 16 bits:
+// 2%, 22 bits: 0.08%; scripts/resnet50_fast_gate_emulation.py). So each operand is staged as hi and
+// lo (split8), lo after all stages of hi, and the product is lo*hi + hi*lo + hi*hi: lo*lo is below
+// f32's rounding of the sum. It needs the scales (SCALED) to keep hi and lo in f16's range.
+const uint PARTS = 2u;
+#else
+const uint PARTS = 1u;
+#endif
+const uint A_LO = STAGES * A_ROWS * A_S4, B_LO = STAGES * B_ROWS * B_S4;  // where the lo parts begin
+shared uvec4 As[PARTS * A_LO];
+shared uvec4 Bs[PARTS * B_LO];
 shared float Cs[WG / SG * 256u];
 F32MAT acc[FM][FN];
 uint lid, warp, lane, wm, wn;
@@ -145,11 +173,15 @@ const float a_scale = 1.0, b_scale = 1.0;
 
 #if A_RAW8
 uvec4 staged_a(uint p) { return ra[p]; }
+#elif SPLIT
+uvec4 staged_a(uint p, out uvec4 lo) { return split8(ra[p][0], ra[p][1], a_scale, lo); }
 #else
 uvec4 staged_a(uint p) { return pack8(ra[p][0], ra[p][1], a_scale); }
 #endif
 #if B_RAW8
 uvec4 staged_b(uint p) { return rb[p]; }
+#elif SPLIT
+uvec4 staged_b(uint p, out uvec4 lo) { return split8(rb[p][0], rb[p][1], b_scale, lo); }
 #else
 uvec4 staged_b(uint p) { return pack8(rb[p][0], rb[p][1], b_scale); }
 #endif
@@ -164,33 +196,51 @@ void coop_start() {
 
 void stash(uint s) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
-        uint e = lid + p * WG;
-        As[(s * A_ROWS + e / A_G) * A_S4 + e % A_G] = staged_a(p);
+        uint e = lid + p * WG, at = (s * A_ROWS + e / A_G) * A_S4 + e % A_G;
+#if SPLIT
+        As[at] = staged_a(p, As[A_LO + at]);
+#else
+        As[at] = staged_a(p);
+#endif
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
-        uint e = lid + p * WG;
-        Bs[(s * B_ROWS + e / B_G) * B_S4 + e % B_G] = staged_b(p);
+        uint e = lid + p * WG, at = (s * B_ROWS + e / B_G) * B_S4 + e % B_G;
+#if SPLIT
+        Bs[at] = staged_b(p, Bs[B_LO + at]);
+#else
+        Bs[at] = staged_b(p);
+#endif
     }
 }
+
+// Fragment i of A's (j of B's) 16-deep slice kk of the part that begins at a0 (b0).
+#if A_K_INNER
+#define LOAD_A(f, a0, kk, i) coopMatLoadNV(f, As, (a0) + (wm + (i) * 16u) * A_S4 + (kk) / 8u, A_S4, false)
+#else
+#define LOAD_A(f, a0, kk, i) coopMatLoadNV(f, As, (a0) + (kk) * A_S4 + (wm + (i) * 16u) / 8u, A_S4, true)
+#endif
+#if B_K_INNER
+#define LOAD_B(f, b0, kk, j) coopMatLoadNV(f, Bs, (b0) + (wn + (j) * 16u) * B_S4 + (kk) / 8u, B_S4, true)
+#else
+#define LOAD_B(f, b0, kk, j) coopMatLoadNV(f, Bs, (b0) + (kk) * B_S4 + (wn + (j) * 16u) / 8u, B_S4, false)
+#endif
 
 void multiply_stage(uint s) {
     uint a0 = s * A_ROWS * A_S4, b0 = s * B_ROWS * B_S4;
     [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
         F16MAT fa[FM], fb[FN];
-        [[unroll]] for (uint i = 0u; i < FM; ++i) {
-#if A_K_INNER
-            coopMatLoadNV(fa[i], As, a0 + (wm + i * 16u) * A_S4 + kk / 8u, A_S4, false);
-#else
-            coopMatLoadNV(fa[i], As, a0 + kk * A_S4 + (wm + i * 16u) / 8u, A_S4, true);
-#endif
+        [[unroll]] for (uint i = 0u; i < FM; ++i) LOAD_A(fa[i], a0, kk, i);
+        [[unroll]] for (uint j = 0u; j < FN; ++j) LOAD_B(fb[j], b0, kk, j);
+#if SPLIT
+        {
+            F16MAT la[FM], lb[FN];
+            [[unroll]] for (uint i = 0u; i < FM; ++i) LOAD_A(la[i], A_LO + a0, kk, i);
+            [[unroll]] for (uint j = 0u; j < FN; ++j) LOAD_B(lb[j], B_LO + b0, kk, j);
+            [[unroll]] for (uint i = 0u; i < FM; ++i)
+                [[unroll]] for (uint j = 0u; j < FN; ++j)
+                    acc[i][j] = coopMatMulAddNV(fa[i], lb[j], coopMatMulAddNV(la[i], fb[j], acc[i][j]));
         }
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-#if B_K_INNER
-            coopMatLoadNV(fb[j], Bs, b0 + (wn + j * 16u) * B_S4 + kk / 8u, B_S4, true);
-#else
-            coopMatLoadNV(fb[j], Bs, b0 + kk * B_S4 + (wn + j * 16u) / 8u, B_S4, false);
 #endif
-        }
         [[unroll]] for (uint i = 0u; i < FM; ++i)
             [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
     }
@@ -340,18 +390,24 @@ void main() {
 
 }  // namespace
 
-uint32_t coop_shared_bytes(const CoopGeometry& g) {
+uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning) {
+    const bool split = tuning.coop_split, scaled = split || tuning.coop_scaled;  // scaled: amax, 4 uints
     // Each operand's slice, in either order, padded by one uvec4 (16 bytes) per row.
     auto slice = [&](uint32_t rows) {
         return std::max(rows * (g.bk / 8 + 1), g.bk * (rows / 8 + 1)) * 16;
     };
-    return g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups();
+    return (split ? 2 : 1) * g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups() + (scaled ? 16 : 0);
+}
+
+const char* coop_label_suffix(const MatmulTuning& tuning) {
+    return tuning.coop_split ? "_coop_split" : tuning.coop_scaled ? "_coop_scaled" : "_coop";
 }
 
 std::string coop_defines(const CoopGeometry& t, const MatmulTuning& tuning) {
     return define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("WM", t.wm) + define("WN", t.wn) +
            define("SG", tuning.coop_subgroup) + "#define STAGES " + std::to_string(t.stages) + "\n#define SCALED " +
-           (tuning.coop_scaled ? "1" : "0") + "\n";
+           (tuning.coop_scaled || tuning.coop_split ? "1" : "0") + "\n#define SPLIT " + (tuning.coop_split ? "1" : "0") +
+           "\n";
 }
 
 bool coop_geometry_divides(const CoopGeometry& t, uint32_t subgroup_size) {
@@ -366,8 +422,11 @@ void check_coop_geometry(const CoopGeometry& t, uint32_t subgroup_size) {
 
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const MatmulTuning& tuning, uint32_t split_k) {
     check_coop_geometry(t, tuning.coop_subgroup);
+    if (tuning.coop_split && (operand_dtype(spec, 'a') != DType::F32 || operand_dtype(spec, 'b') != DType::F32)) {
+        throw Error("matmul: a split cooperative product needs f32 operands");  // MatmulTuning::coop_split's callers
+    }
     KernelSource k = base_kernel(spec, t.subgroups() * tuning.coop_subgroup,
-                                 tuning.coop_scaled ? "matmul_coop_scaled" : "matmul_coop", split_k);
+                                 std::string("matmul") + coop_label_suffix(tuning), split_k);
     k.required_subgroup_size = tuning.coop_subgroup;
     const bool partial = split_k < spec.k;  // the split sum stores the output
     const std::vector<int64_t> parts = partial ? std::vector<int64_t>{} : spec.column_parts;

@@ -342,13 +342,12 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         impl->check_limit = limit;
     }
 
-    sched::Tuning tuning = sched::tune_for(caps, options.precision);
+    sched::Tuning tuning = sched::tune_for(caps, options.precision, impl->training);
     if (tuning.matmul.coop_subgroup && !compiler::cooperative_matrices_work(device)) {
         tuning.matmul.coop_subgroup = 0;
         tuning.matmul.coop_declined = "the device's cooperative matrices failed the start-up check";
         tuning.f16_weights = false;
     }
-    if (impl->training) tuning.f16_weights = false;  // the weights change every step
     mark("tune", nothing);  // a device's first fast compile checks its cooperative matrices: a compile of its own
     impl->schedule = compiler::lower_program(graph, tuning);
     sched::Schedule& s = impl->schedule;

@@ -1,9 +1,9 @@
-// The check is a linear layer and its two gradient products at odd sizes (edge tiles, the operands
-// read transposed in place, and the scaled gradient kernels where MEGANEURA_FAST_GRADIENTS=f16 puts
-// the matmul gradients on them): y = x @ w^T, and for loss = sum(y * t), dx = t @ w and dw = t^T @ x; and a
-// padded 3x3 convolution with its input gradient (the implicit GEMM's gathers, and the scaled
-// kernel that precision fast gives convolutions' input gradients by default). f16 operands carry
-// ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far more, so
+// The check is two programs at odd sizes (edge tiles, operands read transposed in place, the implicit
+// GEMM's gathers): a linear layer y = x @ w^T and a padded 3x3 convolution as inference, on the f16
+// kernels; and the same with their gradients, for loss = sum(relu(y) * t) + sum(relu(conv) * u), whose
+// forward products are split (Tuning::split_forward) and whose convolution input gradient takes the scaled kernel
+// (the linear's gradient products too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16 operands
+// carry ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far more, so
 // the limit is 1e-2.
 #include "compiler/coop_self_test.hpp"
 
@@ -21,25 +21,33 @@ namespace {
 
 constexpr double kLimit = 1e-2;
 
-// The worst relative L2 error of the check's outputs against float64; throws mn::Error when the
-// device cannot even build or run them.
-double check_error(const Device& device) {
+// The linear layer and the convolution, with their gradients or without.
+Graph check_graph(bool gradients) {
     Graph g;
     Tensor x = g.parameter("x", {70, 200});
     Tensor w = g.parameter("w", {72, 200});
-    Tensor loss = g.sum(g.mul(g.linear(x, w), g.input("t", {70, 72})));
-    const std::vector<Tensor> grads = grad(loss, {x, w});
-    g.output("y", g.linear(x, w));
-    g.output("dx", grads[0]);
-    g.output("dw", grads[1]);
     Tensor image = g.parameter("image", {2, 3, 9, 11});
     Tensor filter = g.parameter("filter", {5, 3, 3, 3});
     ConvOptions padded;
     padded.padding = 1;
+    Tensor y = g.linear(x, w);
     Tensor conv = g.conv2d(image, filter, std::nullopt, padded);
+    g.output("y", y);
     g.output("conv", conv);
-    g.output("dimage", grad(g.sum(g.mul(conv, g.input("u", {2, 5, 9, 11}))), {image})[0]);
+    if (gradients) {  // after the forward: mn::grad's products are the gradients'
+        Tensor loss = g.add(g.sum(g.mul(g.relu(y), g.input("t", {70, 72}))),
+                            g.sum(g.mul(g.relu(conv), g.input("u", {2, 5, 9, 11}))));
+        const std::vector<Tensor> grads = grad(loss, {x, w, image});
+        g.output("dx", grads[0]);
+        g.output("dw", grads[1]);
+        g.output("dimage", grads[2]);
+    }
+    return g;
+}
 
+// The worst relative L2 error of `g`'s outputs in precision fast against float64; throws mn::Error
+// when the device cannot even build or run them.
+double check_error(const Device& device, const Graph& g) {
     ref::Feeds feeds;
     uint32_t state = 12345;
     for (const Node& n : g.nodes()) {
@@ -80,7 +88,7 @@ bool cooperative_matrices_work(const Device& device) {
     ctx.cooperative_matrices_work = true;  // the check's own compile uses them
     std::string problem;
     try {
-        const double e = check_error(device);
+        const double e = std::max(check_error(device, check_graph(false)), check_error(device, check_graph(true)));
         if (!(e <= kLimit)) {
             char text[96];
             std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);

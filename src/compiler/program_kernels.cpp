@@ -26,8 +26,7 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
         append_training(program, program.handle(options.loss->id), options);
     }
     if (options.optimize) program = optimize::optimize(program);
-    sched::Tuning tuning = sched::tune_for(caps, options.precision);
-    if (options.loss) tuning.f16_weights = false;  // as compile does: the weights change every step
+    const sched::Tuning tuning = sched::tune_for(caps, options.precision, options.loss.has_value());
     sched::Schedule s = lower_program(program, tuning);
     sched::order_by_level(s);
     std::vector<codegen::KernelSource> kernels;

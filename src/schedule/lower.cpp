@@ -30,7 +30,8 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 class Lowering {
 public:
-    Lowering(const Graph& g, const Tuning& t) : g_(g), t_(t) {}
+    Lowering(const Graph& g, const Tuning& t)
+        : g_(g), t_(t), has_gradients_(g.gradient_start() < static_cast<int32_t>(g.nodes().size())) {}
 
     Schedule run(const std::vector<int32_t>& roots) {
         std::vector<bool> live(g_.nodes().size(), false);
@@ -40,7 +41,9 @@ public:
             for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
-        if (t_.f16_weights) invariant_ = parameter_only_nodes(g_);
+        // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
+        if (t_.f16_weights && !has_gradients_) invariant_ = parameter_only_nodes(g_);
+        if (t_.split_forward && has_gradients_) split_ = before_piecewise_gradients(g_);
         std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
         for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
@@ -541,13 +544,18 @@ private:
         emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
     }
 
-    // The matmul tuning for node `id`: a gradient product scales its operands into f16's range or
-    // stays f32, as Tuning::fast_gradients says.
+    // The matmul tuning for node `id`: a forward product before a piecewise gradient is split (f32
+    // operands, Tuning::split_forward); a gradient product scales its operands into f16's range or stays
+    // f32, as Tuning::fast_gradients says.
     codegen::MatmulTuning matmul_tuning(int32_t id) const {
         codegen::MatmulTuning t = t_.matmul;
-        if (id < g_.gradient_start()) return t;
-        using FG = Tuning::FastGradients;
         const Node& n = g_.node(id);
+        if (id < g_.gradient_start()) {
+            t.coop_split = !split_.empty() && split_[static_cast<size_t>(id)] && n.dtype == DType::F32 &&
+                           g_.node(n.inputs[0]).dtype == DType::F32 && g_.node(n.inputs[1]).dtype == DType::F32;
+            return t;
+        }
+        using FG = Tuning::FastGradients;
         const bool implicit_input_gradient =
             n.op == Op::Conv2dGradInput && !codegen::conv_is_pointwise(g_.node(n.inputs[1]).shape, n.ints);
         if (t_.fast_gradients == FG::F16 || (t_.fast_gradients == FG::ConvInput && implicit_input_gradient)) {
@@ -587,7 +595,7 @@ private:
     // (an f32 operand that depends on parameters alone), cast once per value however many products read it
     // (a tied embedding and lm head); -1 where not.
     int32_t f16_weight(int32_t node, int32_t v) {
-        if (!t_.f16_weights || !invariant_[static_cast<size_t>(node)] || value(v).dtype != DType::F32) return -1;
+        if (invariant_.empty() || !invariant_[static_cast<size_t>(node)] || value(v).dtype != DType::F32) return -1;
         auto [it, fresh] = f16_copies_.try_emplace(v, -1);
         if (fresh) {
             it->second = new_value(value(v).shape, DType::F16);
@@ -773,10 +781,12 @@ private:
 
     const Graph& g_;
     const Tuning& t_;
+    const bool has_gradients_;  // mn::grad appended a backward (a training step, or gradients as outputs)
     Schedule s_;
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
-    std::vector<bool> invariant_;                  // by node, where Tuning::f16_weights (parameter_only_nodes)
+    std::vector<bool> invariant_;                  // by node, where f16 weights are on (parameter_only_nodes)
+    std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;

@@ -67,10 +67,19 @@ struct Tuning {
     // the same; the GEMVs of a decode step round their weights to f16 too), unless MEGANEURA_F16_WEIGHTS=0;
     // MEGANEURA_F16_WEIGHTS=1 turns it on in precision fast on any device (tests on lavapipe).
     bool f16_weights = false;
+    // Precision fast, in a program that computes gradients (a training step, or mn::grad's outputs): the
+    // forward products (matmuls and convolutions) on the cooperative kernels that a ReLU, max pool, |x|,
+    // maximum or minimum depends on (before_piecewise_gradients) split each f32 operand into two f16
+    // parts and multiply three products of them (MatmulTuning::coop_split), about 21 significant bits
+    // against f16's 11. f16's rounding flips enough ReLU and max-pool decisions to move ResNet-50's
+    // gradients by ~8%, past the 5% its protocol allows; the gradient products' own f16 rounding costs
+    // 0.05% (scripts/resnet50_fast_gate_emulation.py). MEGANEURA_FAST_FORWARD=f16 turns it off.
+    bool split_forward = false;
 };
 // Precision Fast lets matmuls, convolutions and the attention forward use f16 cooperative matrices
-// (f32 accumulation) where the device has them; every other op stays f32. In tuning.cpp.
-Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict);
+// (f32 accumulation) where the device has them; every other op stays f32. `training`: the program
+// trains, so its weights change every step (no f16 copies of them). In tuning.cpp.
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision = Precision::Strict, bool training = false);
 
 // Lowers the nodes that `roots` depend on (outputs and assignments). Roots' values are pinned.
 Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuning& tuning);
@@ -90,6 +99,10 @@ size_t hoist_parameter_work(Schedule& s);
 // program that does not train computes it once: the graph's view of what hoist_parameter_work finds among the
 // steps (lowering reads it for Tuning::f16_weights before there are steps).
 std::vector<bool> parameter_only_nodes(const Graph& g);
+// Per node of g: whether a ReLU, max pool, |x|, maximum or minimum of the forward (before
+// Graph::gradient_start) depends on it, whose piecewise gradients f16's rounding would flip: the forward
+// products that Tuning::split_forward splits (split_forward.cpp).
+std::vector<bool> before_piecewise_gradients(const Graph& g);
 
 // After order_by_level, for data-parallel training: moves the steps that read `reduced_inputs` (the
 // gradients summed across processes), or what such steps compute, behind all others, and returns the

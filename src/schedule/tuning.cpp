@@ -23,7 +23,7 @@ bool has_coop_f16_16x16x16(const rt::DeviceCaps& caps) {
 
 }  // namespace
 
-Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
+Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) {
     Tuning t;
     const uint32_t max_groups = std::min({caps.max_workgroup_count[0], caps.max_workgroup_count[1],
                                           caps.max_workgroup_count[2]});
@@ -88,6 +88,13 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision) {
         const std::string v = e;
         if (v != "0" && v != "1") throw Error("MEGANEURA_F16_WEIGHTS must be 0 or 1, got '" + v + "'");
         t.f16_weights = v == "1" && precision == Precision::Fast;
+    }
+    if (training) t.f16_weights = false;  // the weights change every step
+    t.split_forward = t.matmul.coop_subgroup != 0;
+    if (const char* e = std::getenv("MEGANEURA_FAST_FORWARD"); e && *e) {
+        const std::string v = e;
+        if (v != "split" && v != "f16") throw Error("MEGANEURA_FAST_FORWARD must be split or f16, got '" + v + "'");
+        t.split_forward = t.split_forward && v == "split";
     }
     // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
     // new device).
