@@ -147,20 +147,24 @@ void initialize(Session::Impl& impl, const Graph& graph) {
     constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
     const sched::Schedule& s = impl.schedule;
     std::vector<int32_t> staged;
-    rt::Program fills(impl.ctx);
+    std::vector<std::pair<int32_t, uint32_t>> filled;  // value, word
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
         if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
-            fills.fill(impl.range(static_cast<int32_t>(v)), *word);
+            filled.emplace_back(static_cast<int32_t>(v), *word);
         } else {
             staged.push_back(static_cast<int32_t>(v));
         }
     }
-    fills.finish();
-    fills.run();
+    if (!filled.empty()) {
+        rt::Program fills(impl.ctx);
+        for (const auto& [v, word] : filled) fills.fill(impl.range(v), word);
+        fills.finish();
+        fills.run();
+    }
     impl.write_pieces(staged, kPiece, [&](size_t i, int64_t begin, int64_t end, uint8_t* dst) {
         const Node& n = graph.node(s.values[static_cast<size_t>(staged[i])].node);
         if (n.op == Op::Constant) {
