@@ -1,7 +1,7 @@
 // The compiler driver itself: what its passes leave behind does not depend on when or how fast they ran.
 // Initial values are written in pieces on several threads, or by a device fill: the bytes must be those
 // of the whole value written at once. Compiling a graph twice gives the same program; MEGANEURA_DEBUG=1
-// prints each pass's time.
+// prints each pass's time and each pipeline's.
 #include <cstring>
 
 #include "common/half.hpp"
@@ -116,7 +116,7 @@ TEST_F(CompileTest, CompilingTwiceGivesTheSameProgram) {
     }
 }
 
-TEST_F(CompileTest, DebugPrintsTheTimeOfEveryPass) {
+TEST_F(CompileTest, DebugPrintsTheTimeOfEveryPassAndPipeline) {
     const ScopedEnv debug("MEGANEURA_DEBUG", "1");
     Graph g;
     g.output("y", g.relu(g.matmul(g.input("x", {4, 6}), g.parameter("w", {6, 5}))));
@@ -128,6 +128,7 @@ TEST_F(CompileTest, DebugPrintsTheTimeOfEveryPass) {
         EXPECT_GE(ms, 0) << pass;
         EXPECT_NE(text.find("  pass " + pass + " "), std::string::npos) << pass << " in\n" << text;
     }
+    EXPECT_NE(text.find(" (pipeline "), std::string::npos) << text;  // the driver's time at its first step
 }
 
 }  // namespace

@@ -307,10 +307,14 @@ void print_debug(const Session::Impl& impl) {
                  static_cast<unsigned long long>(st.logical_bytes), static_cast<unsigned long long>(st.pinned_bytes),
                  st.compile_ms);
     for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
+    std::set<const rt::Pipeline*> shown;  // a pipeline's creation time at its first step only
     for (size_t i = 0; i < impl.schedule.steps.size(); ++i) {
         const auto& step = impl.schedule.steps[i];
-        std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
-                     step.kernel.groups[1], step.kernel.groups[2], step.kernel.choice.empty() ? "" : ": ",
+        const rt::Pipeline* pipeline = impl.step_pipelines[i];
+        char created[48] = "";
+        if (shown.insert(pipeline).second) std::snprintf(created, sizeof created, " (pipeline %.1f ms)", pipeline->create_ms);
+        std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
+                     step.kernel.groups[1], step.kernel.groups[2], created, step.kernel.choice.empty() ? "" : ": ",
                      step.kernel.choice.c_str());
         if (const std::string& s = impl.step_pipelines[i]->statistics; !s.empty())
             std::fprintf(stderr, "    driver: %s\n", s.c_str());

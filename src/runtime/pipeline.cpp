@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -235,7 +236,9 @@ VkResult create_handle(Context::Impl& m, const Request& r, VkShaderModule module
     }
     info.layout = p.layout;
     if (m.executable_statistics) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+    const auto t0 = std::chrono::steady_clock::now();
     VkResult e = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p.handle);
+    p.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (e != VK_SUCCESS) *failed = "vkCreateComputePipelines";
     if (e == VK_SUCCESS && m.executable_statistics) p.statistics = executable_statistics(m, p.handle);
     return e;
