@@ -142,6 +142,10 @@ json compile_times(const BenchOptions& o, const models::ModelRequest& r, Mode mo
             const auto t0 = Clock::now();
             const models::PreparedModel p = prepare(device, o, r, mode, false);
             result[std::string(kind) + "_ms"] = ms_since(t0);
+            json passes = json::array();
+            for (const auto& [pass, ms] : p.session.stats().pass_ms) passes.push_back({pass, ms});
+            result[std::string(kind) + "_passes"] = std::move(passes);
+            result["pipelines"] = p.session.stats().pipelines;
         }
         const codegen::ShaderCacheStats after = codegen::shader_cache_stats();
         result[std::string(kind) + "_shaders"] = {{"compiled", after.compiled - before.compiled},
@@ -350,6 +354,11 @@ json run_benchmark(const BenchOptions& o) {
 
     const Device device = Device::open();
     report["device"] = device.name();
+    if (o.compile_only) {
+        collect_validation(*device.context(), messages);
+        report["validation_messages"] = messages;
+        return report;
+    }
     const std::string weights = (out / "weights.safetensors").string();
     prepare(device, o, full_request, Mode::Inference, false).session.save(weights);
 
@@ -371,17 +380,27 @@ json run_benchmark(const BenchOptions& o) {
 std::string summarize(const json& r) {
     std::string s;
     char line[256];
-    std::snprintf(line, sizeof line, "%s (%s, %s) on %s; binary %s, peak device memory %s\n",
-                  r["model"].get<std::string>().c_str(), r["size"].get<std::string>().c_str(),
-                  r["precision"].get<std::string>().c_str(), r["device"].get<std::string>().c_str(),
-                  mib(r["binary_bytes"].get<double>()).c_str(), mib(r["peak_device_bytes"].get<double>()).c_str());
+    std::snprintf(line, sizeof line, "%s (%s, %s) on %s; binary %s", r["model"].get<std::string>().c_str(),
+                  r["size"].get<std::string>().c_str(), r["precision"].get<std::string>().c_str(),
+                  r["device"].get<std::string>().c_str(), mib(r["binary_bytes"].get<double>()).c_str());
     s += line;
+    s += r.contains("peak_device_bytes") ? ", peak device memory " + mib(r["peak_device_bytes"].get<double>()) + "\n" : "\n";
     for (const char* c : {"inference", "step"}) {
         const json& t = r["compile"][c];
-        std::snprintf(line, sizeof line, "compile %-9s cold %8.1f ms, warm %8.1f ms\n", c, t["cold_ms"].get<double>(),
-                      t["warm_ms"].get<double>());
+        std::snprintf(line, sizeof line, "compile %-9s cold %8.1f ms, warm %8.1f ms (%d pipelines; %d shaders compiled cold)\n",
+                      c, t["cold_ms"].get<double>(), t["warm_ms"].get<double>(), t["pipelines"].get<int>(),
+                      t["cold_shaders"]["compiled"].get<int>());
         s += line;
+        for (const char* kind : {"cold", "warm"}) {
+            s += std::string("  ") + kind + " passes:";
+            for (const auto& pass : t[std::string(kind) + "_passes"]) {
+                std::snprintf(line, sizeof line, " %s %.1f;", pass[0].get<std::string>().c_str(), pass[1].get<double>());
+                s += line;
+            }
+            s += "\n";
+        }
     }
+    if (!r.contains("workloads")) return s;  // --compile-only
     s += "workload     wall ms median (min, p90)     GPU ms median   dispatches barriers   arena / logical   "
          "floor: product GFLOP, MB moved\n";
     for (const Workload& wl : kWorkloads) {

@@ -34,6 +34,7 @@ struct BenchOptions {
     int repeat = 20;            // timed runs per workload
     int warmup = 3;             // untimed runs before them
     uint64_t seed = 0;          // parameter initialization and example inputs
+    bool compile_only = false;  // only the compile times: no workloads, nothing written but the inputs
 };
 
 // Runs every workload and returns the report (its schema is described in bench/README.md).

@@ -18,7 +18,8 @@ int run_bench(const Flags& f) {
                           .precision = parse_precision(f), .out_dir = f.str("out-dir"),
                           .repeat = static_cast<int>(f.integer("repeat", 1, INT32_MAX)),
                           .warmup = static_cast<int>(f.integer("warmup", 0, INT32_MAX)),
-                          .seed = static_cast<uint64_t>(f.integer("seed", 0))};
+                          .seed = static_cast<uint64_t>(f.integer("seed", 0)),
+                          .compile_only = f.on("compile-only")};
     if (o.out_dir.empty()) o.out_dir = "bench-out/" + o.model + "-" + o.size + "-" + f.str("precision");
     // Both outputs are checked before the benchmark runs (minutes); the report may go into the folder.
     if (std::error_code e; !std::filesystem::create_directories(o.out_dir, e) && e)
@@ -31,7 +32,7 @@ int run_bench(const Flags& f) {
         out << report.dump(2) << "\n";
         if (!out) throw Error("cannot write " + f.str("json"));
     }
-    std::printf("weights, inputs and outputs in %s\n", o.out_dir.c_str());
+    if (!o.compile_only) std::printf("weights, inputs and outputs in %s\n", o.out_dir.c_str());
     return report["validation_messages"].empty() ? 0 : 4;
 }
 
@@ -53,7 +54,8 @@ const Command bench_command = {
                 {"repeat", "20", "N", "timed runs per workload"},
                 {"warmup", "3", "N", "untimed runs before them"},
                 {"out-dir", "", "DIR", "where the weights, inputs and outputs go (default: bench-out/MODEL-SIZE-PRECISION)"},
-                {"seed", "0", "N", "seed of the initialization and the example inputs"}},
+                {"seed", "0", "N", "seed of the initialization and the example inputs"},
+                {"compile-only", "false", "", "time the compiles (cold, warm, per pass) and nothing else"}},
     .run = run_bench,
 };
 

@@ -1,6 +1,7 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
-//   lower (schedule/, with pointwise fusion) -> order by level -> place values (memory/) ->
-//   compile shaders (codegen/) -> allocate -> initialize -> record (runtime/)
+//   optimize -> tune (tiles for the device) -> lower (schedule/, with pointwise fusion) -> order by level ->
+//   place values (memory/) -> compile shaders (codegen/) and pipelines, beside allocate and initialize ->
+//   record (runtime/)
 // Each pass is a function below; compile_graph runs them in order and times each one.
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -65,17 +68,20 @@ Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps) {
     return out;
 }
 
-// ---- pass: allocate (device buffers, staging, MEGANEURA_CHECK's snapshot) ----
-void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& placement) {
-    const sched::Schedule& s = impl.schedule;
-    const size_t nv = s.values.size();
-    const uint64_t max_range = impl.ctx->caps().max_storage_buffer_range;
+// Before anything is compiled or allocated: a tensor no binding can hold.
+void require_storage_range(const sched::Schedule& s, uint64_t max_range) {
     for (const auto& v : s.values) {
         if (v.bytes() > max_range) {
             throw Error("compile: a tensor of shape " + shape_str(v.shape) + " (" + std::to_string(v.bytes()) +
                         " bytes) exceeds the device's storage-buffer range of " + std::to_string(max_range) + " bytes");
         }
     }
+}
+
+// ---- pass: allocate (device buffers, staging, MEGANEURA_CHECK's snapshot) ----
+void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& placement) {
+    const sched::Schedule& s = impl.schedule;
+    const size_t nv = s.values.size();
     impl.pinned = rt::Buffer(impl.ctx, std::max<uint64_t>(placement.pinned_bytes, 4), rt::MemoryKind::DeviceLocal);
     impl.arena = rt::Buffer(impl.ctx, std::max<uint64_t>(placement.arena.physical_bytes, 4), rt::MemoryKind::DeviceLocal);
     impl.home.assign(nv, nullptr);
@@ -135,21 +141,36 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
 }
 
 // ---- pass: initialize (constants, and parameters and state from their Init) ----
+// A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; the
+// rest goes through staging, in pieces written on every core.
 void initialize(Session::Impl& impl, const Graph& graph) {
+    constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
     const sched::Schedule& s = impl.schedule;
-    std::vector<int32_t> initialized;
+    std::vector<int32_t> staged;
+    std::vector<std::pair<int32_t, uint32_t>> filled;  // value, word
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
         if (val.node < 0 || val.view_of >= 0) continue;
-        const Op op = graph.node(val.node).op;
-        if (op == Op::Constant || op == Op::Parameter || op == Op::State) initialized.push_back(static_cast<int32_t>(v));
-    }
-    impl.write_many(initialized, [&](size_t i, uint8_t* dst) {
-        const Node& n = graph.node(s.values[static_cast<size_t>(initialized[i])].node);
-        if (n.op == Op::Constant) {
-            compiler::write_constant(n, dst);
+        const Node& n = graph.node(val.node);
+        if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
+        if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
+            filled.emplace_back(static_cast<int32_t>(v), *word);
         } else {
-            compiler::write_initial_values(n, impl.options.seed, dst);
+            staged.push_back(static_cast<int32_t>(v));
+        }
+    }
+    if (!filled.empty()) {
+        rt::Program fills(impl.ctx);
+        for (const auto& [v, word] : filled) fills.fill(impl.range(v), word);
+        fills.finish();
+        fills.run();
+    }
+    impl.write_pieces(staged, kPiece, [&](size_t i, int64_t begin, int64_t end, uint8_t* dst) {
+        const Node& n = graph.node(s.values[static_cast<size_t>(staged[i])].node);
+        if (n.op == Op::Constant) {
+            compiler::write_constant(n, begin, end, dst);
+        } else {
+            compiler::write_initial_values(n, impl.options.seed, begin, end, dst);
         }
     });
 }
@@ -250,17 +271,21 @@ void record_data_parallel(Session::Impl& impl, const std::vector<const rt::Pipel
     impl.update_program = record_program(impl, step_pipelines, update);
 }
 
-void record(Session::Impl& impl, const Shaders& shaders) {
-    const sched::Schedule& s = impl.schedule;
+// ---- pass: pipelines (each distinct one once, in parallel, through the driver's cache) ----
+void prepare_pipelines(Session::Impl& impl, const Shaders& shaders) {
     std::vector<rt::Context::PipelineRequest> requests;
-    for (const sched::Step& step : s.steps) {
+    for (const sched::Step& step : impl.schedule.steps) {
         const auto& k = step.kernel;
         requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
                             static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
     }
     impl.step_pipelines = impl.ctx->prepare_pipelines(requests);
+    impl.stats.pipelines = std::set<const rt::Pipeline*>(impl.step_pipelines.begin(), impl.step_pipelines.end()).size();
+}
+
+void record(Session::Impl& impl) {
+    const sched::Schedule& s = impl.schedule;
     const auto& step_pipelines = impl.step_pipelines;
-    impl.stats.pipelines = std::set<const rt::Pipeline*>(step_pipelines.begin(), step_pipelines.end()).size();
     impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
     if (!impl.exchanged.empty()) return record_data_parallel(impl, step_pipelines);
     const ProgramPart whole{.first = 0, .end = s.steps.size(), .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
@@ -283,10 +308,14 @@ void print_debug(const Session::Impl& impl) {
                  st.compile_ms);
     std::fprintf(stderr, "  cooperative matrices: %s (%s)\n", sched::coop_path_name(impl.coop.path), impl.coop.why);
     for (const auto& [pass, ms] : st.pass_ms) std::fprintf(stderr, "  pass %-10s %8.1f ms\n", pass.c_str(), ms);
+    std::set<const rt::Pipeline*> shown;  // a pipeline's creation time at its first step only
     for (size_t i = 0; i < impl.schedule.steps.size(); ++i) {
         const auto& step = impl.schedule.steps[i];
-        std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
-                     step.kernel.groups[1], step.kernel.groups[2], step.kernel.choice.empty() ? "" : ": ",
+        const rt::Pipeline* pipeline = impl.step_pipelines[i];
+        char created[48] = "";
+        if (shown.insert(pipeline).second) std::snprintf(created, sizeof created, " (pipeline %.1f ms)", pipeline->create_ms);
+        std::fprintf(stderr, "  %-20s groups %ux%ux%u%s%s%s\n", step.kernel.label.c_str(), step.kernel.groups[0],
+                     step.kernel.groups[1], step.kernel.groups[2], created, step.kernel.choice.empty() ? "" : ": ",
                      step.kernel.choice.c_str());
         if (const std::string& s = impl.step_pipelines[i]->statistics; !s.empty())
             std::fprintf(stderr, "    driver: %s\n", s.c_str());
@@ -330,6 +359,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         tuning.f16_weights = false;
     }
     impl->coop = tuning.coop;
+    mark("tune", nothing);  // a device's first fast compile checks its cooperative matrices: a compile of its own
     impl->schedule = compiler::lower_program(graph, tuning);
     sched::Schedule& s = impl->schedule;
     mark("lower", [&] { return compiler::dump_schedule(s, graph, false); });
@@ -354,18 +384,27 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         return compiler::dump_plan(s, placement.first, placement.last, placement.arena_values, placement.arena);
     });
 
+    // The values are allocated and initialized on a thread of their own while the shaders and pipelines
+    // compile: each keeps the cores busy only in stretches (a driver compiling one large kernel; the
+    // device copying staged weights). Neither touches what the other writes; "initialize" is the wait
+    // for it after the pipelines.
+    require_storage_range(s, caps.max_storage_buffer_range);
+    std::future<void> values = std::async(std::launch::async, [&] {
+        allocate(*impl, graph, placement);
+        initialize(*impl, graph);
+    });
     const Shaders shaders = compile_shaders(s, caps);
     mark("shaders", nothing);
-
-    allocate(*impl, graph, placement);
-    initialize(*impl, graph);
+    prepare_pipelines(*impl, shaders);
+    mark("pipelines", nothing);
+    values.get();
     mark("initialize", nothing);
 
     // What each dispatch computes names it in traces and in VK_EXT_debug_utils labels.
     impl->dispatch_names = compiler::dispatch_names(graph, s);
     compiler::Trace* trace = compiler::Trace::active();
     if (trace) impl->options.profile = true;
-    record(*impl, shaders);
+    record(*impl);
     mark("record", nothing);
 
     SessionStats& st = impl->stats;

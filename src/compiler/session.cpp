@@ -1,10 +1,11 @@
 // Session: set inputs and parameters, run the recorded program, read results back.
-#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
+#include <future>
+#include <limits>
 
 #include "common/half.hpp"
+#include "common/parallel.hpp"
 #include "compiler/check.hpp"
 #include "compiler/data_parallel.hpp"
 #include "compiler/session_impl.hpp"
@@ -52,42 +53,70 @@ void Session::Impl::write_now(int32_t v, const void* bytes) {
 }
 
 void Session::Impl::write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill) {
+    write_pieces(values, std::numeric_limits<int64_t>::max(), [&](size_t i, int64_t, int64_t, uint8_t* dst) { fill(i, dst); });
+}
+
+void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t piece,
+                                 const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill) {
     parameters_changed = true;  // whatever it writes: the hoisted steps run again before the next use
-    // Staging in chunks of at most 256 MiB (a value larger than that gets a chunk of its own).
-    constexpr uint64_t kChunk = 256ull << 20;
-    size_t begin = 0;
-    while (begin < values.size()) {
-        size_t end = begin;
-        uint64_t bytes = 0;
-        std::vector<uint64_t> at;
-        while (end < values.size() && (end == begin || bytes + range(values[end]).size <= kChunk)) {
-            at.push_back(bytes);
-            bytes += (range(values[end]).size + 15) / 16 * 16;
-            ++end;
-        }
-        rt::Buffer staging(ctx, bytes, rt::MemoryKind::Upload);
-        auto* base = static_cast<uint8_t*>(staging.mapped());
-        std::atomic<size_t> next{begin};
-        auto worker = [&] {
-            for (size_t i; (i = next++) < end;) {
-                const rt::BufferRange dst = range(values[i]);
-                std::memset(base + at[i - begin], 0, dst.size);
-                fill(i, base + at[i - begin]);
+    // The pieces go in chunks of at most 64 MiB (a larger piece gets a chunk of its own) through two staging
+    // buffers: the threads fill one chunk while the device copies the one before. Few new pages to map (a
+    // new host allocation is costly on every driver) and the copies take no time of their own.
+    constexpr uint64_t kChunk = 64ull << 20;
+    struct Piece {
+        size_t i;
+        int64_t begin, end;
+        rt::BufferRange dst;  // the piece's bytes in the value's range; the last piece's include its padding
+        uint64_t at;          // in its chunk's staging
+    };
+    std::vector<Piece> pieces;
+    std::vector<size_t> chunk_ends;  // into pieces
+    uint64_t staging_bytes = 0, used = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+        const rt::BufferRange r = range(values[i]);
+        const uint64_t size = dtype_size(value(values[i]).dtype);
+        const int64_t count = numel(value(values[i]).shape);
+        for (int64_t begin = 0; begin == 0 || begin < count; begin += piece) {
+            const int64_t end = begin + std::min(piece, count - begin);
+            const uint64_t from = static_cast<uint64_t>(begin) * size;
+            const uint64_t bytes = end == count ? r.size - from : static_cast<uint64_t>(end - begin) * size;
+            if (used && used + bytes > kChunk) {
+                chunk_ends.push_back(pieces.size());
+                used = 0;
             }
-        };
-        std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), end - begin) - 1);
-        for (auto& t : threads) t = std::thread(worker);
-        worker();
-        for (auto& t : threads) t.join();
-        rt::Program p(ctx);
-        for (size_t i = begin; i < end; ++i) {
-            const rt::BufferRange dst = range(values[i]);
-            p.copy({&staging, at[i - begin], dst.size}, dst);
+            pieces.push_back({i, begin, end, {r.buffer, r.offset + from, bytes}, used});
+            used += (bytes + 15) / 16 * 16;
+            staging_bytes = std::max(staging_bytes, used);
         }
-        p.finish();
-        p.run();
-        begin = end;
     }
+    if (pieces.empty()) return;
+    chunk_ends.push_back(pieces.size());
+    rt::Buffer staging[2] = {rt::Buffer(ctx, staging_bytes, rt::MemoryKind::Upload),
+                             chunk_ends.size() > 1 ? rt::Buffer(ctx, staging_bytes, rt::MemoryKind::Upload) : rt::Buffer()};
+    std::future<void> copied[2];  // declared after the buffers: waited for before they go
+    size_t begin = 0;
+    for (size_t c = 0; c < chunk_ends.size(); begin = chunk_ends[c++]) {
+        rt::Buffer& buffer = staging[c % 2];
+        if (copied[c % 2].valid()) copied[c % 2].get();  // the chunk before last has left this buffer
+        auto* base = static_cast<uint8_t*>(buffer.mapped());
+        parallel_for(chunk_ends[c] - begin, [&](size_t k) {
+            const Piece& p = pieces[begin + k];
+            const uint64_t data = static_cast<uint64_t>(p.end - p.begin) * dtype_size(value(values[p.i]).dtype);
+            const uint64_t written = std::min(data, p.dst.size);
+            std::memset(base + p.at + written, 0, p.dst.size - written);  // the padding, which no fill writes
+            fill(p.i, p.begin, p.end, base + p.at);
+        });
+        auto copy = std::make_shared<rt::Program>(ctx);
+        for (size_t k = begin; k < chunk_ends[c]; ++k) copy->copy({&buffer, pieces[k].at, pieces[k].dst.size}, pieces[k].dst);
+        copy->finish();
+        if (c + 1 == chunk_ends.size()) {
+            copy->run();  // the last chunk, and a set()'s only one, has nothing to overlap: no thread
+        } else {
+            copied[c % 2] = std::async(std::launch::async, [copy] { copy->run(); });
+        }
+    }
+    for (auto& c : copied)
+        if (c.valid()) c.get();
 }
 
 std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {

@@ -71,6 +71,11 @@ struct Session::Impl {
     // Uploads many values at once: `fill(i, dst)` writes values[i]'s bytes into staging memory (called
     // from several threads, each index once); the copies go in a few large submits.
     void write_many(const std::vector<int32_t>& values, const std::function<void(size_t, uint8_t*)>& fill);
+    // The same in pieces of at most `piece` elements: `fill(i, begin, end, dst)` writes elements [begin,
+    // end) of values[i] at dst, the staging bytes of element `begin`. One large value then keeps every
+    // thread busy (SmolLM2's embedding is a fifth of its weights).
+    void write_pieces(const std::vector<int32_t>& values, int64_t piece,
+                      const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill);
     std::vector<uint8_t> read_now(int32_t v) const;
     std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
     void run_program();  // one submit, checked against the reference under MEGANEURA_CHECK

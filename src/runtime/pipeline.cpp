@@ -1,10 +1,10 @@
 // Compute pipelines: created once per distinct request, cached in memory and, through the driver's
 // VkPipelineCache, on disk.
 //
-// Shapes are specialization constants, so one SPIR-V module serves every layer of a kind and each
-// distinct shape is its own pipeline. The in-memory map returns the same Pipeline object for an
-// identical request (same words, constants, bindings, push bytes and subgroup size); its key holds all
-// those bytes, so two requests can never collide. Descriptor set layouts and pipeline layouts depend
+// Shapes are specialization constants, so one SPIR-V module (made once per batch) serves every layer of
+// a kind and each distinct shape is its own pipeline. The in-memory map returns the same Pipeline object
+// for an identical request (same words, constants, bindings, push bytes and subgroup size); its key holds
+// all those bytes, so two requests can never collide. Descriptor set layouts and pipeline layouts depend
 // only on the binding count and push-constant size and are shared.
 //
 // Driver compilation is the slow part (seconds for a model on some drivers): prepare_pipelines runs it
@@ -16,19 +16,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
-#include <thread>
 
 #include "runtime/context_impl.hpp"
 
 #include "common/cache_dir.hpp"
+#include "common/parallel.hpp"
 
 namespace mn::rt {
 namespace {
@@ -186,9 +187,35 @@ std::string executable_statistics(const Context::Impl& m, VkPipeline pipeline) {
     return out;
 }
 
-// The driver's compilation of p; thread-safe (the VkPipelineCache synchronizes itself). Returns the
-// failing call's result, VK_SUCCESS when p->handle was made.
-VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const char** failed) {
+// One VkShaderModule per distinct SPIR-V of a batch, made once for all of its pipelines (a convolution's
+// module serves a pipeline per shape: ResNet-50's training step has 250 pipelines of 55 modules), and
+// destroyed with the batch.
+class ShaderModules {
+public:
+    explicit ShaderModules(VkDevice device) : device_(device) {}
+    ~ShaderModules() {
+        for (const auto& [words, module] : modules_)
+            if (module) vkDestroyShaderModule(device_, module, nullptr);
+    }
+    ShaderModules(const ShaderModules&) = delete;
+    ShaderModules& operator=(const ShaderModules&) = delete;
+    void make(const std::vector<uint32_t>* words) {
+        if (modules_.count(words)) return;
+        VkShaderModuleCreateInfo info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+        info.codeSize = words->size() * 4;
+        info.pCode = words->data();
+        MN_VK_CHECK(vkCreateShaderModule(device_, &info, nullptr, &modules_[words]));
+    }
+    VkShaderModule of(const std::vector<uint32_t>* words) const { return modules_.at(words); }
+
+private:
+    VkDevice device_;
+    std::map<const std::vector<uint32_t>*, VkShaderModule> modules_;
+};
+
+// The driver's compilation of p from its module; thread-safe (the VkPipelineCache synchronizes itself).
+// Returns the failing call's result, VK_SUCCESS when p->handle was made.
+VkResult create_handle(Context::Impl& m, const Request& r, VkShaderModule module, Pipeline& p, const char** failed) {
     std::vector<VkSpecializationMapEntry> entries(r.spec_constants.size());
     for (uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, 4 * i, 4};
     VkSpecializationInfo spec{uint32_t(entries.size()), entries.data(), r.spec_constants.size() * 4,
@@ -197,14 +224,6 @@ VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const ch
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
     subgroup.requiredSubgroupSize = r.required_subgroup_size;
 
-    VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    module_info.codeSize = r.spirv->size() * 4;
-    module_info.pCode = r.spirv->data();
-    VkShaderModule module;
-    if (VkResult e = vkCreateShaderModule(m.device, &module_info, nullptr, &module); e != VK_SUCCESS) {
-        *failed = "vkCreateShaderModule";
-        return e;
-    }
     VkComputePipelineCreateInfo info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     info.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
@@ -217,8 +236,9 @@ VkResult create_handle(Context::Impl& m, const Request& r, Pipeline& p, const ch
     }
     info.layout = p.layout;
     if (m.executable_statistics) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+    const auto t0 = std::chrono::steady_clock::now();
     VkResult e = vkCreateComputePipelines(m.device, m.pipeline_cache, 1, &info, nullptr, &p.handle);
-    vkDestroyShaderModule(m.device, module, nullptr);
+    p.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (e != VK_SUCCESS) *failed = "vkCreateComputePipelines";
     if (e == VK_SUCCESS && m.executable_statistics) p.statistics = executable_statistics(m, p.handle);
     return e;
@@ -248,18 +268,15 @@ std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<Pipeli
         if (m.pipelines.count(keys.back()) || !seen.insert(keys.back()).second) continue;
         pending.push_back({keys.back(), &r, new_pipeline(m, r)});
     }
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-        for (size_t i; (i = next++) < pending.size();) {
-            Pending& p = pending[i];
-            p.result = create_handle(m, *p.request, *p.pipeline, &p.failed);
-        }
-    };
-    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), pending.size());
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
+    ShaderModules modules(m.device);
+    for (const Pending& p : pending) modules.make(p.request->spirv);
+    // Largest module first, as compile_glsl_parallel: the driver's longest compiles start at once.
+    const std::vector<size_t> order =
+        largest_first(pending.size(), [&](size_t i) { return pending[i].request->spirv->size(); });
+    parallel_for(pending.size(), [&](size_t k) {
+        Pending& p = pending[order[k]];
+        p.result = create_handle(m, *p.request, modules.of(p.request->spirv), *p.pipeline, &p.failed);
+    });
     const Pending* failure = nullptr;
     for (Pending& p : pending) {
         if (p.result != VK_SUCCESS) {

@@ -131,6 +131,8 @@ public:
     // The driver's statistics of the machine code ("name value" pairs, e.g. its registers per
     // thread), with MEGANEURA_PIPELINE_STATISTICS=1 on a device that reports them; else empty.
     std::string statistics;
+    // Wall time of the driver's vkCreateComputePipelines: its compile when cold, its cache's lookup when warm.
+    double create_ms = 0;
 };
 
 struct Dispatch {

@@ -1,14 +1,13 @@
 #include "train/image_folder.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <exception>
 #include <filesystem>
 #include <mutex>
 #include <random>
-#include <thread>
 
+#include "common/parallel.hpp"
 #include "meganeura/error.hpp"
 #include "train/dataset.hpp"
 
@@ -80,35 +79,28 @@ void fill_image_batch(const std::vector<LabelledImage>& images, const std::vecto
     y.assign(static_cast<size_t>(batch), 0);
     // Decoding dominates a step's host time (a JPEG photo takes milliseconds), so the rows are shared
     // out over the cores; each writes its own rows, and the first error is the batch's.
-    std::atomic<size_t> next{0};
     std::mutex failed;
     std::exception_ptr error;
-    auto worker = [&] {
-        for (size_t r; (r = next++) < rows.size();) {
-            try {
-                const LabelledImage& image = images[static_cast<size_t>(rows[r])];
-                const io::Image pixels = io::read_image(image.path);
-                float* dst = x.data() + r * per_image;
-                if (augment) {
-                    const auto u32 = [](uint64_t v, int half) { return static_cast<uint32_t>(v >> (32 * half)); };
-                    const uint64_t e = static_cast<uint64_t>(augment->epoch), i = static_cast<uint64_t>(rows[r]);
-                    std::seed_seq seq{u32(augment->seed, 0), u32(augment->seed, 1), u32(e, 0), u32(e, 1), u32(i, 0), u32(i, 1)};
-                    std::mt19937_64 rng(seq);
-                    io::augment(pixels, io::random_augmentation(pixels.height, pixels.width, rng), transform, dst);
-                } else {
-                    io::preprocess(pixels, transform, dst);
-                }
-                y[r] = image.label;
-            } catch (...) {
-                const std::lock_guard<std::mutex> lock(failed);
-                if (!error) error = std::current_exception();
+    parallel_for(rows.size(), [&](size_t r) {
+        try {
+            const LabelledImage& image = images[static_cast<size_t>(rows[r])];
+            const io::Image pixels = io::read_image(image.path);
+            float* dst = x.data() + r * per_image;
+            if (augment) {
+                const auto u32 = [](uint64_t v, int half) { return static_cast<uint32_t>(v >> (32 * half)); };
+                const uint64_t e = static_cast<uint64_t>(augment->epoch), i = static_cast<uint64_t>(rows[r]);
+                std::seed_seq seq{u32(augment->seed, 0), u32(augment->seed, 1), u32(e, 0), u32(e, 1), u32(i, 0), u32(i, 1)};
+                std::mt19937_64 rng(seq);
+                io::augment(pixels, io::random_augmentation(pixels.height, pixels.width, rng), transform, dst);
+            } else {
+                io::preprocess(pixels, transform, dst);
             }
+            y[r] = image.label;
+        } catch (...) {
+            const std::lock_guard<std::mutex> lock(failed);
+            if (!error) error = std::current_exception();
         }
-    };
-    std::vector<std::thread> threads(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<size_t>(rows.size(), 1)) - 1);
-    for (auto& t : threads) t = std::thread(worker);
-    worker();
-    for (auto& t : threads) t.join();
+    });
     if (error) std::rethrow_exception(error);
 }
 
