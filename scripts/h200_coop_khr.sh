@@ -32,7 +32,7 @@ WORK=$(mktemp -d /tmp/coop-khr-cells-XXXXXX)
 mkdir -p "$DIR"
 export MEGANEURA_VALIDATE=0  # the validation layer is not installed there
 TESTS='MatmulTest.Fast*:MatmulTest.Cooperative*:ConvOpsTest.*Fast*:FusionTest.EpiloguesInFastPrecision:F16WeightsTest.*'
-TESTS+=':*AttentionFast*:AttentionGpu.Fast*:SpirvKhr.*:CapsProfiles.TheCooperativePath*'
+TESTS+=':*AttentionFast*:AttentionGpu.Fast*:SpirvKhr.*:CapsProfiles.TheCooperativePath*:*SplitForward*:MatmulPrecisionPolicy.*'
 for path in nv khr; do
     echo "== tests, MEGANEURA_COOP=$path"
     MEGANEURA_COOP=$path timeout 150 "$BIN/meganeura_tests" --gtest_brief=1 --gtest_filter="$TESTS" \
