@@ -7,7 +7,9 @@
 
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
+#include "common/caps_profiles.hpp"
 #include "compiler/coop_self_test.hpp"
+#include "compiler/program_kernels.hpp"
 #include "gpu_check.hpp"
 #include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
@@ -353,6 +355,22 @@ TEST(MatmulPrecisionPolicy, ProductsBuiltAfterTheBackwardAreForward) {
         }
     }
     EXPECT_EQ(labels, (std::multiset<std::string>{"matmul", "matmul_coop_split+relu"}));
+}
+
+// The graph the split precision tests run (split_forward_graph) is split as compile lowers it, after the
+// optimizer, for the H200: here, where the product runs f32 either way, nothing else would notice that
+// it went f16 (a ReLU only its loss read was dead code, and the product was not split).
+TEST(MatmulPrecisionPolicy, TheSplitTestGraphIsSplitAsCompiled) {
+    const Graph g = split_forward_graph([](Graph& h) {
+        return h.linear(h.parameter("x", {200, 160}), h.parameter("w", {130, 160}));
+    });
+    const rt::CapsProfile* h200 = rt::find_caps_profile("nvidia-h200");
+    ASSERT_NE(h200, nullptr);
+    std::vector<std::string> products;
+    for (const auto& k : compiler::program_kernels(g, h200->caps, {.precision = Precision::Fast})) {
+        if (k.label.starts_with("matmul") && !k.label.starts_with("matmul_split_sum")) products.push_back(k.label);
+    }
+    EXPECT_EQ(products, (std::vector<std::string>{"matmul_coop_split+relu"}));
 }
 
 // A graph without gradients is not split (its forward products stay f16, and read f16 weights).
