@@ -373,6 +373,21 @@ TEST(MatmulPrecisionPolicy, TheSplitTestGraphIsSplitAsCompiled) {
     EXPECT_EQ(products, (std::vector<std::string>{"matmul_coop_split+relu"}));
 }
 
+// The start-up check's one program has every kind of cooperative kernel a fast training step has, as
+// compile lowers it for the H200.
+TEST(MatmulPrecisionPolicy, TheCooperativeCheckCoversEveryKind) {
+    const rt::CapsProfile* h200 = rt::find_caps_profile("nvidia-h200");
+    ASSERT_NE(h200, nullptr);
+    std::set<std::string> kinds;
+    for (const auto& k : compiler::program_kernels(compiler::cooperative_check_graph(), h200->caps, {.precision = Precision::Fast})) {
+        kinds.insert(k.label.substr(0, k.label.find('+')));
+    }
+    for (const char* kind : {"matmul_coop_split", "matmul_coop", "conv2d_coop", "conv2d_grad_input_coop_scaled",
+                             "conv2d_grad_weight_coop_scaled"}) {
+        EXPECT_TRUE(kinds.count(kind)) << kind;
+    }
+}
+
 // A graph without gradients is not split (its forward products stay f16, and read f16 weights).
 TEST(MatmulPrecisionPolicy, OnlyGraphsWithGradientsSplitTheirForward) {
     Graph g;

@@ -11,5 +11,7 @@ namespace mn::compiler {
 // compile chooses too), computed the check's products correctly; run once per device and path
 // (rt::Context::cooperative_matrices_work), with one printed warning when they did not.
 bool cooperative_matrices_work(const Device& device, sched::CoopPath path);
+// The check's program (coop_self_test.cpp says what it covers).
+Graph cooperative_check_graph();
 
 }  // namespace mn::compiler
