@@ -312,7 +312,7 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     EXPECT_EQ(product_labels(tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
                                                                    "matmul", "matmul", "matmul", "conv2d_grad_input",
                                                                    "conv2d_grad_weight"}));
-    // A matmul's gradient products from 2^27 multiply-adds on (lower.cpp's kScaledGradientWork): the
+    // A matmul's gradient products from 2^27 multiply-adds on (product_precision.cpp's kScaledGradientWork): the
     // linear layer above (2 rows) kept them f32; one of 2^17 rows and a 32 x 32 weight puts them scaled.
     tuning.split_forward = false;
     tuning.fast_gradients = FG::Auto;

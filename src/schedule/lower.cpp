@@ -544,50 +544,13 @@ private:
         emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
     }
 
-    // The matmul tuning for node `id`: a forward product before a piecewise gradient is split (f32
-    // operands, Tuning::split_forward); a gradient product scales its operands into f16's range or stays
-    // f32, as Tuning::fast_gradients says.
-    codegen::MatmulTuning matmul_tuning(int32_t id) const {
-        codegen::MatmulTuning t = t_.matmul;
-        const Node& n = g_.node(id);
-        if (!n.gradient) {
-            t.coop_split = !split_.empty() && split_[static_cast<size_t>(id)] && n.dtype == DType::F32 &&
-                           g_.node(n.inputs[0]).dtype == DType::F32 && g_.node(n.inputs[1]).dtype == DType::F32;
-            return t;
-        }
-        using FG = Tuning::FastGradients;
-        const bool convolution = n.op == Op::Conv2dGradInput || n.op == Op::Conv2dGradWeight;
-        if (t_.fast_gradients == FG::F16 ||
-            (t_.fast_gradients == FG::Auto && (convolution || matmul_multiply_adds(n) >= kScaledGradientWork))) {
-            t.coop_scaled = true;
-        } else {
-            t.coop_subgroup = 0;
-            t.coop_declined = t_.fast_gradients == FG::F32
-                                  ? "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)"
-                                  : "a gradient product under 2^27 multiply-adds, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
-        }
-        return t;
-    }
-
-    // Tuning::FastGradients::Auto puts a matmul's gradient products on the scaled cooperative kernels from
-    // this size on: below it they are latency-bound, and the scaled kernel's extra barrier per slice cost
-    // more than f16 saved (H200: SmolLM2-135M's fast training 10.4 ms with its 128-row products f32, 11.1
-    // scaled; Whisper's 1500-row ones 5.64 f32, 5.11 scaled).
-    static constexpr double kScaledGradientWork = double(int64_t(1) << 27);
-    // M x N x K (x batch) of a matmul node; 0 for other products.
-    double matmul_multiply_adds(const Node& n) const {
-        if (n.op != Op::MatMul) return 0;
-        const Shape& a = g_.node(n.inputs[0]).shape;
-        return double(numel(n.shape)) * double(n.ints[0] ? a[a.size() - 2] : a.back());
-    }
-
     // Matmul or convolution node `id` into outs (a matmul's column slices, FusionPlan::column_slices, or its
     // one value), storing through `epilogue` (reading epilogue_inputs) if given.
     void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
                        const std::vector<int32_t>& epilogue_inputs = {}) {
         const Node& n = g_.node(id);
         const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
-        if (op_info(n.op).archetype != Archetype::MatMul) return lower_conv(n, matmul_tuning(id), a, b, outs[0], epilogue, epilogue_inputs);
+        if (op_info(n.op).archetype != Archetype::MatMul) return lower_conv(n, product_tuning(g_, id, t_, split_), a, b, outs[0], epilogue, epilogue_inputs);
         const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
         const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
         std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
@@ -601,7 +564,7 @@ private:
             gemv.a_rms_eps = rms.data[0];
         }
         if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
-        lower_matmul(n, matmul_tuning(id), row, b, outs, epilogue, extra, gemv);
+        lower_matmul(n, product_tuning(g_, id, t_, split_), row, b, outs, epilogue, extra, gemv);
     }
 
     // Operand `node` (lowered to value v) of a product, as an f16 copy where Tuning::f16_weights allows

@@ -71,7 +71,7 @@ struct Tuning {
     // kernels, with their operands scaled into f16's range (MatmulTuning::coop_scaled); the others stay
     // f32. MEGANEURA_FAST_GRADIENTS=f32|f16|auto. Auto, the default, is what measured faster on the
     // H200 (README, Precision): the gradients of convolutions (1x1 ones too), and matmul gradient
-    // products of 2^27 multiply-adds or more (lower.cpp's kScaledGradientWork).
+    // products of 2^27 multiply-adds or more (product_precision.cpp's kScaledGradientWork).
     enum class FastGradients { F32, Auto, F16 };
     FastGradients fast_gradients = FastGradients::Auto;
     // Precision fast: a matmul or convolution operand that depends on parameters alone (a weight, ResNet-50's
@@ -115,8 +115,13 @@ size_t hoist_parameter_work(Schedule& s);
 std::vector<bool> parameter_only_nodes(const Graph& g);
 // Per node of g: whether a ReLU, max pool, |x|, maximum or minimum of the forward (not Node::gradient)
 // depends on it, whose piecewise gradients f16's rounding would flip: the forward
-// products that Tuning::split_forward splits (split_forward.cpp).
+// products that Tuning::split_forward splits (product_precision.cpp).
 std::vector<bool> before_piecewise_gradients(const Graph& g);
+// The matmul family's tuning for product node `id` of g (a matmul or a convolution), as precision fast
+// chooses it: a forward product that `split` marks (before_piecewise_gradients; empty: none) is split,
+// a gradient product (Node::gradient) takes the scaled cooperative kernels or the f32 ones as
+// tuning.fast_gradients says (product_precision.cpp).
+codegen::MatmulTuning product_tuning(const Graph& g, int32_t id, const Tuning& tuning, const std::vector<bool>& split);
 
 // After order_by_level, for data-parallel training: moves the steps that read `reduced_inputs` (the
 // gradients summed across processes), or what such steps compute, behind all others, and returns the
