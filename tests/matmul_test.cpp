@@ -259,6 +259,19 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
     }
 }
 
+// The labels of g's product kernels (matmuls and convolutions, not split-K sums) as `tuning` lowers
+// everything its outputs need.
+std::multiset<std::string> product_labels(const Graph& g, const sched::Tuning& tuning) {
+    std::vector<int32_t> roots;
+    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
+    std::multiset<std::string> labels;
+    for (const auto& step : sched::lower(g, roots, tuning).steps) {
+        const std::string& l = step.kernel.label;
+        if ((l.starts_with("matmul") && !l.starts_with("matmul_split_sum")) || l.starts_with("conv2d")) labels.insert(l);
+    }
+    return labels;
+}
+
 // The fast precision's policy (Tuning::fast_gradients, MEGANEURA_FAST_GRADIENTS): forward products
 // take f16 cooperative matrices; of the gradient products mn::grad appends, by default (auto) those of
 // convolutions and of matmuls of 2^27 multiply-adds or more do, their operands scaled into f16's range
@@ -274,16 +287,6 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Tensor h = g.conv2d(g.relu(g.conv2d(x, w3, std::nullopt, pad)), w1);
     Tensor loss = g.mean(g.linear(g.reshape(h, {2, 800}), w));
     for (const Tensor& t : grad(loss, {x, w3, w1, w})) g.output("grad" + std::to_string(t.id), t);
-    std::vector<int32_t> roots;
-    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
-    auto product_labels = [&](const sched::Tuning& tuning) {
-        std::multiset<std::string> labels;
-        for (const auto& step : sched::lower(g, roots, tuning).steps) {
-            const std::string& l = step.kernel.label;
-            if (l.starts_with("matmul") && !l.starts_with("matmul_split_sum") || l.starts_with("conv2d")) labels.insert(l);
-        }
-        return labels;
-    };
     sched::Tuning tuning;
     tuning.matmul.max_shared_memory = 48 * 1024;
     tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
@@ -297,19 +300,19 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     };
     // Backward: the linear layer's dx and dW (matmuls under 2^27 multiply-adds: f32 by default), the 1x1's
     // input and weight gradients (matmuls, but a convolution's), the 3x3's.
-    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul_coop_scaled", "matmul_coop_scaled",
+    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul_coop_scaled", "matmul_coop_scaled",
                                             "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
     tuning.fast_gradients = FG::F16;
-    EXPECT_EQ(product_labels(tuning),
+    EXPECT_EQ(product_labels(g, tuning),
               with({"matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled",
                     "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
     tuning.fast_gradients = FG::F32;
-    EXPECT_EQ(product_labels(tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
+    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
                                             "conv2d_grad_weight"}));
     // Tuning::split_forward: of the forward products of a graph with gradients, the 3x3 convolution
     // before the ReLU is split, the 1x1 after it not; the gradient products as before (f32 here).
     tuning.split_forward = true;
-    EXPECT_EQ(product_labels(tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
+    EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
                                                                    "matmul", "matmul", "matmul", "conv2d_grad_input",
                                                                    "conv2d_grad_weight"}));
     // A matmul's gradient products from 2^27 multiply-adds on (product_precision.cpp's kScaledGradientWork): the
@@ -321,15 +324,7 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Tensor wide = big.parameter("w", {32, 32});
     Tensor l = big.mean(big.linear(rows, wide));  // dx and dW: 2^17 x 32 x 32 = 2^27 multiply-adds each
     for (const Tensor& t : grad(l, {rows, wide})) big.output("grad" + std::to_string(t.id), t);
-    std::vector<std::string> big_labels;
-    std::vector<int32_t> big_roots;
-    for (const auto& [name, id] : big.outputs()) big_roots.push_back(id);
-    for (const auto& step : sched::lower(big, big_roots, tuning).steps) {
-        if (step.kernel.label.starts_with("matmul") && !step.kernel.label.starts_with("matmul_split_sum")) {
-            big_labels.push_back(step.kernel.label);
-        }
-    }
-    EXPECT_EQ(big_labels, (std::vector<std::string>{"matmul_coop_scaled", "matmul_coop_scaled"}));
+    EXPECT_EQ(product_labels(big, tuning), (std::multiset<std::string>{"matmul_coop_scaled", "matmul_coop_scaled"}));
 }
 
 // Node::gradient marks what mn::grad appended, not what comes after it: a product built after the
@@ -346,15 +341,7 @@ TEST(MatmulPrecisionPolicy, ProductsBuiltAfterTheBackwardAreForward) {
     tuning.matmul.coop_subgroup = 32;
     tuning.split_forward = true;
     tuning.fast_gradients = sched::Tuning::FastGradients::F32;
-    std::multiset<std::string> labels;
-    std::vector<int32_t> roots;
-    for (const auto& [name, id] : g.outputs()) roots.push_back(id);
-    for (const auto& step : sched::lower(g, roots, tuning).steps) {
-        if (step.kernel.label.starts_with("matmul") && !step.kernel.label.starts_with("matmul_split_sum")) {
-            labels.insert(step.kernel.label);
-        }
-    }
-    EXPECT_EQ(labels, (std::multiset<std::string>{"matmul", "matmul_coop_split+relu"}));
+    EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"matmul", "matmul_coop_split+relu"}));
 }
 
 // The graph the split precision tests run (split_forward_graph) is split as compile lowers it, after the
@@ -397,9 +384,7 @@ TEST(MatmulPrecisionPolicy, OnlyGraphsWithGradientsSplitTheirForward) {
     tuning.matmul.coop_subgroup = 32;
     tuning.split_forward = true;
     tuning.f16_weights = true;
-    std::vector<std::string> labels;
-    for (const auto& step : sched::lower(g, {g.outputs()[0].second}, tuning).steps) labels.push_back(step.kernel.label);
-    EXPECT_EQ(labels.back(), "matmul_coop") << labels.size();
+    EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"matmul_coop"}));
 }
 
 // A linear layer's two gradient products, dx = dy @ W and dW = dy^T @ x, for loss = sum(linear(x, w) * dy)

@@ -195,22 +195,21 @@ void coop_start() {
     wn = (warp % WARPS_N) * WN;
 }
 
+// Group p of this thread's slice into uvec4 `at` of the operand's shared array X (staged by `staged`),
+// and with SPLIT its lo part LO further.
+#if SPLIT
+#define STASH_GROUP(X, at, staged, p, LO) { uvec4 lo; X[at] = staged(p, lo); X[(LO) + (at)] = lo; }
+#else
+#define STASH_GROUP(X, at, staged, p, LO) X[at] = staged(p);
+#endif
 void stash(uint s) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint e = lid + p * WG, at = (s * A_ROWS + e / A_G) * A_S4 + e % A_G;
-#if SPLIT
-        As[at] = staged_a(p, As[A_LO + at]);
-#else
-        As[at] = staged_a(p);
-#endif
+        STASH_GROUP(As, at, staged_a, p, A_LO)
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint e = lid + p * WG, at = (s * B_ROWS + e / B_G) * B_S4 + e % B_G;
-#if SPLIT
-        Bs[at] = staged_b(p, Bs[B_LO + at]);
-#else
-        Bs[at] = staged_b(p);
-#endif
+        STASH_GROUP(Bs, at, staged_b, p, B_LO)
     }
 }
 
