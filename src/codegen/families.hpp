@@ -147,7 +147,7 @@ struct MatmulTuning {
     // matmul_coop.cpp's take_scales).
     bool coop_scaled = false;
     // The cooperative kernels stage each f32 operand as two f16 parts, hi + lo, and multiply hi*hi + hi*lo
-    // + lo*hi, scaled as coop_scaled does: about 22 significant bits (a training program's forward
+    // + lo*hi, scaled as coop_scaled does: about 21 significant bits (forward products before piecewise gradients
     // products: sched::Tuning::split_forward; matmul_coop.cpp's SPLIT).
     bool coop_split = false;
     const char* coop_declined = "precision strict";  // why coop_subgroup is 0 (MEGANEURA_DEBUG's explanation)

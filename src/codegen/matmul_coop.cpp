@@ -18,8 +18,9 @@
 // Tiles wholly inside C are stored straight from the accumulators; edge tiles go through a
 // per-subgroup 16x16 staging area and threads store only in-bounds elements.
 //
-// SPLIT (MatmulTuning::coop_split, a training program's forward products) stages each operand as two
-// f16 parts and multiplies three products of them, for about f32's precision on the tensor cores.
+// SPLIT (MatmulTuning::coop_split: forward products before a ReLU or max pool, sched::Tuning::split_forward)
+// stages each operand as two f16 parts and multiplies three products of them, for about f32's precision
+// on the tensor cores.
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
