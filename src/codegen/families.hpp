@@ -147,8 +147,8 @@ struct MatmulTuning {
     // matmul_coop.cpp's take_scales).
     bool coop_scaled = false;
     // The cooperative kernels stage each f32 operand as two f16 parts, hi + lo, and multiply hi*hi + hi*lo
-    // + lo*hi, scaled as coop_scaled does: about 21 significant bits (forward products before piecewise gradients
-    // products: sched::Tuning::split_forward; matmul_coop.cpp's SPLIT).
+    // + lo*hi, scaled as coop_scaled does: about 21 significant bits (forward products before piecewise
+    // gradients: sched::Tuning::split_forward; matmul_coop.cpp's SPLIT).
     bool coop_split = false;
     const char* coop_declined = "precision strict";  // why coop_subgroup is 0 (MEGANEURA_DEBUG's explanation)
     uint32_t forced_bm = 0;      // > 0: the tile of this height (MEGANEURA_MATMUL_TILE; tests, tuning)
