@@ -49,7 +49,8 @@ COMMAND="bench/ddp_bench.sh $(basename "$BINARY") --gpus '$GPUS' --budget $BUDGE
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - 10))
-left() { echo $((DEADLINE - $(date +%s))); }
+# shellcheck source=budget.sh
+source "$ROOT/bench/budget.sh"
 
 cd "$ROOT"
 if [ "$GPU_ENV" = 1 ]; then
@@ -69,20 +70,6 @@ rm -rf "$WORK"/mn-out-*
 NOTES="$WORK/notes.txt"
 : > "$NOTES"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-
-# step NAME CAP_SECONDS LOG COMMAND...: COMMAND with a time limit, its output in LOG (and its tail here).
-step() {
-  local name=$1 cap=$2 log=$3 t; shift 3
-  t=$(left)
-  [ "$cap" -lt "$t" ] && t=$cap
-  if [ "$t" -le 5 ]; then echo "- $name: not run, out of time" >> "$NOTES"; return 1; fi
-  echo "== $name (limit $t s, $(left) s left)"
-  timeout -k 5 "$t" "$@" > "$log" 2>&1
-  local status=$?
-  tail -n 3 "$log"
-  if [ $status -ne 0 ]; then echo "- $name: exit status $status$([ $status -ge 124 ] && echo ', past its time limit'): $(tail -n 1 "$log")" >> "$NOTES"; fi
-  return $status
-}
 
 # The data: the SmolLM2-135M folder (random weights) and text of finetune_bench; ResNet-50 weights and
 # enough images for $STEPS steps at the largest GPU count (more steps at fewer GPUs: one epoch each).

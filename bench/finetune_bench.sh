@@ -54,7 +54,8 @@ COMMAND="bench/finetune_bench.sh $(basename "$BINARY") --budget $BUDGET --steps 
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - REPORT_SECONDS))
-left() { echo $((DEADLINE - $(date +%s))); }
+# shellcheck source=budget.sh
+source "$ROOT/bench/budget.sh"
 
 cd "$ROOT"
 if [ "$GPU_ENV" = 1 ]; then
@@ -67,20 +68,6 @@ rm -rf "$WORK"/mn-* "$WORK"/torch-* "$WORK/rendezvous"  # nothing from an earlie
 export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-cache" TRITON_CACHE_DIR="$WORK/triton-cache"
 NOTES="$WORK/notes.txt"
 : > "$NOTES"
-
-# step NAME CAP_SECONDS LOG COMMAND...: COMMAND with a time limit, its output in LOG (and here).
-step() {
-  local name=$1 cap=$2 log=$3 t; shift 3
-  t=$(left)
-  [ "$cap" -lt "$t" ] && t=$cap
-  if [ "$t" -le 5 ]; then echo "- $name: not run, out of time" >> "$NOTES"; return 1; fi
-  echo "== $name (limit $t s, $(left) s left)"
-  timeout -k 5 "$t" "$@" > "$log" 2>&1
-  local status=$?
-  tail -n 4 "$log"
-  if [ $status -ne 0 ]; then echo "- $name: exit status $status$([ $status -ge 124 ] && echo ', past its time limit'): $(tail -n 1 "$log")" >> "$NOTES"; fi
-  return $status
-}
 
 MODEL="$WORK/model"
 step "prepare" 90 "$WORK/prepare.log" "$PYTHON" bench/finetune_bench.py prepare "$WORK" --size "$SIZE" --text-kb "$TEXT_KB" || exit 1

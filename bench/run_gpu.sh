@@ -55,7 +55,8 @@ COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMU
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - REPORT_SECONDS))
-left() { echo $((DEADLINE - $(date +%s))); }
+# shellcheck source=budget.sh
+source "$ROOT/bench/budget.sh"
 STAGES=""  # "stage N s, ...": where the budget went
 stage_done() { STAGES+="${STAGES:+, }$1 $(( $(date +%s) - STAGE_START )) s"; STAGE_START=$(date +%s); }
 

@@ -5,7 +5,8 @@
 # threads per phase between barriers, the cooperative loads and stores with the offsets, strides and
 # orders the GLSL passes (units of uvec4 = 8 halves in the f16 arrays, as glslang 12's coopMatLoadNV reads
 # them, verified on the H200 by the forward), the skips, masks and power-of-two scales as written, and f16
-# rounding where the kernels round; against float64. Keep it in step with the GLSL.
+# rounding where the kernels round; against float64. Keep it in step with the GLSL: the methods product_to_ws,
+# ds_to_ps and accumulate_ps_times are its macros PRODUCT_TO_WS, DS_TO_PS and ACCUMULATE_PS_TIMES.
 #
 #   scripts/attention_coop_backward_emulation.py [CASE...]     (python3 only; a few seconds)
 #
@@ -125,6 +126,29 @@ class K:  # one workgroup's shared state and the GLSL's constants
                 for r in range(16):
                     for c in range(16): a[r][c] *= new / sc
         return new
+    # The GLSL's macros (attention_coop.cpp's kCoopAttentionCommon), for subgroup w.
+    def product_to_ws(s, w, left, src, at):  # PRODUCT_TO_WS: left[OG] times the staged rows, transposed, into Ws
+        for n in range(s.TG):
+            x = s.zero()
+            for i in range(s.OG): x = s.mma(left[i], s.load(src, at + n * 16 * s.D4 + i * 2, s.D4, True), x)
+            s.store_ws(x, w * 16 * s.SW + n * 16, s.SW)
+    def ds_to_ps(s, w, p, delta, inv_o, scale, accs):  # DS_TO_PS: dS = P (dP - delta(col)) as f16 into Ps; the new scale
+        ms = []
+        for lane in range(32):
+            rr, side = lane % 16, lane // 16; srow = (w * 16 + rr) * s.SW
+            for t in range(s.TG):
+                for col in s.cols(side, t):
+                    p[lane, col] *= s.Ws[srow + col] * inv_o - delta(lane, col); ms.append(abs(p[lane, col]))
+        scale = s.take_scale(scale, ms, accs)
+        for lane in range(32):
+            rr, side = lane % 16, lane // 16; prow = (w * 16 + rr) * s.P4
+            for t in range(s.TG):
+                for e, col in enumerate(s.cols(side, t)): s.Ps[(prow + side + 2 * t) * 8 + e] = h(p[lane, col] * scale)
+        return scale
+    def accumulate_ps_times(s, w, accs, src, at):  # ACCUMULATE_PS_TIMES: accs += (Ps's rows) times the staged rows
+        pf = [s.load(s.Ps, w * 16 * s.P4 + t * 2, s.P4, False) for t in range(s.TG)]
+        for dn in range(s.OG):
+            for t in range(s.TG): accs[dn] = s.mma(pf[t], s.load(src, at + t * 16 * s.D4 + dn * 2, s.D4, False), accs[dn])
     def store_rows(s, warp, accs, factor, dst, first, valid):
         for c0 in range(0, s.DH, s.BT):
             for dn in range(c0 // 16, min(c0 + s.BT, s.DH) // 16): s.store_ws(accs[dn], warp * 16 * s.SW + dn * 16 - c0, s.SW)
@@ -136,7 +160,7 @@ class K:  # one workgroup's shared state and the GLSL's constants
                         for e in range(8): dst[(first + rr) * s.DH + col + e] = s.Ws[srow + col - c0 + e] * factor
 
 def grad_q(P, BR, BT, out):
-    k = K(P, BR, BT); ROWS = k.ROWS; blocks = (ROWS + BR - 1) // BR; OG, TG, D4, P4, SW = k.OG, k.TG, k.D4, k.P4, k.SW
+    k = K(P, BR, BT); ROWS = k.ROWS; blocks = (ROWS + BR - 1) // BR; OG, TG, D4, SW = k.OG, k.TG, k.D4, k.SW
     VOFF = BT * D4
     for g in range(P['HEADS'] * blocks):
         k.__init__(P, BR, BT); KV = [math.nan] * (2 * VOFF * 8)
@@ -158,10 +182,7 @@ def grad_q(P, BR, BT, out):
                 if w0 >= ROWS: continue
                 seen = key_range(P, w0, min(w0 + 16, ROWS) - 1)
                 if j0 >= seen[1] or j0 + BT <= seen[0]: continue
-                for n in range(TG):
-                    s = k.zero()
-                    for i in range(OG): s = k.mma(qf[w][i], k.load(KV, n * 16 * D4 + i * 2, D4, True), s)
-                    k.store_ws(s, w * 16 * SW + n * 16, SW)
+                k.product_to_ws(w, qf[w], KV, 0)
                 p = {}
                 for lane in range(32):
                     rr, side = lane % 16, lane // 16; r = w0 + rr; live = r < ROWS
@@ -171,25 +192,10 @@ def grad_q(P, BR, BT, out):
                         for col in k.cols(side, t):
                             j = j0 + col
                             p[lane, col] = math.exp(k.Ws[srow + col] - row_lse) if live and j < keys[1] and sees(P, position, j) else 0.0
-                for n in range(TG):
-                    dp = k.zero()
-                    for i in range(OG): dp = k.mma(of[w][i], k.load(KV, VOFF + n * 16 * D4 + i * 2, D4, True), dp)
-                    k.store_ws(dp, w * 16 * SW + n * 16, SW)
-                ms = []
-                for lane in range(32):
-                    rr, side = lane % 16, lane // 16; r = w0 + rr; live = r < ROWS; srow = (w * 16 + rr) * SW
-                    row_delta = P['delta'][head * ROWS + r] if live else 0.0
-                    for t in range(TG):
-                        for col in k.cols(side, t):
-                            p[lane, col] *= k.Ws[srow + col] * inv_o - row_delta; ms.append(abs(p[lane, col]))
-                g_scale[w] = k.take_scale(g_scale[w], ms, acc[w])
-                for lane in range(32):
-                    rr, side = lane % 16, lane // 16; prow = (w * 16 + rr) * P4
-                    for t in range(TG):
-                        for e, col in enumerate(k.cols(side, t)): k.Ps[(prow + side + 2 * t) * 8 + e] = h(p[lane, col] * g_scale[w])
-                sf = [k.load(k.Ps, w * 16 * P4 + t * 2, P4, False) for t in range(TG)]
-                for dn in range(OG):
-                    for t in range(TG): acc[w][dn] = k.mma(sf[t], k.load(KV, t * 16 * D4 + dn * 2, D4, False), acc[w][dn])
+                k.product_to_ws(w, of[w], KV, VOFF)
+                row_delta = lambda lane, col: P['delta'][head * ROWS + w0 + lane % 16] if w0 + lane % 16 < ROWS else 0.0
+                g_scale[w] = k.ds_to_ps(w, p, row_delta, inv_o, g_scale[w], acc[w])
+                k.accumulate_ps_times(w, acc[w], KV, 0)
         for w in range(k.NW):
             w0 = r0 + w * 16
             if w0 < ROWS: k.store_rows(w, acc[w], P['SCALE'] / g_scale[w], out, head * ROWS + w0, ROWS - w0)
@@ -229,10 +235,7 @@ def grad_kv(P, BR, BT, dk_out, dv_out):
                 if k0 >= TK: continue
                 seen = query_range(P, k0, min(k0 + 16, TK) - 1)
                 if t0 >= seen[1] or t0 + BT <= seen[0]: continue
-                for n in range(TG):
-                    s = k.zero()
-                    for i in range(OG): s = k.mma(kf[w][i], k.load(QO, n * 16 * D4 + i * 2, D4, True), s)
-                    k.store_ws(s, w * 16 * SW + n * 16, SW)
+                k.product_to_ws(w, kf[w], QO, 0)
                 p = {}
                 for lane in range(32):
                     rr, side = lane % 16, lane // 16; key = k0 + rr; live = key < TK
@@ -241,27 +244,10 @@ def grad_kv(P, BR, BT, dk_out, dv_out):
                         for e, col in enumerate(k.cols(side, t)):
                             p[lane, col] = math.exp(k.Ws[srow + col] - Ls[col]) if live and col < valid and sees(P, s0 + t0 + col, key) else 0.0
                             k.Ps[(prow + side + 2 * t) * 8 + e] = h(p[lane, col])
-                pf = [k.load(k.Ps, w * 16 * P4 + t * 2, P4, False) for t in range(TG)]
-                for dn in range(OG):
-                    for t in range(TG): dv[w][dn] = k.mma(pf[t], k.load(QO, OOFF + t * 16 * D4 + dn * 2, D4, False), dv[w][dn])
-                for n in range(TG):
-                    dp = k.zero()
-                    for i in range(OG): dp = k.mma(vf[w][i], k.load(QO, OOFF + n * 16 * D4 + i * 2, D4, True), dp)
-                    k.store_ws(dp, w * 16 * SW + n * 16, SW)
-                ms = []; inv_o = 1.0 / o_scale
-                for lane in range(32):
-                    rr, side = lane % 16, lane // 16; srow = (w * 16 + rr) * SW
-                    for t in range(TG):
-                        for col in k.cols(side, t):
-                            p[lane, col] *= k.Ws[srow + col] * inv_o - Dl[col]; ms.append(abs(p[lane, col]))
-                g_scale[w] = k.take_scale(g_scale[w], ms, dk[w])
-                for lane in range(32):
-                    rr, side = lane % 16, lane // 16; prow = (w * 16 + rr) * P4
-                    for t in range(TG):
-                        for e, col in enumerate(k.cols(side, t)): k.Ps[(prow + side + 2 * t) * 8 + e] = h(p[lane, col] * g_scale[w])
-                sf = [k.load(k.Ps, w * 16 * P4 + t * 2, P4, False) for t in range(TG)]
-                for dn in range(OG):
-                    for t in range(TG): dk[w][dn] = k.mma(sf[t], k.load(QO, t * 16 * D4 + dn * 2, D4, False), dk[w][dn])
+                k.accumulate_ps_times(w, dv[w], QO, OOFF)
+                k.product_to_ws(w, vf[w], QO, OOFF)
+                g_scale[w] = k.ds_to_ps(w, p, lambda lane, col: Dl[col], 1.0 / o_scale, g_scale[w], dk[w])
+                k.accumulate_ps_times(w, dk[w], QO, 0)
         for w in range(k.NW):
             k0 = j0 + w * 16
             if k0 < TK:

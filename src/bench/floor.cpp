@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "schedule/schedule.hpp"
+
 namespace mn::bench {
 namespace {
 
@@ -27,11 +29,8 @@ double visible_pairs(const Graph& g, const Node& n) {
 
 double product_flops(const Graph& g, const Node& n) {
     switch (n.op) {
-        case Op::MatMul: {
-            const Shape& a = g.node(n.inputs[0]).shape;
-            const int64_t k = n.ints[0] ? a[a.size() - 2] : a.back();
-            return 2.0 * double(numel(n.shape)) * double(k);
-        }
+        case Op::MatMul:
+            return 2.0 * sched::matmul_multiply_adds(g, n);
         case Op::Conv2d:
         case Op::Conv2dGradInput:
         case Op::Conv2dGradWeight: {

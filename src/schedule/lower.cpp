@@ -30,8 +30,7 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 class Lowering {
 public:
-    Lowering(const Graph& g, const Tuning& t)
-        : g_(g), t_(t), has_gradients_(g.has_gradients()) {}
+    Lowering(const Graph& g, const Tuning& t) : g_(g), t_(t) {}
 
     Schedule run(const std::vector<int32_t>& roots) {
         std::vector<bool> live(g_.nodes().size(), false);
@@ -42,8 +41,8 @@ public:
         }
         fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
         // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
-        if (t_.f16_weights && !has_gradients_) invariant_ = parameter_only_nodes(g_);
-        if (t_.split_forward && has_gradients_) split_ = before_piecewise_gradients(g_);
+        if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
+        if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
         std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
         for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
         for (size_t i = 0; i < live.size(); ++i) {
@@ -757,7 +756,6 @@ private:
 
     const Graph& g_;
     const Tuning& t_;
-    const bool has_gradients_;  // mn::grad appended a backward (a training step, or gradients as outputs)
     Schedule s_;
     FusionPlan fusion_;
     std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)

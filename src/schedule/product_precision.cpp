@@ -22,13 +22,6 @@ namespace {
 // scaled; Whisper's 1500-row ones 5.64 f32, 5.11 scaled).
 constexpr double kScaledGradientWork = double(int64_t(1) << 27);
 
-// M x N x K (x batch) of a matmul node; 0 for other products.
-double matmul_multiply_adds(const Graph& g, const Node& n) {
-    if (n.op != Op::MatMul) return 0;
-    const Shape& a = g.node(n.inputs[0]).shape;
-    return double(numel(n.shape)) * double(n.ints[0] ? a[a.size() - 2] : a.back());
-}
-
 bool piecewise_gradient(Op op) {
     return op == Op::Relu || op == Op::MaxPool2d || op == Op::Abs || op == Op::Maximum || op == Op::Minimum;
 }
@@ -43,6 +36,12 @@ std::vector<bool> before_piecewise_gradients(const Graph& g) {
         for (int32_t in : nodes[i].inputs) before[static_cast<size_t>(in)] = true;
     }
     return before;
+}
+
+double matmul_multiply_adds(const Graph& g, const Node& n) {
+    if (n.op != Op::MatMul) return 0;
+    const Shape& a = g.node(n.inputs[0]).shape;
+    return double(numel(n.shape)) * double(n.ints[0] ? a[a.size() - 2] : a.back());
 }
 
 codegen::MatmulTuning product_tuning(const Graph& g, int32_t id, const Tuning& tuning, const std::vector<bool>& split) {

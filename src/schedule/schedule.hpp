@@ -122,6 +122,8 @@ std::vector<bool> before_piecewise_gradients(const Graph& g);
 // a gradient product (Node::gradient) takes the scaled cooperative kernels or the f32 ones as
 // tuning.fast_gradients says (product_precision.cpp).
 codegen::MatmulTuning product_tuning(const Graph& g, int32_t id, const Tuning& tuning, const std::vector<bool>& split);
+// M x N x K (x batch) of matmul node n of g; 0 for other nodes (product_precision.cpp).
+double matmul_multiply_adds(const Graph& g, const Node& n);
 
 // After order_by_level, for data-parallel training: moves the steps that read `reduced_inputs` (the
 // gradients summed across processes), or what such steps compute, behind all others, and returns the
