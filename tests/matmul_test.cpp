@@ -10,6 +10,7 @@
 #include "common/caps_profiles.hpp"
 #include "compiler/coop_self_test.hpp"
 #include "compiler/program_kernels.hpp"
+#include "error_of.hpp"
 #include "gpu_check.hpp"
 #include "temp_dir.hpp"
 #include "meganeura/autodiff.hpp"
@@ -373,6 +374,22 @@ TEST(MatmulPrecisionPolicy, TheCooperativeCheckCoversEveryKind) {
                              "conv2d_grad_weight_coop_scaled"}) {
         EXPECT_TRUE(kinds.count(kind)) << kind;
     }
+}
+
+// MEGANEURA_FAST_FORWARD: split (the default where the cooperative kernels run) or f16; anything else is
+// an error that names the variable.
+TEST(MatmulPrecisionPolicy, FastForwardFollowsItsVariable) {
+    const rt::CapsProfile* h200 = rt::find_caps_profile("nvidia-h200");
+    ASSERT_NE(h200, nullptr);
+    EXPECT_TRUE(sched::tune_for(h200->caps, Precision::Fast, true).split_forward);
+    EXPECT_FALSE(sched::tune_for(h200->caps, Precision::Strict, true).split_forward);
+    {
+        ScopedEnv f16("MEGANEURA_FAST_FORWARD", "f16");
+        EXPECT_FALSE(sched::tune_for(h200->caps, Precision::Fast, true).split_forward);
+    }
+    ScopedEnv bad("MEGANEURA_FAST_FORWARD", "fp16");
+    EXPECT_EQ(error_of([&] { sched::tune_for(h200->caps, Precision::Fast, true); }),
+              "MEGANEURA_FAST_FORWARD must be split or f16, got 'fp16'");
 }
 
 // A graph without gradients is not split (its forward products stay f16, and read f16 weights).
