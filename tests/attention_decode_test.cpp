@@ -140,6 +140,31 @@ TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
     }
 }
 
+// A prefill of few heads leaves the device idle too (Whisper-tiny's encoder: 6 heads of 1500 rows
+// on 132 compute units), so the blocked kernel splits its keys as well, here 1500 rows of one head
+// (this device's compute units, or 32 assumed): its chunks, then the combine with a thread per
+// output. Against the unsplit kernel and the reference as above; causal, so that the chunks of the
+// first rows are empty.
+TEST_F(AttentionDecodeGpu, PrefillOfFewHeadsIsSplitAndAgreesWithTheUnsplitKernel) {
+    for (const Case& c : {Case{"q1500_d64_full", 1, 1, 1500, 1500, 64}, Case{"q1500_d64_causal", 1, 1, 1500, 1500, 64, true}}) {
+        SCOPED_TRACE(c.name);
+        const Problem p = problem(c);
+        const std::vector<codegen::KernelSource> split = forward_kernels(*p.g);
+        ASSERT_EQ(split.size(), 2u);
+        EXPECT_EQ(split[0].label, "attention_chunks");
+        EXPECT_EQ(split[0].choice.rfind("blocked: 1500 rows per kv head, keys in ", 0), 0u) << split[0].choice;
+        EXPECT_NE(split[0].choice.find("workgroups would underfill"), std::string::npos) << split[0].choice;
+        EXPECT_NE(split[1].choice.find("a thread per output"), std::string::npos) << split[1].choice;
+        const std::vector<float> got = run(p);
+        const ScopedEnv whole("MEGANEURA_ATTENTION_SPLITS", "1");
+        const std::vector<codegen::KernelSource> unsplit = forward_kernels(*p.g);
+        ASSERT_EQ(unsplit.size(), 1u);
+        EXPECT_EQ(unsplit[0].choice, "blocked: 1500 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
+        EXPECT_LE(relative_difference(got, run(p)), 4e-6);
+        expect_matches_reference(*p.g, p.feeds);
+    }
+}
+
 // A few keys stay whole (the combine's dispatch would cost more than it saves), and so do enough
 // workgroups to fill the device: 256 decode streams of 3 kv heads (the H200 has 132 compute units).
 TEST_F(AttentionDecodeGpu, ShortSweepsAndFullGridsAreNotSplit) {

@@ -105,27 +105,28 @@ void expect_forward_matches_reference(const Case& c) {
 
 // Sweeps long enough that llvmpipe's loop limit (DeviceCaps::max_loop_iterations) cuts a kernel
 // short (a decode step over 300,000 keys came out wrong by 2x in the row-wise kernel, 0.6 in the
-// blocked one). On such a device a few-row sweep is split into chunks short enough (flash-decoding,
-// codegen/attention_decode.cpp), other long sweeps take the blocked kernels, whose loops run once per
-// tile and per head-dim chunk, and a sweep too long even for them is refused with a clear error; on
-// other devices all match. Sums of 300,000 f32 terms carry about 2^-24 * sqrt(3e5) = 3e-5 relative
-// error, so the bound is 1e-4.
+// blocked one). A sweep over so many keys is split into chunks short enough (flash-decoding,
+// codegen/attention_decode.cpp) on every device, so all match; on such a device a sweep kept whole
+// (MEGANEURA_ATTENTION_SPLITS=1) too long even for the blocked kernels (whose loops run once per tile
+// and per head-dim chunk) is refused with a clear error. Sums of 300,000 f32 terms carry about
+// 2^-24 * sqrt(3e5) = 3e-5 relative error, so the bound is 1e-4.
 TEST(AttentionVeryLong, SweepsPastTheLoopLimitMatchOrAreRefused) {
-    const bool limited = device().context()->caps().max_loop_iterations > 0;
     for (const Case& c : {Case{"decode_300000_d64", 1, 2, 1, 1, 300000, 64},
                           Case{"prefill_16_of_300000_d16", 1, 1, 1, 16, 300000, 16},
                           Case{"prefill_16_of_300000_d64", 1, 1, 1, 16, 300000, 64}}) {
         SCOPED_TRACE(c.name);
         Built b = build(c);
         b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
-        if (limited && c.q_len == 16 && c.dim == 64) {
-            const std::string error = error_of([&] { compile(*b.g, device()); });
-            EXPECT_NE(error.find("[attention] a sweep over 300000 rows (x1) at head dim 64 needs more loop iterations "
-                                 "than this device allows"),
-                      std::string::npos) << error;
-            continue;
-        }
         expect_matches_reference(*b.g, feeds_for(c, *b.g, 7), 1e-4);
+    }
+    if (device().context()->caps().max_loop_iterations > 0) {
+        const ScopedEnv whole("MEGANEURA_ATTENTION_SPLITS", "1");
+        Built b = build(Case{"prefill_16_of_300000_d64", 1, 1, 1, 16, 300000, 64});
+        b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+        const std::string error = error_of([&] { compile(*b.g, device()); });
+        EXPECT_NE(error.find("[attention] a sweep over 300000 rows (x1) at head dim 64 needs more loop iterations "
+                             "than this device allows"),
+                  std::string::npos) << error;
     }
     expect_no_validation_messages();
 }
@@ -346,8 +347,14 @@ std::vector<std::string> fast_labels(const Graph& g) {
     for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
     return labels;
 }
-// What a forward alone lowers to: one kernel (the logsumexp and a merge of the heads are stored by it).
-std::vector<std::string> one_fast_forward() { return {coop_device() ? "attention_coop" : "attention"}; }
+// What a forward alone lowers to: one kernel (the logsumexp and a merge of the heads are stored by it),
+// or where its keys are split across workgroups (few heads), the chunks' kernel and their combine.
+void expect_one_fast_forward(const Graph& g) {
+    const std::vector<std::string> labels = fast_labels(g);
+    const std::string forward = coop_device() ? "attention_coop" : "attention";
+    if (labels.size() == 2) EXPECT_EQ(labels, (std::vector<std::string>{forward + "_chunks", "attention_combine"}));
+    else EXPECT_EQ(labels, std::vector<std::string>{forward});
+}
 
 // Whisper's encoder at fewer positions (non-causal, rows not a multiple of the 64-row block), SmolLM2's
 // causal GQA (9 query heads on 3 kv heads: blocks of rows cross the heads), a sliding window behind a
@@ -373,7 +380,7 @@ TEST_P(AttentionFast, ForwardMatchesReference) {
     g.output("out", out);
     g.output("lse", g.emit({.op = Op::AttentionLse, .inputs = n.inputs, .shape = {c.batch, c.q_heads, c.q_len},
                             .dtype = DType::F32, .ints = n.ints, .data = n.data}));
-    EXPECT_EQ(fast_labels(g), one_fast_forward());
+    expect_one_fast_forward(g);
     expect_matches_reference(g, feeds_for(c, g, 7), fast_tolerance(), fast());
 }
 
@@ -388,7 +395,7 @@ TEST_F(AttentionGpu, FastMergedHeadsAreStoredWithoutACopy) {
         Graph& g = *b.g;
         const Tensor out = g.attention(b.q, b.k, b.v, b.options);
         g.output("merged", g.reshape(g.permute(out, {0, 2, 1, 3}), {c.batch, c.q_len, c.q_heads * c.dim}));
-        EXPECT_EQ(fast_labels(g), one_fast_forward());
+        expect_one_fast_forward(g);
         expect_matches_reference(g, feeds_for(c, g, 7), fast_tolerance(), fast());
     }
 }
@@ -452,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(Attention, AttentionFastBackward, ::testing::ValuesIn(k
 TEST_F(AttentionGpu, FastRowThatSeesNoKeyIsZero) {
     Built b = build({"", 1, 2, 1, 20, 3, 32, true});
     b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
-    EXPECT_EQ(fast_labels(*b.g), one_fast_forward());
+    expect_one_fast_forward(*b.g);
     expect_matches_reference(*b.g, random_feeds(*b.g, 5), fast_tolerance(), fast());
 }
 
@@ -466,12 +473,22 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
         std::string choice;  // the forward kernel's
     };
     const std::vector<Expect> cases = {
-        {{"whisper", 1, 6, 6, 1500, 1500, 64}, "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles"},
-        {{"smollm2_prefill", 1, 9, 3, 128, 128, 64, true}, "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles"},
-        {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17}, "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles"},
-        {{"d80", 4, 8, 8, 512, 512, 80}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles"},
-        {{"d128", 4, 8, 8, 512, 512, 128}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles"},
-        {{"d33", 1, 2, 1, 64, 64, 33}, "blocked: 128 rows per kv head; cooperative declined: head dim 33 is not a multiple of 16"},
+        {{"whisper", 1, 6, 6, 1500, 1500, 64},
+         "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 chunks of 384: 144 workgroups "
+         "would underfill 132 compute units"},
+        {{"smollm2_prefill", 1, 9, 3, 128, 128, 64, true},
+         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 128 keys are fewer than 256"},
+        {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
+         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 256"},
+        {{"d80", 4, 8, 8, 512, 512, 80},
+         "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256 workgroups "
+         "would underfill 132 compute units"},
+        {{"d128", 4, 8, 8, 512, 512, 128},
+         "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256 workgroups "
+         "would underfill 132 compute units"},
+        {{"d33", 1, 2, 1, 64, 64, 33},
+         "blocked: 128 rows per kv head; keys not split: 64 keys are fewer than 256; cooperative declined: head dim 33 is "
+         "not a multiple of 16"},
         {{"decode", 1, 9, 3, 1, 4096, 64, true, 0, 100},
          "row-wise, 3 rows per kv head, keys in 64 chunks of 64 (flash-decoding): 3 workgroups would underfill 132 "
          "compute units; cooperative declined: 3 rows per kv head, fewer than a subgroup's 16"},
@@ -484,14 +501,14 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
         ASSERT_FALSE(kernels.empty());
         const codegen::KernelSource& k = kernels.front();
         EXPECT_EQ(k.choice, e.choice);
-        if (k.label != "attention_coop") continue;
+        if (k.label.rfind("attention_coop", 0) != 0) continue;
         EXPECT_EQ(k.required_subgroup_size, 32u);
         const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(h200));
         const codegen::SpirvNeeds needs = codegen::spirv_needs(*spirv, k.spec_values);
         EXPECT_LE(needs.shared_bytes, 48u * 1024);
         for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
         // Strict keeps the f32 kernels.
-        EXPECT_EQ(compiler::program_kernels(*b.g, h200, {}).front().label, "attention");
+        EXPECT_EQ(compiler::program_kernels(*b.g, h200, {}).front().label, k.label == "attention_coop" ? "attention" : "attention_chunks");
     }
 }
 
@@ -503,31 +520,50 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         Case c;
         std::string dq, dkv;  // the kernels' choices
     };
+    const std::string underfill = " workgroups would underfill 132 compute units";
     const std::vector<Expect> cases = {
-        {{"whisper", 1, 6, 6, 1500, 1500, 64}, "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles",
-         "cooperative: 1500 keys per kv head, 64 per workgroup, 64-row query tiles"},
-        {{"smollm2", 1, 9, 3, 128, 128, 64, true}, "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles",
-         "cooperative: 128 keys per kv head, 16 per workgroup, 16-row query tiles"},
+        {{"whisper", 1, 6, 6, 1500, 1500, 64},
+         "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 chunks of 384: 144" + underfill,
+         "cooperative: 1500 keys per kv head, 64 per workgroup, 64-row query tiles, query rows in 4 chunks of 384: 144" +
+             underfill},
+        {{"smollm2", 1, 9, 3, 128, 128, 64, true},
+         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 128 keys are fewer than 256",
+         "cooperative: 128 keys per kv head, 16 per workgroup, 16-row query tiles, query rows in 3 chunks of 128: 24" +
+             underfill + "; chunks of at least 128 query rows"},
         {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
-         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles",
-         "cooperative: 50 keys per kv head, 16 per workgroup, 32-row query tiles"},
-        {{"d80", 4, 8, 8, 512, 512, 80}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles",
-         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles"},
-        {{"d128", 4, 8, 8, 512, 512, 128}, "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles",
-         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles"},
-        {{"d33", 1, 2, 1, 64, 64, 33}, "blocked: 128 rows per kv head; cooperative declined: head dim 33 is not a multiple of 16",
-         "blocked: 64 keys per kv head; cooperative declined: head dim 33 is not a multiple of 16"},
+         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 256",
+         "cooperative: 50 keys per kv head, 16 per workgroup, 32-row query tiles; query rows not split: 99 query rows are "
+         "fewer than 256"},
+        {{"d80", 4, 8, 8, 512, 512, 80},
+         "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256" + underfill,
+         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles, query rows in 3 chunks of 192: 256" +
+             underfill},
+        {{"d128", 4, 8, 8, 512, 512, 128},
+         "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256" + underfill,
+         "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles, query rows in 3 chunks of 192: 256" +
+             underfill},
+        {{"d33", 1, 2, 1, 64, 64, 33},
+         "blocked: 128 rows per kv head; keys not split: 64 keys are fewer than 256; cooperative declined: head dim 33 "
+         "is not a multiple of 16",
+         "blocked: 64 keys per kv head; query rows not split: 128 query rows are fewer than 256; cooperative declined: "
+         "head dim 33 is not a multiple of 16"},
         {{"one_query", 2, 5, 1, 1, 33, 48, true},
          "row-wise: 5 rows per kv head; cooperative declined: 5 rows per kv head, fewer than a subgroup's 16",
-         "cooperative: 33 keys per kv head, 16 per workgroup, 16-row query tiles"},
+         "cooperative: 33 keys per kv head, 16 per workgroup, 16-row query tiles; query rows not split: 5 query rows are "
+         "fewer than 256"},
     };
     for (const Expect& e : cases) {
         SCOPED_TRACE(e.c.name);
         Loss l = loss_of(e.c, 3);
         const Graph& g = with_backward_outputs(l);
         std::map<std::string, std::string> choices;  // by label
+        int sums = 0;  // of split sweeps' partials
         for (const codegen::KernelSource& k : compiler::program_kernels(g, h200, fast())) {
             if (k.label.rfind("attention_grad", 0) != 0) continue;
+            if (k.label.ends_with("_sum")) {
+                ++sums;
+                continue;
+            }
             EXPECT_TRUE(choices.emplace(k.label, k.choice).second) << k.label;
             if (k.label.find("_coop") == std::string::npos) continue;
             EXPECT_EQ(k.required_subgroup_size, 32u);
@@ -540,6 +576,7 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         EXPECT_EQ(choices[coop_q ? "attention_grad_q_coop" : "attention_grad_q"], e.dq);
         EXPECT_EQ(choices[coop_kv ? "attention_grad_kv_coop" : "attention_grad_kv"], e.dkv);
         EXPECT_EQ(choices.size(), 2u);
+        EXPECT_EQ(sums, int(e.dq.find(" chunks of ") != std::string::npos) + int(e.dkv.find(" chunks of ") != std::string::npos));
         // Strict, and fast with MEGANEURA_FAST_GRADIENTS=f32, keep the f32 kernels.
         for (const bool strict : {true, false}) {
             const ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", strict ? "" : "f32");

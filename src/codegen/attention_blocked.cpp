@@ -42,15 +42,17 @@ const uint CPT = (BT * DP + WG - 1u) / WG;
         uint e = lid + u * WG; \
         if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
     }
-// The forward's and dQ's block of query rows: its head, first row r0 and the keys it may see;
+// The forward's and dQ's block of query rows: its head, first row r0 and the keys it may see (of
+// its chunk, where the forward's keys are split: SPLIT);
 // Qt staged (scaled); whether each of the thread's 4 rows exists and its position among the keys.
 #define BLOCKED_QUERY_BLOCK \
     BLOCK_THREAD \
     uint blocks = (ROWS + BR - 1u) / BR; \
     uint g = mn_group_id(); \
-    if (g >= HEADS * blocks) return; \
-    uint head = g / blocks, r0 = (g % blocks) * BR; \
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u); \
+    if (g >= HEADS * blocks * SPLITS) return; \
+    uint split = g % SPLITS, qblock = g / SPLITS; \
+    uint head = qblock / blocks, r0 = (qblock % blocks) * BR; \
+    uvec2 keys = chunk_of(key_range(r0, min(r0 + BR, ROWS) - 1u), split); \
     STAGE_ROWS4(Qt, q, head * ROWS + r0, ROWS - r0, scale()) \
     bvec4 live; \
     ivec4 position; \
@@ -138,12 +140,25 @@ void main() {
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         if (!live[i]) continue;
         uint r = head * ROWS + r0 + rg * 4u + i;
+#ifdef SPLIT
+        // The chunk's record for the combine kernel (attention_decode.cpp): unnormalized sums, then m and l.
+        uint pbase = (r * SPLITS + split) * (D + 2u);
+        [[unroll]] for (uint c = 0u; c < ON; ++c) {
+            uint d = tx + c * NT;
+            if (d < D) part.d[pbase + d] = acc[c][i];
+        }
+        if (tx == 0u) {
+            part.d[pbase + D] = m[i];
+            part.d[pbase + D + 1u] = total[i];
+        }
+#else
         float inv = total[i] > 0.0 ? 1.0 / total[i] : 0.0;  // a row that sees no key yields zeros
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
             if (d < D) o.d[out_row(r) * D + d] = STORE(acc[c][i] * inv);
         }
         if (tx == 0u) lse.d[r] = total[i] > 0.0 ? m[i] + log(total[i]) : NEG_INF;
+#endif
     }
 }
 )";
@@ -199,7 +214,12 @@ void main() {
         uint r = head * ROWS + r0 + rg * 4u + i;
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
+#ifdef SPLIT
+            // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
+            if (d < D) part.d[(split * HEADS * ROWS + r) * D + d] = acc[c][i] * scale();
+#else
             if (d < D) dq.d[r * D + d] = STORE(acc[c][i] * scale());
+#endif
         }
     }
 }
@@ -215,10 +235,7 @@ shared vec4 St[BT * R4];
 
 void main() {
     BLOCK_THREAD
-    uint blocks = (TK + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, j0 = (g % blocks) * BR;
+    KEY_BLOCK
     int s0 = query_start();
     uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
     STAGE_ROWS4(Kt, k, head * TK + j0, TK - j0, 1.0)
@@ -229,21 +246,22 @@ void main() {
     [[unroll]] for (uint c = 0u; c < ON; ++c) { dk_acc[c] = vec4(0.0); dv_acc[c] = vec4(0.0); }
     // One step per tile of BT query rows of each of the G heads; the next step's tile is fetched
     // into registers while this one is used.
-    uint per_head = (queries.y - queries.x + BT - 1u) / BT, steps = G * per_head;
+    uint per_head = (queries.y - queries.x + BT - 1u) / BT;
+    uvec2 steps = steps_of(G * per_head, split);
 #define QUERY_TILE(step) \
     uint t0 = queries.x + ((step) % per_head) * BT, rbase = head * ROWS + (step) / per_head * TQ + t0;
     float q_next[CPT], o_next[CPT];
-    if (steps > 0u) {
-        QUERY_TILE(0u)
+    if (steps.x < steps.y) {
+        QUERY_TILE(steps.x)
         FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
         FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
     }
-    for (uint step = 0u; step < steps; ++step) {
+    for (uint step = steps.x; step < steps.y; ++step) {
         barrier();  // the previous tile is consumed
         STORE_COLUMNS(Qt, q_next)
         STORE_COLUMNS(Ot, o_next)
         barrier();
-        if (step + 1u < steps) {
+        if (step + 1u < steps.y) {
             QUERY_TILE(step + 1u)
             FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
             FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
@@ -288,6 +306,17 @@ void main() {
     }
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         if (!live[i]) continue;
+#ifdef SPLIT
+        // The chunk's partial sums, [SPLITS][dK, dV][HEADS * TK][D], which the sum kernel adds in chunk order.
+        uint at = (2u * split * HEADS * TK + head * TK + key[i]) * D, dv_at = at + HEADS * TK * D;
+        [[unroll]] for (uint c = 0u; c < ON; ++c) {
+            uint d = tx + c * NT;
+            if (d < D) {
+                part.d[at + d] = dk_acc[c][i];
+                part.d[dv_at + d] = dv_acc[c][i];
+            }
+        }
+#else
         uint at = (head * TK + key[i]) * D;
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
@@ -296,6 +325,7 @@ void main() {
                 dv.d[at + d] = STORE(dv_acc[c][i]);
             }
         }
+#endif
     }
 }
 )";

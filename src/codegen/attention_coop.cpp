@@ -117,16 +117,18 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
     }
 
 // The setup of a workgroup that owns BR query rows of a kv head (the forward and dQ): its head and
-// first row r0 (or an early return past the grid), the keys its rows may see; its subgroup's rows from
+// first row r0 (or an early return past the grid), the keys its rows may see (those of its chunk
+// where the forward's keys are split: SPLIT); its subgroup's rows from
 // w0 and their keys `seen`; this thread's row r (`live` inside), its position, and its rows srow of
 // Ws and prow of Ps.
 #define OWN_QUERY_ROWS \
     uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u; \
     uint blocks = (ROWS + BR - 1u) / BR; \
     uint g = mn_group_id(); \
-    if (g >= HEADS * blocks) return; \
-    uint head = g / blocks, r0 = (g % blocks) * BR; \
-    uvec2 keys = key_range(r0, min(r0 + BR, ROWS) - 1u); \
+    if (g >= HEADS * blocks * SPLITS) return; \
+    uint split = g % SPLITS, qblock = g / SPLITS; \
+    uint head = qblock / blocks, r0 = (qblock % blocks) * BR; \
+    uvec2 keys = chunk_of(key_range(r0, min(r0 + BR, ROWS) - 1u), split); \
     uint w0 = r0 + warp * 16u; \
     bool rows_here = w0 < ROWS; \
     uvec2 seen = rows_here ? key_range(w0, min(w0 + 16u, ROWS) - 1u) : uvec2(0u); \
@@ -304,6 +306,17 @@ void main() {
     }
     float total = l + other_side(l);
     if (!live) return;
+#ifdef SPLIT
+    // The chunk's record for the combine kernel (attention_decode.cpp): unnormalized sums, then m and l.
+    uint pbase = ((head * ROWS + r) * SPLITS + split) * (DH + 2u);
+    [[unroll]] for (uint t = 0u; t < OG; ++t) {
+        [[unroll]] for (uint e = 0u; e < 8u; ++e) part.d[pbase + (side + 2u * t) * 8u + e] = o[t * 8u + e];
+    }
+    if (side == 0u) {
+        part.d[pbase + DH] = m;
+        part.d[pbase + DH + 1u] = total;
+    }
+#else
     float inv = total > 0.0 ? 1.0 / total : 0.0;  // a row that sees no key yields zeros
     uint obase = out_row(head * ROWS + r) * DH;
     [[unroll]] for (uint t = 0u; t < OG; ++t) {
@@ -312,6 +325,7 @@ void main() {
         o4.d[a + 1u] = vec4(o[i + 4u], o[i + 5u], o[i + 6u], o[i + 7u]) * inv;
     }
     if (side == 0u) lse.d[head * ROWS + r] = total > 0.0 ? m + log(total) : NEG_INF;
+#endif
 }
 )";
 
@@ -377,9 +391,10 @@ std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views
     return glsl + matmul_detail::kCoopTypesGlsl + kCoopAttentionCommon + body;
 }
 
-std::string coop_forward_glsl(const AttentionSpec& s) {
-    const size_t out = s.dynamic_start ? 4 : 3;  // bindings q, k, v, [start], o, lse
-    return coop_glsl(s, {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}, {"o", out, true}}, kCoopForward);
+std::string coop_forward_glsl(const AttentionSpec& s, bool split) {
+    std::vector<CoopView> views = {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}};
+    if (!split) views.push_back({"o", s.dynamic_start ? 4u : 3u, true});  // bindings q, k, v, [start], o, lse
+    return coop_glsl(s, views, kCoopForward);
 }
 
 }  // namespace mn::codegen

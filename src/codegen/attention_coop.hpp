@@ -32,7 +32,9 @@ struct CoopView {
 // After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and `body`.
 std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, const char* body);
 
-std::string coop_forward_glsl(const AttentionSpec& spec);
+// The forward's; `split`: its keys in chunks, each workgroup storing its chunk's partials (SPLIT) in
+// place of out and lse.
+std::string coop_forward_glsl(const AttentionSpec& spec, bool split);
 
 // The backward's bodies (attention_coop_backward.cpp), for coop_glsl. Bindings as the f32 kernels':
 // q, k, v, dout, lse, delta, [start], then dq, or dk and dv.

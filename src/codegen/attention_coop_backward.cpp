@@ -94,7 +94,12 @@ void main() {
         ACCUMULATE_PS_TIMES(acc, KV, 0u)
     }
     if (!rows_here) return;
+#ifdef SPLIT
+    // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
+    STORE_ROWS(part4, acc, scale() / g_scale, split * HEADS * ROWS + head * ROWS + w0, ROWS - w0)
+#else
     STORE_ROWS(dq4, acc, scale() / g_scale, head * ROWS + w0, ROWS - w0)
+#endif
 }
 )";
 
@@ -110,10 +115,7 @@ shared float Xm[WG / 32u];
 
 void main() {
     uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u;
-    uint blocks = (TK + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, j0 = (g % blocks) * BR;
+    KEY_BLOCK
     int s0 = query_start();
     uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
     // This subgroup's keys and the queries that may see them; this thread's key.
@@ -142,8 +144,9 @@ void main() {
     // dO's running scale (the workgroup's, as the staged tile is) and dS's (the subgroup's): no tile yet.
     float o_scale = exp2(126.0), g_scale = exp2(126.0);
     // One step per tile of BT query rows of each of the G heads.
-    uint per_head = (queries.y - queries.x + BT - 1u) / BT, steps = G * per_head;
-    for (uint step = 0u; step < steps; ++step) {
+    uint per_head = (queries.y - queries.x + BT - 1u) / BT;
+    uvec2 steps = steps_of(G * per_head, split);
+    for (uint step = steps.x; step < steps.y; ++step) {
         uint t0 = queries.x + (step % per_head) * BT, rbase = head * ROWS + step / per_head * TQ + t0;
         uint valid = queries.y - t0;  // rows of the tile that may see a key of the block
         barrier();  // the previous tile is consumed (V's fragments loaded, on the first pass)
@@ -189,8 +192,14 @@ void main() {
         ACCUMULATE_PS_TIMES(dk, QO, 0u)
     }
     if (!keys_here) return;
+#ifdef SPLIT
+    // The chunk's partial sums, [SPLITS][dK, dV][HEADS * TK][D], which the sum kernel adds in chunk order.
+    STORE_ROWS(part4, dk, 1.0 / g_scale, 2u * split * HEADS * TK + head * TK + k0, TK - k0)
+    STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0)
+#else
     STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0)
     STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0)
+#endif
 }
 )";
 

@@ -1,6 +1,9 @@
 // Flash-decoding: a forward with few query rows (a decode step: G * Tq rows per kv head, 3 for
 // SmolLM2) is a handful of workgroups, each sweeping the whole cache alone. SmolLM2-135M at 3,000
 // positions took 10.5 ms a token on the H200 that way, 3 workgroups per layer on 132 multiprocessors.
+// (A prefill of few heads is too: Whisper-tiny's 6 of 1500 rows, about one workgroup per compute
+// unit. Every forward kernel, row-wise, blocked or cooperative, splits its keys the same way, and the
+// backward kernels their sweeps: attention.cpp.)
 // So the keys are split: workgroup (head, block, chunk) runs the row-wise forward (attention.cpp,
 // SPLIT) over one chunk of the keys its rows can see, every query head of the kv head still sharing
 // each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
@@ -91,9 +94,39 @@ void main() {
 }
 )";
 
+// Few chunks (a prefill's): a thread per output element, each looping over the row's chunks itself.
+const char* const kCombineColumns = R"(
+#extension GL_EXT_control_flow_attributes : require
+#define NEG_INF uintBitsToFloat(0xff800000u)
+const uint E = D + 2u;  // a chunk's record: D output sums, then m and l
+
+void main() {
+    uint f = mn_group_id() * WG + gl_LocalInvocationID.x, row = f / D, d = f % D;
+    if (row >= ROWS) return;
+    uint base = row * SPLITS * E;
+    float m = NEG_INF;
+    [[unroll]] for (uint s = 0u; s < SPLITS; ++s) m = max(m, part.d[base + s * E + D]);
+    float l = 0.0, acc = 0.0;
+    [[unroll]] for (uint s = 0u; s < SPLITS; ++s) {
+        uint at = base + s * E;
+        float ms = part.d[at + D];
+        float w = ms == NEG_INF ? 0.0 : exp(ms - m);  // then the chunk's sums are 0 too
+        l += w * part.d[at + D + 1u];
+        acc += w * part.d[at + d];
+    }
+    o.d[out_row(row) * D + d] = STORE(l > 0.0 ? acc / l : 0.0);  // a row that sees no key yields zeros
+    if (d == 0u) lse.d[row] = l > 0.0 ? m + log(l) : NEG_INF;
+}
+)";
+
+// Up to this many chunks the combine takes a thread per output element (kCombineColumns); more (a
+// decode step's, up to a few hundred) are shared among the lanes of a workgroup per row (kCombine).
+constexpr uint32_t kMaxColumnSplits = 16;
+
 }  // namespace
 
-KeySplit choose_key_split(const AttentionSpec& s, const AttentionTiles& t, uint64_t groups, int64_t long_sweep) {
+KeySplit choose_key_split(int64_t sweep, const std::string& what, const AttentionTiles& t, uint64_t groups,
+                          int64_t long_sweep, int64_t min_chunk) {
     KeySplit k;
     const int64_t tile = t.tile;
     int64_t want = 1;
@@ -105,26 +138,30 @@ KeySplit choose_key_split(const AttentionSpec& s, const AttentionTiles& t, uint6
         if (want == 1) return k;  // never: a long sweep then takes the blocked kernel under a loop limit
     } else {
         const auto target = static_cast<uint64_t>(kGroupsPerUnit * units);
-        if (s.kv_len < kMinSplitKeys) {
-            k.why = std::to_string(s.kv_len) + " keys are fewer than " + std::to_string(kMinSplitKeys);
+        if (sweep < kMinSplitKeys) {
+            k.why = std::to_string(sweep) + " " + what + " are fewer than " + std::to_string(kMinSplitKeys);
         } else if (groups < target) {
             want = static_cast<int64_t>((target + groups - 1) / groups);
             k.why = workgroups(groups) + " would underfill " + device;
+            if (min_chunk > t.tile && sweep / min_chunk < want) {
+                want = std::max<int64_t>(1, sweep / min_chunk);
+                k.why += "; chunks of at least " + std::to_string(min_chunk) + " " + what;
+            }
         } else {
             k.why = workgroups(groups) + " fill " + device;
         }
-        if (t.max_loop_iterations && s.kv_len > long_sweep && ceil_div(s.kv_len, long_sweep) > want) {
-            want = ceil_div(s.kv_len, long_sweep);
-            k.why += "; chunks of at most " + std::to_string(long_sweep) + " keys under the device's loop limit";
+        if (t.max_loop_iterations && sweep > long_sweep && ceil_div(sweep, long_sweep) > want) {
+            want = ceil_div(sweep, long_sweep);
+            k.why += "; chunks of at most " + std::to_string(long_sweep) + " " + what + " under the device's loop limit";
         }
     }
     // Whole tiles per chunk: only the last chunk stages a partial tile. A forced count too small for
     // the loop limit is raised.
-    int64_t chunk = ceil_div(ceil_div(s.kv_len, want), tile) * tile;
+    int64_t chunk = ceil_div(ceil_div(sweep, want), tile) * tile;
     if (t.max_loop_iterations && chunk > long_sweep) chunk = std::max(tile, long_sweep / tile * tile);
-    k.splits = checked_u32(ceil_div(s.kv_len, chunk), "attention key chunks");
+    k.splits = checked_u32(ceil_div(sweep, chunk), "attention key chunks");
     k.chunk = checked_u32(chunk, "attention key chunk");
-    if (k.splits == 1 && want > 1) k.why += ", but " + std::to_string(s.kv_len) + " keys are one chunk of whole " +
+    if (k.splits == 1 && want > 1) k.why += ", but " + std::to_string(sweep) + " " + what + " are one chunk of whole " +
                                            std::to_string(tile) + "-key tiles";
     return k;
 }
@@ -133,17 +170,24 @@ KernelSource attention_combine_kernel(const AttentionSpec& s, uint32_t splits, c
     const int64_t rows = s.batch * s.q_heads * s.q_len;
     KernelSource k;
     k.label = "attention_combine";
-    // A power of two for the max's tree; columns across the threads, the rest of them as lanes.
-    k.iface.local_size = std::bit_floor(launch.local_size);
-    const uint32_t columns = std::min(std::bit_ceil(checked_u32(s.head_dim, "attention head dim")), k.iface.local_size);
     k.iface.spec_constants = {"ROWS", "D", "SPLITS"};
     k.spec_values = {checked_u32(rows, "attention rows"), checked_u32(s.head_dim, "attention head dim"), splits};
     checked_u32(rows * splits * (s.head_dim + 2), "attention partials");
     k.iface.bindings = {{"part", DType::F32}, {"o", s.dtype, true}, {"lse", DType::F32, true}};
-    k.glsl = glsl_preamble(k.iface) + "#define DT " + std::to_string(columns) + "u\n#define STORE " +
-             storage_type(s.dtype) + "\n" + out_row_glsl(s) + kFlatGroupId + kCombine;
+    const std::string head = std::string("#define STORE ") + storage_type(s.dtype) + "\n" + out_row_glsl(s) + kFlatGroupId;
+    if (splits <= kMaxColumnSplits) {
+        k.iface.local_size = launch.local_size;
+        k.glsl = glsl_preamble(k.iface) + head + kCombineColumns;
+        k.groups = grid_for(static_cast<uint64_t>(ceil_div(rows * s.head_dim, launch.local_size)), launch.max_groups);
+        k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order, a thread per output";
+        return k;
+    }
+    // A power of two for the max's tree; columns across the threads, the rest of them as lanes.
+    k.iface.local_size = std::bit_floor(launch.local_size);
+    const uint32_t columns = std::min(std::bit_ceil(checked_u32(s.head_dim, "attention head dim")), k.iface.local_size);
+    k.glsl = glsl_preamble(k.iface) + "#define DT " + std::to_string(columns) + "u\n" + head + kCombine;
     k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
-    k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order";
+    k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order, a workgroup per row";
     return k;
 }
 

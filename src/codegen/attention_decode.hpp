@@ -8,15 +8,18 @@
 
 namespace mn::codegen {
 
-// The number of chunks the keys of a row-wise forward are split into: `groups` workgroups unsplit,
-// key tiles of `tile` rows, sweeps of at most `long_sweep` keys on a device that limits loop
-// iterations. `why` says what decided it (KernelSource::choice).
+// The number of chunks a sweep of `sweep` rows (`what`: a forward's or dQ's keys, dK/dV's query rows)
+// is split into: `groups` workgroups unsplit, tiles of `tiles.tile` rows, chunks of at least
+// `min_chunk` rows where the device would be underfilled (a larger one than the tile: for workgroups
+// with many rows each, whose every chunk stages their own rows again), sweeps of at most `long_sweep`
+// rows on a device that limits loop iterations. `why` says what decided it (KernelSource::choice).
 struct KeySplit {
     uint32_t splits = 1;
     uint32_t chunk = 0;  // keys per chunk at the full key length (a multiple of tile)
     std::string why;
 };
-KeySplit choose_key_split(const AttentionSpec& spec, const AttentionTiles& tiles, uint64_t groups, int64_t long_sweep);
+KeySplit choose_key_split(int64_t sweep, const std::string& what, const AttentionTiles& tiles, uint64_t groups,
+                          int64_t long_sweep, int64_t min_chunk = 0);
 
 // GLSL `uint out_row(uint f)`: the row of out where the forward kernels and the combine store flat row
 // f = (batch * q_heads + head) * q_len + t; f itself unless spec.merged_out (attention.cpp).

@@ -256,11 +256,19 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, con
 KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
 // The backward kernels run on cooperative matrices where tiles.coop_subgroup is set and the problem
 // suits them (attention_coop_backward.cpp); their choice names the variant and why that one declined.
+// Where their workgroups would leave the device idle (few heads), each splits its sweep as the forward
+// splits its keys: `product` then stores each chunk's f32 partial sums (its last binding, in place of
+// its outputs: partial_elements) and `sum` (bindings: the partials, then the outputs) adds them.
+struct AttentionGradKernels {
+    KernelSource product;
+    std::optional<KernelSource> sum;
+    int64_t partial_elements = 0;
+};
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
-KernelSource attention_grad_q_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+AttentionGradKernels attention_grad_q_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 // One workgroup per block of keys of one kv head, looping over every query row of its group, so
 // dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [query_start], d_k, d_v.
-KernelSource attention_grad_kv_kernel(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+AttentionGradKernels attention_grad_kv_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 
 }  // namespace mn::codegen
 

@@ -699,9 +699,8 @@ private:
         if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
         auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
         if (n.op == Op::AttentionGradQ) {
-            emit(codegen::attention_grad_q_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
-                 cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out}));
-            return;
+            return emit_attention_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups),
+                                       cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out});
         }
         const AttentionKey key{n.inputs, n.ints, n.data, backward};
         if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
@@ -723,9 +722,25 @@ private:
             emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
             emit(std::move(*f.combine), cat({partial}, pair));
         } else {
-            emit(codegen::attention_grad_kv_kernel(spec, attention_tiles(true), t_.pointwise.max_groups),
-                 cat(cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair));
+            emit_attention_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups),
+                                cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair);
         }
+    }
+
+    // A backward kernel's inputs, then its outputs (dq, or dk and dv), through f32 partials and their sum
+    // where it splits its sweep.
+    void emit_attention_grad(codegen::AttentionGradKernels kernels, std::vector<int32_t> inputs,
+                             const std::vector<int32_t>& outs) {
+        if (!kernels.sum) {
+            inputs.insert(inputs.end(), outs.begin(), outs.end());
+            return emit(std::move(kernels.product), inputs);
+        }
+        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
+        inputs.push_back(partial);
+        emit(std::move(kernels.product), inputs);
+        std::vector<int32_t> sum = {partial};
+        sum.insert(sum.end(), outs.begin(), outs.end());
+        emit(std::move(*kernels.sum), sum);
     }
 
     // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test

@@ -100,7 +100,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         }
         t.attention = a;
     }
-    // MEGANEURA_ATTENTION_SPLITS=<n> splits a row-wise forward's keys into n chunks (1: never), as
+    // MEGANEURA_ATTENTION_SPLITS=<n> splits a forward's keys into n chunks (1: never), as
     // MEGANEURA_MATMUL_SPLITS does K (tests, tuning on a new device).
     if (const char* e = std::getenv("MEGANEURA_ATTENTION_SPLITS"); e && *e) {
         char* end = nullptr;
