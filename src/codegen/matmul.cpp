@@ -9,6 +9,7 @@
 // even the smallest tile leaves the device underfilled (see choose_k_split).
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 #include "codegen/matmul_common.hpp"
 
@@ -251,50 +252,11 @@ namespace {
 
 int64_t compute_units(const MatmulTuning& t) { return t.compute_units ? t.compute_units : 32; }  // unknown: mid-size
 
-// The tile with the least estimated time, `forced_bm` (tests, tuning) picking by height instead.
-// Time ~ waves x work per workgroup / efficiency: a grid runs in ceil(groups / compute units)
-// rounds of one tile's flops each, and a larger tile does more per shared-memory load. So a large
-// tile wins while the grid fills the device, and loses when its last round would leave most
-// compute units idle (1500 x 1536 in 128-tiles: 144 groups on 132 units, two rounds).
 // "BMxBN[xBK]" of a tile, for the choice's explanation.
 std::string tile_name(const TiledGeometry& g) { return std::to_string(g.bm) + "x" + std::to_string(g.bn); }
 std::string tile_name(const CoopGeometry& g) {
     return std::to_string(g.bm) + "x" + std::to_string(g.bn) + "x" + std::to_string(g.bk) + "/" +
            std::to_string(g.stages);
-}
-
-// The candidates in order, each either declined (`fits` returns why, null when it fits) or costed;
-// `why` gets one entry per tile.
-template <typename G, typename Fits>
-G pick(const std::vector<G>& candidates, const MatmulSpec& spec, const MatmulTuning& t, Fits fits, std::string* why) {
-    const G* chosen = nullptr;
-    double best = 0;
-    std::string notes;
-    for (const G& g : candidates) {
-        notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
-        if (const char* no = fits(g)) {
-            notes += no;
-            continue;
-        }
-        if (t.forced_bm) {
-            if (g.bm == t.forced_bm) {
-                if (why) *why = notes + "forced (MEGANEURA_MATMUL_TILE)";
-                return g;
-            }
-            notes += "not the forced height";
-            continue;
-        }
-        const int64_t waves = (workgroups(spec, g.bm, g.bn) + compute_units(t) - 1) / compute_units(t);
-        const double cost = static_cast<double>(waves) * g.bm * g.bn / g.efficiency;
-        notes += std::to_string(waves) + " waves, cost " + std::to_string(static_cast<int64_t>(cost));
-        if (!chosen || cost < best) chosen = &g, best = cost;
-    }
-    if (!chosen) {
-        throw Error("matmul: no tile fits this device" +
-                    (t.forced_bm ? " with MEGANEURA_MATMUL_TILE=" + std::to_string(t.forced_bm) : std::string()));
-    }
-    if (why) *why = tile_name(*chosen) + " (the least cost; " + notes + ")";
-    return *chosen;
 }
 
 }  // namespace
@@ -334,17 +296,57 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
     return checked_u32(std::min(piece, k), "matmul K piece");
 }
 
+// The tile with the least estimated time, `forced_bm` (tests, tuning) picking by height instead.
+// Time ~ waves x work per workgroup / efficiency, the grid counted with its split-K pieces (each
+// workgroup multiplies a bm x bn tile over one piece of K): a grid runs in ceil(workgroups / compute
+// units) rounds, and a larger tile does more per shared-memory load. So a large tile wins while the
+// grid fills the device, and loses when its last round would leave most compute units idle. The
+// efficiencies are fitted to the H200's times of the workloads' products at every tile forced
+// (2026-12-02, bench/results/2026-12-02-attention-split-h200.md): 32 x 32 tiles only pay where the
+// others leave the device nearly empty (SmolLM2's 128 x 576 x 192 k/v projections).
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
     // (8x8 measured 1.6x faster than 4x4 on lavapipe).
     const std::vector<TiledGeometry> tiled =
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.82},
-                                                           {32, 32, 16, 4, 4, 0.7}};
-    TiledGeometry g = pick(tiled, spec, t, [&](const TiledGeometry& c) -> const char* {
-        if (c.threads() > t.max_invocations) return "exceeds the device's workgroup size";
-        return c.shared_bytes() > t.max_shared_memory ? "exceeds the device's shared memory" : nullptr;
-    }, why);
+                              : std::vector<TiledGeometry>{{128, 128, 32, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.84},
+                                                           {32, 32, 16, 4, 4, 0.22}};
+    std::optional<TiledGeometry> chosen;
+    double best = 0;
+    std::string notes;
+    for (TiledGeometry g : tiled) {
+        notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
+        while (g.shared_bytes() > t.max_shared_memory && g.bk > 16) g.bk /= 2;  // a shallower slice where it must
+        if (g.threads() > t.max_invocations) {
+            notes += "exceeds the device's workgroup size";
+            continue;
+        }
+        if (g.shared_bytes() > t.max_shared_memory) {
+            notes += "exceeds the device's shared memory";
+            continue;
+        }
+        if (t.forced_bm) {
+            if (g.bm == t.forced_bm) {
+                chosen = g;
+                notes += "forced (MEGANEURA_MATMUL_TILE)";
+                break;
+            }
+            notes += "not the forced height";
+            continue;
+        }
+        const int64_t groups = workgroups(spec, g.bm, g.bn), piece = choose_k_split(spec, t, groups, g.bk);
+        const int64_t grid = groups * ((spec.k + piece - 1) / piece);
+        const int64_t waves = (grid + compute_units(t) - 1) / compute_units(t);
+        const double cost = static_cast<double>(waves) * g.bm * g.bn * piece / g.efficiency;
+        notes += std::to_string(waves) + " waves, cost " + std::to_string(static_cast<int64_t>(cost / 1000)) + "k";
+        if (!chosen || cost < best) chosen = g, best = cost;
+    }
+    if (!chosen) {
+        throw Error("matmul: no tile fits this device" +
+                    (t.forced_bm ? " with MEGANEURA_MATMUL_TILE=" + std::to_string(t.forced_bm) : std::string()));
+    }
+    if (why) *why = tile_name(*chosen) + (t.forced_bm ? " (" : " (the least cost; ") + notes + ")";
+    TiledGeometry g = *chosen;
     if (t.forced_bk) g.bk = t.forced_bk;
     return g;
 }
