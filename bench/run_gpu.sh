@@ -5,7 +5,7 @@
 #
 #   bench/run_gpu.sh MEGANEURA_BINARY [--out DIR] [--repeat 20] [--warmup 3] [--budget 570]
 #                    [--models "smollm2 smolvla sd_unet resnet50 whisper"] [--size full] [--no-gpu-env]
-#                    [--torch-warm-compile]
+#                    [--torch-warm-compile] [--torch-compiled cudagraphs,compile]
 #
 # Run from anywhere; it works in the repository root, sources scripts/gpu-env.sh (the Vulkan loader
 # carried in .gl/), and keeps the cells (weights, inputs, outputs: gigabytes) in a scratch folder
@@ -21,7 +21,9 @@
 # compiling torch.compile(mode="reduce-overhead") (cold) and then default torch.compile (from the
 # kernels the first left in the caches), then taking turns timing (see bench/torch_bench.py).
 # --torch-warm-compile also compiles both again after the timing (the warm compile times, about
-# 10 s more and no timing).
+# 10 s more and no timing). --torch-compiled cudagraphs leaves default torch.compile out: the
+# fastest PyTorch is torch.compile with CUDA graphs, and SmolLM2-135M's two compiles of a 30-layer
+# training step did not fit a 450 s call (2026-12-02).
 # Every step gets only the time that is left before the last REPORT_SECONDS of the budget, which are
 # the report's; what did not run shows as "—" and is listed in the notes. A step past its time is
 # sent SIGTERM, then SIGKILL 5 s later: a run on 2026-12-01 overran its budget by 15 s or more, most
@@ -36,7 +38,7 @@ BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/bench/results" REPEAT=20 WARMUP=3 BUDGET=570 SIZE=full
 REPORT_SECONDS=60  # compare.py reads every cell's outputs (gigabytes for SmolLM2): 41-42 s for ten cells
-MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1 WARM_COMPILE=()
+MODELS="smollm2 smolvla sd_unet resnet50 whisper" GPU_ENV=1 WARM_COMPILE=() COMPILED=cudagraphs,compile
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
@@ -47,11 +49,12 @@ while [ $# -gt 0 ]; do
     --size) SIZE=$2; shift 2 ;;
     --no-gpu-env) GPU_ENV=0; shift ;;
     --torch-warm-compile) WARM_COMPILE=(--warm-compile); shift ;;
+    --torch-compiled) COMPILED=$2; shift 2 ;;
     *) usage ;;
   esac
 done
 [ -x "$BINARY" ] || { echo "run_gpu.sh: $BINARY is not an executable" >&2; exit 2; }
-COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\"${WARM_COMPILE:+ --torch-warm-compile}"
+COMMAND="bench/run_gpu.sh $(basename "$BINARY") --repeat $REPEAT --warmup $WARMUP --budget $BUDGET --size $SIZE --models \"$MODELS\"${WARM_COMPILE:+ --torch-warm-compile} --torch-compiled $COMPILED"
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - REPORT_SECONDS))
@@ -112,23 +115,23 @@ torch_pass() {  # torch_pass MODE [EXTRA ARGS]: one torch_bench.py process over 
 # wait for each other between compiling and timing, and time one at a time).
 compile_pass() {
   local t=$(left) rendezvous="$WORK/rendezvous" pids=()
-  echo "== PyTorch cudagraphs and compile, ${#READY[@]} processes ($t s left)"
-  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch cudagraphs and compile: not run" >> "$NOTES"; return; fi
+  echo "== PyTorch $COMPILED, ${#READY[@]} processes ($t s left)"
+  if [ "${#READY[@]}" -eq 0 ] || [ "$t" -le 10 ]; then echo "- PyTorch $COMPILED: not run" >> "$NOTES"; return; fi
   rm -rf "$rendezvous" && mkdir -p "$rendezvous"
   for cell in "${READY[@]}"; do
-    timeout -k 5 "$t" "$PYTHON" bench/torch_bench.py --mode cudagraphs,compile --repeat "$REPEAT" --warmup "$WARMUP" \
+    timeout -k 5 "$t" "$PYTHON" bench/torch_bench.py --mode "$COMPILED" --repeat "$REPEAT" --warmup "$WARMUP" \
       --deadline "$DEADLINE" --processes "${#READY[@]}" --rendezvous "$rendezvous" "${WARM_COMPILE[@]}" "$cell" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do
-    wait "$pid" || echo "- PyTorch cudagraphs and compile: a process ended with status $? (see the cells' reports)" >> "$NOTES"
+    wait "$pid" || echo "- PyTorch $COMPILED: a process ended with status $? (see the cells' reports)" >> "$NOTES"
   done
 }
 
 torch_pass eager
 stage_done "PyTorch eager"
 compile_pass
-stage_done "PyTorch cudagraphs and compile"
+stage_done "PyTorch $COMPILED"
 
 STAMP=$(date -u +%Y-%m-%d)
 REPORT="$OUT/$STAMP-h200.md" SUMMARY="$OUT/$STAMP-h200.json"
