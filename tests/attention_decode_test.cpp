@@ -115,6 +115,18 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
     return std::sqrt(num / den);
 }
 
+// The split problem's out and lse against the kernel that keeps the keys whole (MEGANEURA_ATTENTION_SPLITS=1,
+// whose choice is `whole`), and against the reference.
+void expect_split_agrees_with_whole(const Problem& p, const std::string& whole) {
+    const std::vector<float> got = run(p);
+    const ScopedEnv one_chunk("MEGANEURA_ATTENTION_SPLITS", "1");
+    const std::vector<codegen::KernelSource> unsplit = forward_kernels(*p.g);
+    ASSERT_EQ(unsplit.size(), 1u);
+    EXPECT_EQ(unsplit[0].choice, whole);
+    EXPECT_LE(relative_difference(got, run(p)), 4e-6);
+    expect_matches_reference(*p.g, p.feeds);
+}
+
 // SmolLM2's decode step at 1,500 and 4,096 keys is a few workgroups unsplit, so it splits on every
 // device (this one's compute units, or 32 assumed): a chunk kernel, whose choice says why, then the
 // combine. The unsplit kernel (MEGANEURA_ATTENTION_SPLITS=1; row-wise at these lengths on every
@@ -130,13 +142,7 @@ TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
         EXPECT_EQ(split[0].label, "attention_chunks");
         EXPECT_NE(split[0].choice.find("(flash-decoding): 3 workgroups would underfill"), std::string::npos) << split[0].choice;
         EXPECT_EQ(split[1].label, "attention_combine");
-        const std::vector<float> got = run(p);
-        const ScopedEnv whole("MEGANEURA_ATTENTION_SPLITS", "1");
-        const std::vector<codegen::KernelSource> unsplit = forward_kernels(*p.g);
-        ASSERT_EQ(unsplit.size(), 1u);
-        EXPECT_EQ(unsplit[0].choice, "row-wise: 3 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
-        EXPECT_LE(relative_difference(got, run(p)), 4e-6);
-        expect_matches_reference(*p.g, p.feeds);
+        expect_split_agrees_with_whole(p, "row-wise: 3 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
     }
 }
 
@@ -155,13 +161,7 @@ TEST_F(AttentionDecodeGpu, PrefillOfFewHeadsIsSplitAndAgreesWithTheUnsplitKernel
         EXPECT_EQ(split[0].choice.rfind("blocked: 1500 rows per kv head, keys in ", 0), 0u) << split[0].choice;
         EXPECT_NE(split[0].choice.find("workgroups would underfill"), std::string::npos) << split[0].choice;
         EXPECT_NE(split[1].choice.find("a thread per output"), std::string::npos) << split[1].choice;
-        const std::vector<float> got = run(p);
-        const ScopedEnv whole("MEGANEURA_ATTENTION_SPLITS", "1");
-        const std::vector<codegen::KernelSource> unsplit = forward_kernels(*p.g);
-        ASSERT_EQ(unsplit.size(), 1u);
-        EXPECT_EQ(unsplit[0].choice, "blocked: 1500 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
-        EXPECT_LE(relative_difference(got, run(p)), 4e-6);
-        expect_matches_reference(*p.g, p.feeds);
+        expect_split_agrees_with_whole(p, "blocked: 1500 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
     }
 }
 
