@@ -163,7 +163,7 @@ TEST(Bench, MlpEndToEndWithGates) {
     const json stale_record = read_json(dir.path("stale.json"))["records"][0];
     EXPECT_TRUE(stale_record["cudagraphs_ms"].is_null());
     EXPECT_NE(stale_record["notes"].dump().find("earlier run"), std::string::npos) << stale_record["notes"];
-    // Without every configuration the cell's fastest PyTorch is not known: its workloads are not counted.
+    // Without CUDA graphs (PyTorch's fastest configuration) the cell's workloads are not counted.
     ASSERT_EQ(exit_status(python("compare.py") + " --render '" + dir.path("stale.json") + "' > '" +
                           dir.path("stale.md") + "' 2>&1"),
               0);
