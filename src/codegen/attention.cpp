@@ -509,6 +509,14 @@ std::string split_words(const KeySplit& split, const std::string& what, const st
                             : "; " + what + " not split: " + split.why;
 }
 
+// A blocked kernel's split of its sweep of `sweep` rows, `own` rows owned by each of `groups` workgroups:
+// none where it owns few rows (it runs only because their sweep passes a loop limit).
+KeySplit blocked_split(int64_t own, int64_t sweep, const std::string& what, const AttentionTiles& t, uint64_t groups,
+                       int64_t dim) {
+    if (own < kBlockedMinRows) return {};
+    return choose_key_split(sweep, what, t, groups, blocked_long_sweep(t, dim), kMinChunk);
+}
+
 // What the f32 kernels of a problem are, for KernelSource::choice: blocked or row-wise, over how many
 // owned rows, `more`, and why the cooperative kernels declined where they could have run.
 std::string f32_choice(bool blocked, int64_t own_rows, const char* owned, int64_t stream_rows, const char* streamed,
@@ -573,9 +581,7 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     }
     // The blocked kernel: many rows, or a sweep past a loop limit (few rows whose keys were not split).
     const AttentionTiles t = fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward);
-    const KeySplit split = rows >= kBlockedMinRows
-                               ? choose_key_split(s.kv_len, "keys", t, heads * blocks_of(rows, t.rows), blocked_long_sweep(t, s.head_dim), kMinChunk)
-                               : KeySplit{};
+    const KeySplit split = blocked_split(rows, s.kv_len, "keys", t, heads * blocks_of(rows, t.rows), s.head_dim);
     check_loop_limit(t, s.head_dim, split.splits > 1 ? split.chunk : s.kv_len, 1);
     emit("attention", t, true, kBlockedForward, split, "");
     out.forward.choice = f32_choice(true, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined,
@@ -658,9 +664,7 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
     const AttentionTiles t = blocked ? fit_blocked(tiles, s.head_dim, own, stream, kv ? BlockedKind::GradKV : BlockedKind::GradQ)
                                      : fit(tiles, s.head_dim, own, stream, kv ? Footprint{2, 2, 2, 2} : Footprint{2, 2, 1, 0});
     const uint64_t groups = static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(own, t.rows);
-    const KeySplit split = blocked && own >= kBlockedMinRows
-                               ? choose_key_split(sweep, kv ? "query rows" : "keys", t, groups, blocked_long_sweep(t, s.head_dim), kMinChunk)
-                               : KeySplit{};
+    const KeySplit split = blocked ? blocked_split(own, sweep, kv ? "query rows" : "keys", t, groups, s.head_dim) : KeySplit{};
     if (blocked && split.splits == 1) check_loop_limit(t, s.head_dim, stream, kv ? group : 1);
     if (blocked && split.splits > 1) {
         // The chunks are runs of the (G *) ceil(rows / BT) tiles of the sweep.

@@ -93,6 +93,23 @@ private:
 
     void emit(KernelSource k, std::vector<int32_t> values) { s_.steps.push_back({std::move(k), std::move(values)}); }
 
+    // A kernel reading `inputs` and storing `outs`, or where its work is split (`finish` set), storing f32
+    // partials (partial_elements) that `finish` reads and turns into `outs`: split-K's sum, a split
+    // reduction's, the attention's combine of key chunks and its backward's sums.
+    void emit_through_partials(KernelSource first, std::optional<KernelSource> finish, int64_t partial_elements,
+                               std::vector<int32_t> inputs, const std::vector<int32_t>& outs) {
+        if (!finish) {
+            inputs.insert(inputs.end(), outs.begin(), outs.end());
+            return emit(std::move(first), std::move(inputs));
+        }
+        const int32_t partial = new_value({partial_elements}, DType::F32);
+        inputs.push_back(partial);
+        emit(std::move(first), std::move(inputs));
+        std::vector<int32_t> reads = {partial};
+        reads.insert(reads.end(), outs.begin(), outs.end());
+        emit(std::move(*finish), std::move(reads));
+    }
+
     // A single pointwise op over values (the building block composite lowerings use).
     void pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
         codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
@@ -249,10 +266,8 @@ private:
                 int64_t lead = 1) {
         const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
         if (auto columns = codegen::column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead)) {
-            if (!columns->sum) return emit(std::move(columns->partial), {in, out});
-            const int32_t partial = new_value({columns->partial_elements}, DType::F32);
-            emit(std::move(columns->partial), {in, partial});
-            return emit(std::move(*columns->sum), {partial, out});
+            return emit_through_partials(std::move(columns->partial), std::move(columns->sum), columns->partial_elements,
+                                         {in}, {out});
         }
         emit(codegen::reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead), {in, out});
     }
@@ -623,15 +638,9 @@ private:
     // storing kernel's outputs.
     void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs) {
-        auto stores = [&](std::vector<int32_t> bind) {
-            bind.insert(bind.end(), outs.begin(), outs.end());
-            bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
-            return bind;
-        };
-        if (!kernels.sum) return emit(std::move(kernels.product), stores({a, b}));
-        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
-        emit(std::move(kernels.product), {a, b, partial});
-        emit(std::move(*kernels.sum), stores({partial}));
+        std::vector<int32_t> stores = outs;
+        stores.insert(stores.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+        emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores);
     }
 
     // Bindings in the node's input order, then the output: see codegen::ConvSpec.
@@ -717,10 +726,8 @@ private:
         const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
         if (!backward) {
             codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
-            if (!f.combine) return emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), pair));
-            const int32_t partial = new_value({f.partial_elements}, DType::F32);  // the key chunks' records
-            emit(std::move(f.forward), cat(cat({in(0), in(1), in(2)}, start), {partial}));
-            emit(std::move(*f.combine), cat({partial}, pair));
+            emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
+                                  cat({in(0), in(1), in(2)}, start), pair);
         } else {
             emit_attention_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups),
                                 cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair);
@@ -731,16 +738,8 @@ private:
     // where it splits its sweep.
     void emit_attention_grad(codegen::AttentionGradKernels kernels, std::vector<int32_t> inputs,
                              const std::vector<int32_t>& outs) {
-        if (!kernels.sum) {
-            inputs.insert(inputs.end(), outs.begin(), outs.end());
-            return emit(std::move(kernels.product), inputs);
-        }
-        const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
-        inputs.push_back(partial);
-        emit(std::move(kernels.product), inputs);
-        std::vector<int32_t> sum = {partial};
-        sum.insert(sum.end(), outs.begin(), outs.end());
-        emit(std::move(*kernels.sum), sum);
+        emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements,
+                              std::move(inputs), outs);
     }
 
     // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
