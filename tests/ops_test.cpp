@@ -105,6 +105,24 @@ TEST_F(OpsTest, ColumnSumsReadRowsInPieces) {
     }
 }
 
+// Few outputs over long rows (a loss's mean over a whole tensor, a per-channel sum over images and pixels)
+// cut each row into pieces, a workgroup a piece, whose partial sums a second kernel adds: two kernels. A
+// max, and rows under two pieces of 4096, stay one kernel.
+TEST_F(OpsTest, LongRowsAreReducedInPieces) {
+    struct Case { Shape shape; std::vector<int64_t> axes; uint64_t dispatches; };
+    for (const Case& c : std::vector<Case>{{{3, 5000, 2}, {0, 1, 2}, 2}, {{9000}, {0}, 2}, {{4, 3, 70, 40}, {0, 2, 3}, 2},
+                                           {{2, 7, 4000}, {2}, 1}, {{8000}, {0}, 1}}) {
+        SCOPED_TRACE(shape_str(c.shape) + " axes " + shape_str(c.axes));
+        for (int which = 0; which < 3; ++which) {
+            Graph g;
+            auto x = g.input("x", c.shape);
+            g.output("y", which == 0 ? g.sum(x, c.axes) : which == 1 ? g.mean(x, c.axes) : g.max(x, c.axes));
+            EXPECT_EQ(compile(g, device()).stats().dispatches, which == 2 ? 1u : c.dispatches);
+            expect_matches_reference(g, random_feeds(g, 270 + which));
+        }
+    }
+}
+
 TEST_F(OpsTest, SoftmaxAndLogSoftmax) {
     uint64_t seed = 300;
     for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{

@@ -76,24 +76,25 @@ struct CopySpec {
 };
 KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch);
 
-// Reductions over the middle axis of a [outer, r, inner] view; one workgroup per output element. Sum,
-// mean and max reduce a [lead, outer, r, inner] view over lead and r (per-channel sums of NCHW).
+// Reductions over the middle axis of a [outer, r, inner] view. Sum, mean and max reduce a
+// [lead, outer, r, inner] view over lead and r (per-channel sums of NCHW).
 enum class ReduceMode { Sum, Mean, Max, Softmax, LogSoftmax };
-KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                           const Launch& launch, int64_t lead = 1);
-// Sum or mean over lead and r where inner is wide (a bias's or a norm weight's gradient over the
-// rows of [rows, features]): one workgroup per output reads a column, 4 bytes of each row, so these
-// read the rows coalesced instead, 32 columns per workgroup, with r split into pieces that fill the
-// device and the pieces' partial sums added by `sum` (the matmul family's split sum) into the
-// output; `sum` is absent where one piece suffices. Nothing where the one-workgroup-per-output
-// kernel is the better one (narrow inner, short r, max).
-struct ColumnReduction {
+// A reduction's kernels: `partial`, then, where it is cut into pieces, `sum` (the matmul family's split
+// sum), which adds the pieces' f32 partial sums in piece order into the output. reduce_kernels picks
+// the walk:
+// - one workgroup per output element, threads striding over r (max, softmax, and what fills the device);
+// - where inner is wide (a bias's or a norm weight's gradient over the rows of [rows, features]): a
+//   workgroup reads 32 columns, coalesced along the rows, with the rows cut into pieces that fill the
+//   device (sum and mean);
+// - where few outputs each reduce a long row (a loss's mean over a whole tensor, a per-channel sum over
+//   images and pixels): each row cut into pieces of thousands of elements, a workgroup a piece (sum and mean).
+struct Reduction {
     KernelSource partial;
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;  // f32 scratch between the two, where there is a sum
 };
-std::optional<ColumnReduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
-                                                     int64_t r, int64_t inner, const Launch& launch, int64_t lead = 1);
+Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
+                         const Launch& launch, int64_t lead = 1);
 
 // Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
 // ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,

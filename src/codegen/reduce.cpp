@@ -1,8 +1,9 @@
 // Reduction family: a tensor viewed as [OUTER, R, INNER] is reduced over R, one workgroup per
-// output element. Threads stride over R, then a shared-memory tree combines their partials. Sum,
-// mean and max may take a leading reduced axis too, [LEAD, OUTER, R, INNER] reduced over LEAD and
-// R: a per-channel sum over images and pixels reads the NCHW tensor in place instead of a
-// transposed copy of it.
+// output element (and per piece of its row, where few outputs have long rows). Threads stride over R,
+// then a shared-memory tree combines their partials. Sum, mean and max may take a leading reduced axis
+// too, [LEAD, OUTER, R, INNER] reduced over LEAD and R: a per-channel sum over images and pixels reads
+// the NCHW tensor in place instead of a transposed copy of it. Wide INNER is read 32 columns a
+// workgroup instead (reduce_kernels).
 // Softmax and log-softmax are the same row walk, three passes (max, sum of exp, write).
 #include <algorithm>
 
@@ -30,42 +31,53 @@ uint32_t pow2_at_most(uint32_t v) {
     return p;
 }
 
-}  // namespace
 
-KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                           const Launch& launch, int64_t lead) {
+// The column and row pieces aim at about this many workgroups in all (an H200 holds ~1000 at 256 threads).
+constexpr int64_t kWorkgroups = 1024;
+
+// One workgroup per output element and piece of its row: threads stride over the piece, then a
+// shared-memory tree combines their partials. pieces > 1 (sum and mean) writes each piece's f32
+// partial sum, [piece][outer * inner], for split_sum_kernel to add.
+KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
+                               const Launch& launch, int64_t lead, int64_t pieces) {
     static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
     const bool rows_only = mode == ReduceMode::Softmax || mode == ReduceMode::LogSoftmax;
     if (rows_only && lead != 1) throw Error("codegen: softmax reduces one axis, not a leading one too");
+    const int64_t piece = (lead * r + pieces - 1) / pieces;
     KernelSource k;
     k.label = kLabels[static_cast<int>(mode)];
+    if (pieces > 1) k.label += "_pieces";
     k.iface.local_size = pow2_at_most(launch.local_size);
-    k.iface.spec_constants = {"LEAD", "OUTER", "R", "INNER"};
+    k.iface.spec_constants = {"LEAD", "OUTER", "R", "INNER", "PIECE", "PIECES"};
     k.spec_values = {checked_u32(lead, "reduction size"), checked_u32(outer, "reduction size"),
-                     checked_u32(r, "reduction size"), checked_u32(inner, "reduction size")};
+                     checked_u32(r, "reduction size"), checked_u32(inner, "reduction size"),
+                     checked_u32(piece, "reduction size"), checked_u32(pieces, "reduction size")};
     checked_u32(lead * outer * r * inner, "reduction size");
-    k.iface.bindings = {{"x", in_dtype}, {"y", out_dtype, true}};
-    const std::string st = storage_type(out_dtype);
+    const DType result_dtype = pieces > 1 ? DType::F32 : out_dtype;
+    k.iface.bindings = {{"x", in_dtype}, {"y", result_dtype, true}};
+    const std::string st = storage_type(result_dtype);
 
     std::string body =
         "shared float red[WG];\n"
         "void main() {\n"
         "    uint g = mn_group_id();\n"
-        "    if (g >= OUTER * INNER) return;\n"
+        "    if (g >= PIECES * OUTER * INNER) return;\n"
+        "    uint p = g / (OUTER * INNER);\n"
+        "    g %= OUTER * INNER;\n"
         "    uint lid = gl_LocalInvocationID.x;\n"
-        "    uint base = (g / INNER) * R * INNER + g % INNER;\n";
-    std::string load = "float(x.d[base + j * INNER])";
-    std::string loop = "    for (uint j = lid; j < R; j += WG) ";
-    if (!rows_only) {
-        // Element j of the LEAD * R reduced ones; LEAD is a constant, so with one leading slice this folds to
-        // the row walk above.
-        load = "float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)])";
-        loop = "    for (uint j = lid; j < LEAD * R; j += WG) ";
-    }
+        "    uint base = (g / INNER) * R * INNER + g % INNER;\n"
+        "    uint j1 = min(LEAD * R, (p + 1u) * PIECE);\n";
+    // Element j of the LEAD * R reduced ones; LEAD is a constant, so with one leading slice this folds to
+    // the row walk base + j * INNER.
+    const std::string load =
+        "float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)])";
+    const std::string loop = "    for (uint j = p * PIECE + lid; j < j1; j += WG) ";
     if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
         body += "    float acc = 0.0;\n" + loop + "acc += " + load + ";\n    red[lid] = acc;\n" + tree("a + b") +
-                "    if (lid == 0u) y.d[g] = " + st + "(red[0]" + (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") +
-                ");\n}\n";
+                "    if (lid == 0u) y.d[p * OUTER * INNER + g] = " + st + "(red[0]" +
+                (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n}\n";
+    } else if (pieces > 1) {
+        throw Error("codegen: only a sum or a mean is reduced in pieces");
     } else if (mode == ReduceMode::Max) {
         body += std::string("    float acc = ") + kNegInf + ";\n" + loop + "acc = max(acc, " + load +
                 ");\n    red[lid] = acc;\n" + tree("max(a, b)") + "    if (lid == 0u) y.d[g] = " + st + "(red[0]);\n}\n";
@@ -85,14 +97,15 @@ KernelSource reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int
         }
     }
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + body;
-    k.groups = grid_for(static_cast<uint64_t>(outer * inner), launch.max_groups);
+    k.groups = grid_for(static_cast<uint64_t>(pieces * outer * inner), launch.max_groups);
     return k;
 }
 
-std::optional<ColumnReduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
-                                                     int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
+// Sum or mean over lead and r where inner is wide: 32 columns a workgroup, the rows in pieces
+// (families.hpp); nothing where that walk does not apply.
+std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
+                                               int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
     constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
-    constexpr int64_t kWorkgroups = 1024;  // the pieces of r aim at about this many (an H200 holds ~1000 at 256 threads)
     constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
     const uint32_t wg = pow2_at_most(launch.local_size);
     const int64_t rows = lead * r;
@@ -103,7 +116,7 @@ std::optional<ColumnReduction> column_reduce_kernels(ReduceMode mode, DType in_d
     const int64_t pieces = std::clamp<int64_t>((kWorkgroups + blocks - 1) / blocks, 1, rows / kMinPiece);
     const int64_t piece = (rows + pieces - 1) / pieces;
     const int64_t splits = (rows + piece - 1) / piece;
-    ColumnReduction out;
+    Reduction out;
     KernelSource& k = out.partial;
     k.label = mode == ReduceMode::Sum ? "sum_columns" : "mean_columns";
     k.iface.local_size = wg;
@@ -146,6 +159,31 @@ void main() {
     if (splits > 1) {
         out.partial_elements = splits * outer * inner;
         out.sum = matmul_detail::split_sum_kernel(out_dtype, outer * inner, static_cast<uint32_t>(splits), launch.max_groups);
+    }
+    return out;
+}
+
+}  // namespace
+
+Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
+                         const Launch& launch, int64_t lead) {
+    if (auto columns = column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, launch, lead)) return *columns;
+    // A row cut into pieces of at least this many elements (16 a thread at 256 threads): shorter rows gain less
+    // than the second kernel and its barrier cost. Whisper-tiny's loss, a mean over 1500 x 384, took 0.11 ms
+    // on the H200 in one workgroup.
+    constexpr int64_t kMinRowPiece = 4096;
+    const int64_t rows = lead * r, outputs = outer * inner;
+    int64_t pieces = 1;
+    if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
+        pieces = std::max<int64_t>(1, std::min((kWorkgroups + outputs - 1) / outputs, rows / kMinRowPiece));
+        const int64_t piece = (rows + pieces - 1) / pieces;
+        pieces = (rows + piece - 1) / piece;  // none empty
+    }
+    Reduction out;
+    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, pieces);
+    if (pieces > 1) {
+        out.partial_elements = pieces * outputs;
+        out.sum = matmul_detail::split_sum_kernel(out_dtype, outputs, static_cast<uint32_t>(pieces), launch.max_groups);
     }
     return out;
 }

@@ -265,11 +265,8 @@ private:
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1) {
         const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
-        if (auto columns = codegen::column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead)) {
-            return emit_through_partials(std::move(columns->partial), std::move(columns->sum), columns->partial_elements,
-                                         {in}, {out});
-        }
-        emit(codegen::reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead), {in, out});
+        codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead);
+        emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in}, {out});
     }
 
     // The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
