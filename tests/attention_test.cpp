@@ -477,9 +477,10 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
          "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 chunks of 384: 144 workgroups "
          "would underfill 132 compute units"},
         {{"smollm2_prefill", 1, 9, 3, 128, 128, 64, true},
-         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 128 keys are fewer than 256"},
+         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles, keys in 2 chunks of 64: 72 workgroups would "
+         "underfill 132 compute units"},
         {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
-         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 256"},
+         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 128"},
         {{"d80", 4, 8, 8, 512, 512, 80},
          "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256 workgroups "
          "would underfill 132 compute units"},
@@ -487,8 +488,8 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
          "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256 workgroups "
          "would underfill 132 compute units"},
         {{"d33", 1, 2, 1, 64, 64, 33},
-         "blocked: 128 rows per kv head; keys not split: 64 keys are fewer than 256; cooperative declined: head dim 33 is "
-         "not a multiple of 16"},
+         "blocked: 128 rows per kv head, keys in 2 chunks of 32: 2 workgroups would underfill 132 compute units; "
+         "cooperative declined: head dim 33 is not a multiple of 16"},
         {{"decode", 1, 9, 3, 1, 4096, 64, true, 0, 100},
          "row-wise, 3 rows per kv head, keys in 64 chunks of 64 (flash-decoding): 3 workgroups would underfill 132 "
          "compute units; cooperative declined: 3 rows per kv head, fewer than a subgroup's 16"},
@@ -526,14 +527,15 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
          "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 chunks of 384: 144" + underfill,
          "cooperative: 1500 keys per kv head, 64 per workgroup, 64-row query tiles, query rows in 4 chunks of 384: 144" +
              underfill},
+        // Fewer workgroups than compute units: sweeps split down to chunks of one tile.
         {{"smollm2", 1, 9, 3, 128, 128, 64, true},
-         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 128 keys are fewer than 256",
-         "cooperative: 128 keys per kv head, 16 per workgroup, 16-row query tiles, query rows in 3 chunks of 128: 24" +
-             underfill + "; chunks of at least 128 query rows"},
+         "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles, keys in 2 chunks of 64: 72" + underfill,
+         "cooperative: 128 keys per kv head, 16 per workgroup, 16-row query tiles, query rows in 12 chunks of 32: 24" +
+             underfill},
         {{"window_dynamic_start_d32", 1, 3, 1, 33, 50, 32, true, 5, 17},
-         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 256",
-         "cooperative: 50 keys per kv head, 16 per workgroup, 32-row query tiles; query rows not split: 99 query rows are "
-         "fewer than 256"},
+         "cooperative: 99 rows per kv head, 16 per workgroup, 64-key tiles; keys not split: 50 keys are fewer than 128",
+         "cooperative: 50 keys per kv head, 16 per workgroup, 32-row query tiles, query rows in 4 chunks of 32: 4" +
+             underfill},
         {{"d80", 4, 8, 8, 512, 512, 80},
          "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256" + underfill,
          "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles, query rows in 3 chunks of 192: 256" +
@@ -543,14 +545,14 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
          "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles, query rows in 3 chunks of 192: 256" +
              underfill},
         {{"d33", 1, 2, 1, 64, 64, 33},
-         "blocked: 128 rows per kv head; keys not split: 64 keys are fewer than 256; cooperative declined: head dim 33 "
-         "is not a multiple of 16",
-         "blocked: 64 keys per kv head; query rows not split: 128 query rows are fewer than 256; cooperative declined: "
-         "head dim 33 is not a multiple of 16"},
+         "blocked: 128 rows per kv head, keys in 2 chunks of 32: 2" + underfill +
+             "; cooperative declined: head dim 33 is not a multiple of 16",
+         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 1 workgroup would underfill 132 compute units; "
+         "cooperative declined: head dim 33 is not a multiple of 16"},
         {{"one_query", 2, 5, 1, 1, 33, 48, true},
          "row-wise: 5 rows per kv head; cooperative declined: 5 rows per kv head, fewer than a subgroup's 16",
          "cooperative: 33 keys per kv head, 16 per workgroup, 16-row query tiles; query rows not split: 5 query rows are "
-         "fewer than 256"},
+         "fewer than 32"},
     };
     for (const Expect& e : cases) {
         SCOPED_TRACE(e.c.name);

@@ -94,14 +94,14 @@ TEST(CapsProfiles, FastAttentionForwardsAreCooperativeOnTheH200) {
                     ++coop;
                     EXPECT_EQ(k.choice.rfind("cooperative: ", 0), 0u) << k.choice;
                     // Whisper's 6 heads of 1500 rows are 144 workgroups for 132 compute units: the keys are
-                    // split so that about four run on each. SmolLM2's 128 keys are too few to split.
-                    if (std::string(name) == "whisper") {
-                        EXPECT_EQ(k.label, "attention_coop_chunks");
-                        EXPECT_EQ(k.choice, "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 "
-                                            "chunks of 384: 144 workgroups would underfill 132 compute units");
-                    } else {
-                        EXPECT_EQ(k.label, "attention_coop");
-                    }
+                    // split so that about four run on each. SmolLM2's 72 workgroups, fewer than the compute
+                    // units, split their 128 keys into chunks of one tile.
+                    EXPECT_EQ(k.label, "attention_coop_chunks");
+                    EXPECT_EQ(k.choice, std::string(name) == "whisper"
+                                            ? "cooperative: 1500 rows per kv head, 64 per workgroup, 64-key tiles, keys in 4 "
+                                              "chunks of 384: 144 workgroups would underfill 132 compute units"
+                                            : "cooperative: 384 rows per kv head, 16 per workgroup, 64-key tiles, keys in 2 "
+                                              "chunks of 64: 72 workgroups would underfill 132 compute units");
                 }
                 EXPECT_EQ(coop, p == Precision::Fast ? layers : 0) << (training ? "training" : "inference");
             }

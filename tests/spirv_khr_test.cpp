@@ -462,7 +462,7 @@ TEST(SpirvKhr, EveryCooperativeKernelOfTheModelsIsRewritten) {
             EXPECT_EQ(count(khr), count(nv_words));
         }
     }
-    EXPECT_EQ(families, (std::set<std::string>{"attention_coop", "attention_grad_kv_coop", "attention_grad_q_coop",
+    EXPECT_EQ(families, (std::set<std::string>{"attention_coop", "attention_coop_chunks", "attention_grad_kv_coop", "attention_grad_q_coop",
                                                "conv2d_coop", "conv2d_coop_split", "conv2d_grad_input_coop_scaled",
                                                "conv2d_grad_weight_coop_scaled", "matmul_coop", "matmul_coop_scaled",
                                                "matmul_coop_split"}));

@@ -30,6 +30,10 @@ namespace {
 constexpr int64_t kGroupsPerUnit = 4, kUnknownUnits = 32;
 // Shorter sweeps stay whole: a workgroup sweeps 256 keys in about the time the combine's extra
 // dispatch and barrier cost (an estimate from the H200's ~1 us per 64-key tile, not a measurement).
+// Except where the workgroups are fewer than the compute units: then a prefill's or a backward's
+// sweep is split down to chunks of one tile. SmolLM2-135M's strict attention (3 kv heads of 384
+// query rows over 128 keys: 18 workgroups for 132 units) took 0.52 ms whole and 0.26 ms in 4 chunks
+// of 32 keys on the H200, its dK/dV 0.93 -> 0.62 ms and dQ 0.71 -> 0.51 (bench/results/2026-12-02-h200-session13-ab.md).
 constexpr int64_t kMinSplitKeys = 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -138,8 +142,12 @@ KeySplit choose_key_split(int64_t sweep, const std::string& what, const Attentio
         if (want == 1) return k;  // never: a long sweep then takes the blocked kernel under a loop limit
     } else {
         const auto target = static_cast<uint64_t>(kGroupsPerUnit * units);
-        if (sweep < kMinSplitKeys) {
-            k.why = std::to_string(sweep) + " " + what + " are fewer than " + std::to_string(kMinSplitKeys);
+        // Fewer workgroups than units (a prefill's or backward's: min_chunk is theirs): tile-sized chunks.
+        const bool starved = min_chunk > 0 && groups < static_cast<uint64_t>(units);
+        const int64_t min_keys = starved ? 2 * tile : kMinSplitKeys;
+        if (starved) min_chunk = tile;
+        if (sweep < min_keys) {
+            k.why = std::to_string(sweep) + " " + what + " are fewer than " + std::to_string(min_keys);
         } else if (groups < target) {
             want = static_cast<int64_t>((target + groups - 1) / groups);
             k.why = workgroups(groups) + " would underfill " + device;

@@ -11,7 +11,8 @@ namespace mn::codegen {
 // The number of chunks a sweep of `sweep` rows (`what`: a forward's or dQ's keys, dK/dV's query rows)
 // is split into: `groups` workgroups unsplit, tiles of `tiles.tile` rows, chunks of at least
 // `min_chunk` rows where the device would be underfilled (a larger one than the tile: for workgroups
-// with many rows each, whose every chunk stages their own rows again), sweeps of at most `long_sweep`
+// with many rows each, whose every chunk stages their own rows again; of one tile where even so the
+// workgroups are fewer than the compute units), sweeps of at most `long_sweep`
 // rows on a device that limits loop iterations. `why` says what decided it (KernelSource::choice).
 struct KeySplit {
     uint32_t splits = 1;
