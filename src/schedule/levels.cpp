@@ -10,10 +10,14 @@
 
 namespace mn::sched {
 
-void order_by_level(Schedule& s) {
+namespace {
+
+// Levels steps [first, end) among themselves, as if every step before them had run (a level below base), and
+// stably sorts them by level.
+void level_from(Schedule& s, size_t first, int32_t base) {
     std::vector<int32_t> last_write(s.values.size(), -1), last_read(s.values.size(), -1);
-    std::vector<int32_t> level(s.steps.size(), 0);
-    for (size_t i = 0; i < s.steps.size(); ++i) {
+    std::vector<int32_t> level(s.steps.size() - first, 0);
+    for (size_t i = first; i < s.steps.size(); ++i) {
         const Step& step = s.steps[i];
         int32_t l = 0;
         for (size_t b = 0; b < step.values.size(); ++b) {
@@ -29,21 +33,28 @@ void order_by_level(Schedule& s) {
                 last_read[v] = std::max(last_read[v], l);
             }
         }
-        level[i] = l;
+        level[i - first] = l;
     }
-    std::vector<size_t> order(s.steps.size());
+    std::vector<size_t> order(level.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return level[a] < level[b]; });
     std::vector<Step> steps;
     steps.reserve(order.size());
-    s.step_level.clear();
+    s.step_level.resize(first);
     for (size_t i : order) {
-        steps.push_back(std::move(s.steps[i]));
-        s.step_level.push_back(level[i]);
+        steps.push_back(std::move(s.steps[first + i]));
+        s.step_level.push_back(base + level[i]);
     }
-    s.steps = std::move(steps);
+    std::move(steps.begin(), steps.end(), s.steps.begin() + static_cast<std::ptrdiff_t>(first));
 }
 
+}  // namespace
+
+void order_by_level(Schedule& s) { level_from(s, 0, 0); }
+
+// The steps after the moved ones are levelled again among themselves: what they read of the moved steps is
+// there before any of them runs, so a step that waited a level for a moved one (a product for its hoisted
+// stacked weight) no longer does.
 size_t move_steps_first(Schedule& s, const std::vector<bool>& first) {
     std::vector<Step> steps;
     std::vector<int32_t> levels;
@@ -56,12 +67,11 @@ size_t move_steps_first(Schedule& s, const std::vector<bool>& first) {
     }
     const size_t moved = steps.size();
     for (size_t i = 0; i < s.steps.size(); ++i) {
-        if (first[i]) continue;
-        steps.push_back(std::move(s.steps[i]));
-        levels.push_back(s.step_level[i] + top + 1);
+        if (!first[i]) steps.push_back(std::move(s.steps[i]));
     }
     s.steps = std::move(steps);
     s.step_level = std::move(levels);
+    level_from(s, moved, top + 1);
     return moved;
 }
 

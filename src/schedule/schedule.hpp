@@ -100,8 +100,9 @@ Schedule lower(const Graph& graph, const std::vector<int32_t>& roots, const Tuni
 
 // Reorders the steps so that independent ones are adjacent (levels.cpp) and fills step_level.
 void order_by_level(Schedule& s);
-// After order_by_level: the steps flagged `first` move to the front in their order and levels, the others after them
-// in theirs, a level above them all (hoisting, the data-parallel update's split). Returns how many moved.
+// After order_by_level: the steps flagged `first` move to the front in their order and levels, the others after them,
+// levelled again among themselves, a level above them all (hoisting, the data-parallel update's split). Returns how
+// many moved.
 size_t move_steps_first(Schedule& s, const std::vector<bool>& first);
 
 // After order_by_level, for a program that does not train: moves the steps that compute the same

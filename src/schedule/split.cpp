@@ -1,8 +1,8 @@
 // The update split off: in data-parallel training (CompileOptions::data_parallel) the optimizer update
 // must read the gradients summed over every process, which the host reduces between two submits, so the
 // step is two programs. The update's steps are those that read a reduced gradient (an input the host
-// fills between the programs), or what such steps compute; they move behind every other step, each part
-// keeping its order and levels, the update's a level above the rest. Moving a step of the first part
+// fills between the programs), or what such steps compute; they move behind every other step, the rest keeping
+// its order and levels, the update's a level above it (move_steps_first). Moving a step of the first part
 // ahead of update steps that came before it is sound when it neither reads what they write nor writes
 // what they touch; by construction it reads nothing they compute, and the rest is checked here.
 #include <algorithm>
