@@ -245,6 +245,23 @@ TEST_F(FusionTest, NormsStoreThroughTheirEpilogue) {
     expect_matches_reference(before, random_feeds(before, 16));
 }
 
+// The input gradient of a pre-norm block, y = x + f(norm(x)), is the residual's gradient plus the norm's: the norm
+// gradient's kernel stores the sum through its epilogue (a transformer's backward: a dispatch and a level per norm),
+// for an RMSNorm and a LayerNorm. Against the float64 reference, outputs NaN-poisoned first.
+TEST_F(FusionTest, NormGradientsStoreThroughTheirEpilogue) {
+    for (const bool layer : {false, true}) {
+        Graph g;
+        const Tensor x = g.parameter("x", {3, 5, 40}), w = g.parameter("w", {40});
+        const Tensor h = layer ? g.layer_norm(x, w, g.parameter("b", {40})) : g.rms_norm(x, w);
+        const Tensor y = x + g.gelu(h);
+        g.output("dx", grad(g.sum(y * g.input("t", y.shape())), {x})[0]);
+        std::string labels;
+        for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) labels += k.label + " ";
+        EXPECT_NE(labels.find(layer ? "layer_norm_grad+add " : "rms_norm_grad+add "), std::string::npos) << labels;
+        expect_matches_reference(g, random_feeds(g, layer ? 18 : 17));
+    }
+}
+
 // Training's GroupNorm + SiLU: the forward's one kernel stores the norm as well, which the SiLU's backward reads;
 // the backward's gy * xhat is the recomputed norm's epilogue.
 TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {

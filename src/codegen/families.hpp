@@ -295,13 +295,13 @@ struct NormSpec {
     int64_t rows, dim;
     int64_t groups = 1, spatial = 1;
     double eps;
-    // Forward only: the pointwise tree stored instead of the normalized value (GroupNorm + SiLU);
-    // its other inputs, then its extra outputs, are bound after y.
+    // The pointwise tree stored instead of the normalized value (GroupNorm + SiLU) or of the input gradient
+    // (plus a residual's gradient); its other inputs, then its extra outputs, are bound after y (dx).
     const Epilogue* epilogue = nullptr;
 };
 // Bindings: x, w, [b (Layer)], y, then the epilogue's.
 KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
-// Bindings: x, w, up, dx.
+// Bindings: x, w, up, dx, then the epilogue's.
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
 // Where RoPE's rows [batch, heads, seq] are in memory: reads_split reads x as [batch, seq, heads, dim]
 // (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy); writes_merged

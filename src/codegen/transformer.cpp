@@ -173,7 +173,8 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
     const bool layer = spec.mode == NormMode::Layer;
     KernelSource k = row_kernel(norm_label(spec, true), spec, launch);
     k.iface.bindings = {{"x", spec.dtype}, {"w", spec.dtype}, {"up", spec.dtype}, {"dx", spec.dtype, true}};
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + norm_head(spec.mode) +
+    const std::string epilogue = epilogue_glsl(spec.epilogue, k);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + epilogue + norm_head(spec.mode) +
              "    vec2 acc = vec2(0.0);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"
@@ -183,8 +184,8 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"
              "        float xhat = (float(x.d[base + j]) - mean) * rstd;\n"
-             "        dx.d[base + j] = " + storage_type(spec.dtype) + "(rstd * (g - " + (layer ? "m.x" : "0.0") +
-             " - xhat * m.y));\n"
+             "        dx.d[base + j] = " + storage_type(spec.dtype) + "(EPI(base + j, rstd * (g - " + (layer ? "m.x" : "0.0") +
+             " - xhat * m.y)));\n"
              "    }\n}\n";
     return k;
 }

@@ -283,7 +283,8 @@ private:
             // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
             const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
             const Op op = g_.node(p).op;
-            if ((op == Op::MatMul || op == Op::Conv2d || is_norm(op)) && g_.node(p).dtype == r.dtype && p > product) {
+            if ((op == Op::MatMul || op == Op::Conv2d || is_norm(op) || is_norm_grad(op)) && g_.node(p).dtype == r.dtype &&
+                p > product) {
                 product = p, keeps = false;
             }
         }

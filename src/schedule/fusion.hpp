@@ -10,7 +10,7 @@
 // element), an assignment of it aside, is computed in that kernel and written as one more of its
 // outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
 //
-// A matmul, forward convolution or norm whose one reader is a fused root's tree, reading it element for
+// A matmul, forward convolution, norm or norm's gradient whose one reader is a fused root's tree, reading it element for
 // element (directly, or through a reshape that only that tree reads), is computed in that root's place
 // and stores the root's value through the tree (its epilogue: eval batch norm, bias, activation, residual
 // add; a GroupNorm's SiLU): the pointwise kernel, and the product's round trip through memory, go. A
@@ -65,6 +65,9 @@ namespace mn::sched {
 
 // The norms (one kernel each, norm_kernel) that store a pointwise epilogue as the products do.
 inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || op == Op::GroupNorm; }
+// Their input gradients (norm_grad_kernel), which store one too: a pre-norm block's residual gradient, added to the
+// norm's, in the norm's gradient kernel (a dispatch and a level per norm of a transformer's backward).
+inline bool is_norm_grad(Op op) { return op == Op::RmsNormGrad || op == Op::LayerNormGrad || op == Op::GroupNormGrad; }
 
 struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel

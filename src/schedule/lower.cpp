@@ -179,6 +179,7 @@ private:
             std::erase_if(bind, [](int32_t v) { return v < 0; });
             bind.insert(bind.end(), extra.begin(), extra.end());
             if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
+            if (is_norm_grad(g_.node(product->second).op)) return lower_norm_grad(g_.node(product->second), out, &epilogue, bind);
             return lower_product(product->second, {out}, &epilogue, bind);
         }
         bind.push_back(out);
@@ -502,7 +503,7 @@ private:
                 lower_norm(n, out);
                 return true;
             case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
-                emit(codegen::norm_grad_kernel(norm_spec(n), t_.reduction), bind(ins));
+                lower_norm_grad(n, out);
                 return true;
             case Op::Rope:
                 lower_rope(n, out, false);
@@ -543,16 +544,25 @@ private:
         return spec;
     }
 
-    // Norm node n into out, storing through `epilogue` (reading epilogue_inputs) if given.
+    // Norm node n (or its input gradient) into out, storing through `epilogue` (reading epilogue_inputs) if given.
     void lower_norm(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
                     const std::vector<int32_t>& epilogue_inputs = {}) {
         codegen::NormSpec spec = norm_spec(n);
         spec.epilogue = epilogue;
+        emit(codegen::norm_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+    }
+    void lower_norm_grad(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
+                         const std::vector<int32_t>& epilogue_inputs = {}) {
+        codegen::NormSpec spec = norm_spec(n);
+        spec.epilogue = epilogue;
+        emit(codegen::norm_grad_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+    }
+    std::vector<int32_t> norm_bindings(const Node& n, int32_t out, const std::vector<int32_t>& epilogue_inputs) const {
         std::vector<int32_t> bind;
         for (int32_t i : n.inputs) bind.push_back(value_of(i));
         bind.push_back(out);
         bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
-        emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
+        return bind;
     }
 
     // Matmul or convolution node `id` into outs (a matmul's column slices, FusionPlan::column_slices, or its
