@@ -275,14 +275,14 @@ private:
         for (int32_t leaf : leaves) {
             const Node& ln = g_.node(leaf);
             if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product) continue;
-            if (is_norm(ln.op) && !read_only_by(leaf, root) && read_here_or_later(leaf, root)) {
-                product = leaf, keeps = true;
-                continue;
-            }
-            if (!read_only_by(leaf, root)) continue;
             // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
             const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
             const Op op = g_.node(p).op;
+            if (!read_only_by(leaf, root)) {
+                // Read later too (a backward reads a norm, a SwiGLU's gate): stored as well as the tree.
+                if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
+                continue;
+            }
             if ((op == Op::MatMul || op == Op::Conv2d || is_norm(op) || is_norm_grad(op)) && g_.node(p).dtype == r.dtype &&
                 p > product) {
                 product = p, keeps = false;

@@ -15,8 +15,9 @@
 // and stores the root's value through the tree (its epilogue: eval batch norm, bias, activation, residual
 // add; a GroupNorm's SiLU): the pointwise kernel, and the product's round trip through memory, go. A
 // norm's one workgroup per row finishes its statistics before it stores anything, so its epilogue sees
-// the row's final values as a product's does. A norm that later kernels read too stores its own value
-// there as well (training's GroupNorm + SiLU, whose backward reads the norm).
+// the row's final values as a product's does. A norm or matmul that later kernels read too stores its own
+// value there as well (training's GroupNorm + SiLU, whose backward reads the norm; a SwiGLU's gate, which
+// stores its SiLU, and up product, which stores the two's product, both read by the backward).
 //
 // An attention whose one reader merges its heads back (permute {0, 2, 1, 3}) stores its output in that
 // layout itself, and the permute is its value: a copy kernel and its barrier go. Likewise a RoPE whose

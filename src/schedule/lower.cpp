@@ -167,7 +167,10 @@ private:
             extra.push_back(value_of(node));
         }
         if (product != epilogue_product_.end() && fusion_.epilogue_keeps[static_cast<size_t>(product->second)]) {
-            spec.extra_outputs.emplace_back(step_of.at(product->second), g_.node(product->second).dtype);
+            const auto read = std::find_if(step_of.begin(), step_of.end(), [&](const auto& at) {  // or a view of it
+                return at.first == product->second || is_view_of(at.first, product->second);
+            });
+            spec.extra_outputs.emplace_back(read->second, g_.node(product->second).dtype);
             extra.push_back(value_of(product->second));
         }
         if (product != epilogue_product_.end()) {
