@@ -36,9 +36,7 @@ done
 
 if [ -n "${TESTS:-}" ]; then
     echo "== tests (${NAMES[0]}): $TESTS"
-    timeout 300 "${BIN[${NAMES[0]}]}/meganeura_tests" --gtest_brief=1 --gtest_filter="$TESTS" > "$DIR/tests.txt" 2>&1
-    echo "exit status $?"
-    grep -E '^\[  (PASSED|FAILED) |FAILED TEST|tests ran' "$DIR/tests.txt" | head -20
+    scripts/h200_tests.sh "${BIN[${NAMES[0]}]}/meganeura_tests" "$TESTS" "$DIR"
 fi
 
 for round in $(seq "$ROUNDS"); do

@@ -28,9 +28,7 @@ export MEGANEURA_VALIDATE=0  # the validation layer is not installed there
 TESTS='Attention*:*Attention*:CapsProfiles.*:MatmulTest.CooperativeSelfTest:*SplitForward*:MatmulPrecisionPolicy.*'
 TESTS+=':-CausalLmVsTorch.*'  # they run the source tree's Python scripts by their path here
 echo "== tests"
-timeout 240 "$BIN/meganeura_tests" --gtest_brief=1 --gtest_filter="$TESTS" > "$DIR/tests.txt" 2>&1
-echo "exit status $?"
-grep -E '^\[  (PASSED|FAILED) |FAILED TEST|tests ran' "$DIR/tests.txt" | head -20
+scripts/h200_tests.sh "$BIN/meganeura_tests" "$TESTS" "$DIR"
 
 for round in $(seq "${ROUNDS:-1}"); do
     for model in $MODELS; do
