@@ -31,19 +31,38 @@ uint32_t pow2_at_most(uint32_t v) {
     return p;
 }
 
-
 // The column and row pieces aim at about this many workgroups in all (an H200 holds ~1000 at 256 threads).
 constexpr int64_t kWorkgroups = 1024;
 
+// `rows` cut into pieces for about kWorkgroups workgroups, `groups` of them per piece, each piece at least
+// `min_piece` rows: a piece's rows and how many pieces there are (none empty; one where the rows are few).
+struct Pieces {
+    int64_t rows, count;
+};
+Pieces cut_rows(int64_t rows, int64_t groups, int64_t min_piece) {
+    if (rows < 2 * min_piece) return {rows, 1};
+    const int64_t wanted = std::max<int64_t>(1, std::min((kWorkgroups + groups - 1) / groups, rows / min_piece));
+    const int64_t piece = (rows + wanted - 1) / wanted;
+    return {piece, (rows + piece - 1) / piece};
+}
+
+// Where there are several pieces: their f32 partials of `outputs` elements, and the split sum that adds them in
+// piece order into the output.
+void add_pieces(Reduction& out, DType out_dtype, int64_t outputs, const Pieces& pieces, const Launch& launch) {
+    if (pieces.count == 1) return;
+    out.partial_elements = pieces.count * outputs;
+    out.sum = matmul_detail::split_sum_kernel(out_dtype, outputs, static_cast<uint32_t>(pieces.count), launch.max_groups);
+}
+
 // One workgroup per output element and piece of its row: threads stride over the piece, then a
-// shared-memory tree combines their partials. pieces > 1 (sum and mean) writes each piece's f32
+// shared-memory tree combines their partials. Several pieces (sum and mean) write each piece's f32
 // partial sum, [piece][outer * inner], for split_sum_kernel to add.
 KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                               const Launch& launch, int64_t lead, int64_t pieces) {
+                               const Launch& launch, int64_t lead, const Pieces& cut) {
     static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
     const bool rows_only = mode == ReduceMode::Softmax || mode == ReduceMode::LogSoftmax;
     if (rows_only && lead != 1) throw Error("codegen: softmax reduces one axis, not a leading one too");
-    const int64_t piece = (lead * r + pieces - 1) / pieces;
+    const int64_t piece = cut.rows, pieces = cut.count;
     KernelSource k;
     k.label = kLabels[static_cast<int>(mode)];
     if (pieces > 1) k.label += "_pieces";
@@ -113,9 +132,8 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
         return std::nullopt;
     }
     const int64_t blocks = outer * ((inner + kColumns - 1) / kColumns);
-    const int64_t pieces = std::clamp<int64_t>((kWorkgroups + blocks - 1) / blocks, 1, rows / kMinPiece);
-    const int64_t piece = (rows + pieces - 1) / pieces;
-    const int64_t splits = (rows + piece - 1) / piece;
+    const Pieces cut = cut_rows(rows, blocks, kMinPiece);
+    const int64_t piece = cut.rows, splits = cut.count;
     Reduction out;
     KernelSource& k = out.partial;
     k.label = mode == ReduceMode::Sum ? "sum_columns" : "mean_columns";
@@ -156,10 +174,7 @@ void main() {
              storage_type(partial_dtype) + "(red[lid]" +
              (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n}\n";
     k.groups = grid_for(static_cast<uint64_t>(splits * blocks), launch.max_groups);
-    if (splits > 1) {
-        out.partial_elements = splits * outer * inner;
-        out.sum = matmul_detail::split_sum_kernel(out_dtype, outer * inner, static_cast<uint32_t>(splits), launch.max_groups);
-    }
+    add_pieces(out, out_dtype, outer * inner, cut, launch);
     return out;
 }
 
@@ -173,18 +188,11 @@ Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64
     // on the H200 in one workgroup.
     constexpr int64_t kMinRowPiece = 4096;
     const int64_t rows = lead * r, outputs = outer * inner;
-    int64_t pieces = 1;
-    if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
-        pieces = std::max<int64_t>(1, std::min((kWorkgroups + outputs - 1) / outputs, rows / kMinRowPiece));
-        const int64_t piece = (rows + pieces - 1) / pieces;
-        pieces = (rows + piece - 1) / piece;  // none empty
-    }
+    const Pieces cut = mode == ReduceMode::Sum || mode == ReduceMode::Mean ? cut_rows(rows, outputs, kMinRowPiece)
+                                                                          : Pieces{rows, 1};
     Reduction out;
-    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, pieces);
-    if (pieces > 1) {
-        out.partial_elements = pieces * outputs;
-        out.sum = matmul_detail::split_sum_kernel(out_dtype, outputs, static_cast<uint32_t>(pieces), launch.max_groups);
-    }
+    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, cut);
+    add_pieces(out, out_dtype, outputs, cut, launch);
     return out;
 }
 

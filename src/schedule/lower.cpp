@@ -717,9 +717,14 @@ private:
         std::vector<int32_t> start;
         if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
         auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
+        // A backward kernel's inputs, then its outputs (dq, or dk and dv), through f32 partials and their sum
+        // where it splits its sweep.
+        auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs) {
+            emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements,
+                                  cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), outs);
+        };
         if (n.op == Op::AttentionGradQ) {
-            return emit_attention_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups),
-                                       cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), {out});
+            return emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {out});
         }
         const AttentionKey key{n.inputs, n.ints, n.data, backward};
         if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
@@ -739,17 +744,8 @@ private:
             emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
                                   cat({in(0), in(1), in(2)}, start), pair);
         } else {
-            emit_attention_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups),
-                                cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), pair);
+            emit_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), pair);
         }
-    }
-
-    // A backward kernel's inputs, then its outputs (dq, or dk and dv), through f32 partials and their sum
-    // where it splits its sweep.
-    void emit_attention_grad(codegen::AttentionGradKernels kernels, std::vector<int32_t> inputs,
-                             const std::vector<int32_t>& outs) {
-        emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements,
-                              std::move(inputs), outs);
     }
 
     // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
