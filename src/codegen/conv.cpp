@@ -43,7 +43,8 @@ float x_at(uint base, uint c, int ih, int iw) {
 }
 )";
 
-// Per mode: GEMM sizes, A(m, k), B(k, n) and the store of C(m, n), for group g. B is read as
+// Per mode: GEMM sizes, A(m, k), B(k, n) and C(m, n) of group g: its index c_at in the output, its
+// value c_value (the epilogue, the forward's only) and its store c_put. B is read as
 // load_b(col_of(g, n), k): Col holds what depends on n only, which the tile loop computes once
 // per thread where a thread's column is the same in every slice (B_K_MAJOR 0).
 const char* const kForward = R"(
@@ -59,10 +60,9 @@ float load_b(Col col, uint k) {
     uint c = k / KK, t = k % KK;
     return x_at(col.base, c, col.ih + int((t / KW) * DH), col.iw + int((t % KW) * DW));
 }
-void store_c(uint off, uint g, uint m, uint n, float v) {
-    uint i = ((n / OHW) * O + g * OG + m) * OHW + n % OHW;
-    Y.d[off + i] = STORE(EPI(i, v));  // an epilogue only where K is whole (off 0)
-}
+uint c_at(uint g, uint m, uint n) { return ((n / OHW) * O + g * OG + m) * OHW + n % OHW; }
+float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
+void c_put(uint at, float v) { Y.d[at] = STORE(v); }
 )";
 
 const char* const kGradInput = R"(
@@ -87,7 +87,9 @@ float load_b(Col col, uint k) {
     if (oh < 0 || ow < 0) return 0.0;
     return float(GY.d[col.base + (o * OH + uint(oh)) * OW + uint(ow)]);
 }
-void store_c(uint off, uint g, uint m, uint n, float v) { GX.d[off + ((n / HW) * C + g * CG + m) * HW + n % HW] = STORE(v); }
+uint c_at(uint g, uint m, uint n) { return ((n / HW) * C + g * CG + m) * HW + n % HW; }
+float c_value(uint i, float v) { return v; }
+void c_put(uint at, float v) { GX.d[at] = STORE(v); }
 )";
 
 // k-major staging: a thread's k is the same for all its elements of a slice, so what depends on k
@@ -107,7 +109,9 @@ Col col_of(uint g, uint n) {
     return Col((g * CG + c) * HW, int((t / KW) * DH) - int(PH), int((t % KW) * DW) - int(PW));
 }
 float load_b(Col col, Row r) { return x_at(r.x + col.base, 0u, r.ih + col.dh, r.iw + col.dw); }
-void store_c(uint off, uint g, uint m, uint n, float v) { GW.d[off + (g * OG + m) * N + n] = STORE(v); }
+uint c_at(uint g, uint m, uint n) { return (g * OG + m) * N + n; }
+float c_value(uint i, float v) { return v; }
+void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 )";
 
 // z = split * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
@@ -191,37 +195,41 @@ void main() {
         if (gm >= M) continue;
         [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) [[unroll]] for (uint q = 0u; q < 4u; ++q) {
             uint gn = n0 + j * TX * 4u + tx * 4u + q;
-            if (gn < N) store_c(split * OUT_ELEMS, g, gm, gn, acc[r][j][q]);
+            if (gn >= N) continue;
+            uint i = c_at(g, gm, gn);
+            c_put(split * OUT_ELEMS + i, c_value(i, acc[r][j][q]));
         }
     }
 }
 )";
 
-// The cooperative-matrix variant (precision Fast; matmul_coop.cpp's core). A is staged k inner, 8
-// consecutive k per thread (gathered one element at a time, converted to f16 and stored as one
-// uvec4). B is staged along whichever index neighbouring pixels share: k inner in the weight
-// gradient, whose k runs over pixels; k outer in the forward and the input gradient, where 8
-// consecutive n are 8 neighbouring pixels of one (channel, tap), so a warp's lanes read runs of
-// adjacent addresses rather than 8 channels or taps apart. A thread's rows, its 8 columns (k outer)
-// and its k offset within a slice are the same in every slice, so its columns' Cols are computed
-// once, and in the weight gradient the 8 Rows of its k once per slice for both operands. C goes
-// through the subgroups' staging areas to store_c.
+// The cooperative-matrix variant (precision Fast; matmul_coop.cpp's core). Both operands are staged k
+// inner, 8 consecutive k per thread, each element gathered on its own, converted to f16 and stored
+// as one uvec4 (A's rows are contiguous along k; the forward's f16 weight is read 16 bytes at a time).
+// B's k runs over pixels in the weight gradient, and its groups go to threads as the core orders
+// them, sharing the 8 Rows of a thread's k with A. In the forward and the input gradient B's k runs
+// over (channel, tap) and n over pixels: there a warp's lanes take 32 consecutive pixels at the same
+// 8 k (B_ROW_OF), so that each gather of the warp reads neighbouring addresses, and a thread's 8 k
+// are the same in all its groups, which share their index arithmetic. Eight consecutive pixels a
+// thread, as before, read 32-byte strided runs across 8 cache lines per warp load; the change took
+// ResNet-50's fast convolutions from 0.652 to 0.610 ms on the H200 (the gather is still ~40% of their
+// time: bench/results/2026-12-02-h200-session14.md). A thread's columns, and their Cols, are the
+// same in every slice. C goes through the subgroups' staging areas to c_put.
 const char* const kCoopStaging = R"(
 #define A_K_INNER 1
-#define B_K_INNER B_K_MAJOR
-const uint KC = BK / 8u;  // groups of 8 along a row's k (the core's A_G, and B_G when B_K_INNER)
+#define B_K_INNER 1
+const uint KC = BK / 8u;  // groups of 8 along a row's k (the core's A_G and B_G)
+#if B_K_MAJOR == 0
+#define B_ROW_OF(e) ((e) / (SG * KC) * SG + (e) % SG)
+#define B_GROUP_OF(e) ((e) / SG % KC)
+#endif
 uint m0, n0, g, k_end, out_off;
 )";
 
 const char* const kCoopMain = R"(
-#if B_K_INNER
 Col bcols[GB];  // the column of each of the thread's groups
-#else
-Col bcols[8];  // the thread's 8 consecutive columns, n0 + (lid % B_G) * 8 + q (WG is a multiple of B_G)
-uint b_cols_in;  // how many of them are inside N
-#endif
 void fetch(uint k0) {
-    uint kb = k0 + (lid % KC) * 8u;
+    uint kb = k0 + (lid % KC) * 8u;  // A's 8 k (and the weight gradient's B's)
 #if B_K_MAJOR == 1
     Row r[8];
     [[unroll]] for (uint q = 0u; q < 8u; ++q) r[q] = row_of(kb + q);
@@ -242,21 +250,26 @@ void fetch(uint k0) {
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         float v[8];
-#if B_K_INNER
-        bool in_n = n0 + (lid + p * WG) / KC < N;
+        uint e = lid + p * WG;
+        bool in_n = n0 + B_ROW_OF(e) < N;
+#if B_K_MAJOR == 1
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && kb + q < k_end ? load_b(bcols[p], AT(q)) : 0.0;
 #else
-        uint gk = k0 + (lid + p * WG) / B_G;
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = q < b_cols_in && gk < k_end ? load_b(bcols[q], gk) : 0.0;
+        uint bk = k0 + B_GROUP_OF(e) * 8u;
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && bk + q < k_end ? load_b(bcols[p], bk + q) : 0.0;
 #endif
         put_b(p, vec4(v[0], v[1], v[2], v[3]), vec4(v[4], v[5], v[6], v[7]));
     }
 #undef AT
 }
 
+float element_value(uint m, uint n, float v) {
+    uint gm = m0 + m, gn = n0 + n;
+    return gm < M && gn < N ? c_value(c_at(g, gm, gn), v) : v;
+}
 void store_element(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) store_c(out_off, g, gm, gn, v);
+    if (gm < M && gn < N) c_put(out_off + c_at(g, gm, gn), v);
 }
 
 void main() {
@@ -267,13 +280,7 @@ void main() {
     uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
     out_off = split * OUT_ELEMS;
-#if B_K_INNER
-    [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / KC);
-#else
-    uint nb = n0 + (lid % B_G) * 8u;
-    b_cols_in = nb < N ? min(N - nb, 8u) : 0u;
-    [[unroll]] for (uint q = 0u; q < 8u; ++q) bcols[q] = col_of(g, nb + q);
-#endif
+    [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + B_ROW_OF(lid + p * WG));
     coop_product(k_begin, k_end);
     coop_store_elements();
 }
@@ -365,8 +372,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning, &why);
         k.choice = "cooperative implicit GEMM " + why;
         matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
-        // B staged k outer: a thread's 8 columns stay the same from one group to the next.
-        if ((t.subgroups() * tuning.coop_subgroup) % (t.bn / 8)) throw Error("conv2d tiles must divide evenly");
+        // A warp's lanes take consecutive columns of B (kCoopStaging's B_ROW_OF).
+        if (t.bn % tuning.coop_subgroup) throw Error("conv2d tiles must divide evenly");
         bm = t.bm, bn = t.bn;
         k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
         k.spec_values.push_back(k_split);  // KSPLIT, before the epilogue's constants

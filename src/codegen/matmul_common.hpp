@@ -95,8 +95,8 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
 // loads read), scale_for and max_abs (the power-of-two scales of f32 values staged as f16), the geometry's #defines, its check, and the GLSL core, after the types. The core needs BM BN BK WM WN SG STAGES WG and
 // A_K_INNER, B_K_INNER (each operand's shared order: k inner or k outer) defined before it, and
 // definitions of `void fetch(uint k0)` (group p of this thread's slice, 8 elements as two vec4s, to
-// put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `void store_element(uint m, uint n,
-// float v)` after it. It defines the shared stages As, Bs (uvec4: 8 halves), put_a, put_b, stash(), a_scale and b_scale (1 unless
+// put_a(p, lo, hi) and put_b: see the core's A_G and GA) and `float element_value(uint m, uint n, float v)` (C's
+// element with the epilogue applied) and `void store_element(uint m, uint n, float v)` after it. It defines the shared stages As, Bs (uvec4: 8 halves), put_a, put_b, stash(), a_scale and b_scale (1 unless
 // tuning.coop_scaled or coop_split), lid, warp, lane, wm, wn, `coop_start()`, `coop_product(k_begin, k_end)`
 // (into acc) and `coop_store_elements()`.
 extern const char* const kCoopExtensions;
