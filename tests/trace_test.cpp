@@ -17,9 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-int traced(const std::string& trace, const std::string& args, std::string* output) {
+int traced(const std::string& trace, const std::string& args, std::string* output, const std::string& env = "") {
     int status = -1;
-    *output = run_command("MEGANEURA_TRACE='" + trace + "' " + MEGANEURA_BINARY + " " + args, &status);
+    *output = run_command(env + "MEGANEURA_TRACE='" + trace + "' " + MEGANEURA_BINARY + " " + args, &status);
     return status;
 }
 
@@ -77,6 +77,31 @@ TEST(Trace, ForwardWithBackwardNamesEveryDispatchByItsGraphNodes) {
     ASSERT_EQ((*fc1)["args"]["nodes"].size(), 1u);
     const std::string node = (*fc1)["args"]["nodes"][0];
     EXPECT_NE(node.find(" add (3,256) f32"), std::string::npos) << node;
+}
+
+// A split-K product writes partial sums only: it is named after the sum that reads them, as a part of
+// it (so are the loss's scratch dispatches).
+TEST(Trace, AProductsPiecesAreNamedAfterTheirSum) {
+    TempDir dir("trace");
+    const models::ModelRequest request{.input_shapes = {{"images", {3, 784}}}};
+    io::write_safetensors(dir.path("in.safetensors"), models::find_model("mlp").example_inputs(request, false, 1));
+    std::string output;
+    ASSERT_EQ(traced(dir.path("t.json"), "forward --model mlp --inputs " + dir.path("in.safetensors") + " --out " +
+                                             dir.path("out.safetensors"), &output, "MEGANEURA_MATMUL_SPLITS=2 "), 0) << output;
+    std::vector<std::string> names;
+    for (const json& e : events_of(dir.path("t.json")))
+        if (e.value("cat", "") == "dispatch") names.push_back(e["name"].get<std::string>());
+    std::string all;
+    for (const std::string& n : names) all += "\n  " + n;
+    const std::string part = " (part)";
+    size_t products = 0;
+    for (auto it = names.begin(); it != names.end(); ++it) {
+        if (it->size() <= part.size() || it->compare(it->size() - part.size(), part.size(), part)) continue;
+        const std::string whole = it->substr(0, it->size() - part.size());  // "fc1: matmul, relu" and the like
+        EXPECT_NE(std::find(it + 1, names.end(), whole), names.end()) << whole << " follows none of its parts:" << all;
+        products += whole.find(": matmul") != std::string::npos;
+    }
+    EXPECT_EQ(products, 3u) << all;  // each layer's product, its K in two pieces
 }
 
 TEST(Trace, EverySessionHasItsTracks) {

@@ -79,7 +79,9 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
             if (!step.kernel.iface.bindings[b].writes || node < 0) continue;
             const Node& n = graph.node(node);
             const char* op = op_info(n.op).name;
-            d.nodes.push_back("%" + std::to_string(node) + " " + op + " " + shape_str(n.shape) + " " + dtype_name(n.dtype));
+            std::string described = "%";  // not "%" + to_string: GCC 12 warns of a memcpy overlap there (-Wrestrict, a false positive)
+            described += std::to_string(node) + " " + op + " " + shape_str(n.shape) + " " + dtype_name(n.dtype);
+            d.nodes.push_back(std::move(described));
             if (ops.find(op) == std::string::npos) ops += (ops.empty() ? "" : ", ") + std::string(op);
             if (where.empty()) where = layer[static_cast<size_t>(node)];
             gradient = gradient || n.gradient;
@@ -95,6 +97,27 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
         }
         d.name = (gradient ? "grad " : "") + (where.empty() ? "" : where + ": ") + ops;
         names.push_back(std::move(d));
+    }
+    // A dispatch that writes scratch only (a split-K product's partial sums, a loss's row terms) takes
+    // the name of the first one that reads it (the sum with its epilogue), marked as a part of it.
+    auto writes = [&](const sched::Step& step, int32_t value) {
+        for (size_t b = 0; b < step.values.size(); ++b)
+            if (step.kernel.iface.bindings[b].writes && step.values[b] == value) return true;
+        return false;
+    };
+    for (size_t i = names.size(); i-- > 0;) {
+        if (!names[i].nodes.empty()) continue;
+        for (size_t j = i + 1; j < names.size(); ++j) {
+            const sched::Step& reader = schedule.steps[j];
+            bool reads = false;
+            for (size_t b = 0; b < reader.values.size() && !reads; ++b)
+                reads = !reader.kernel.iface.bindings[b].writes && writes(schedule.steps[i], reader.values[b]);
+            if (!reads) continue;
+            const std::string part = " (part)", whole = names[j].name;
+            const bool marked = whole.size() > part.size() && !whole.compare(whole.size() - part.size(), part.size(), part);
+            names[i].name = marked ? whole : whole + part;
+            break;
+        }
     }
     return names;
 }
