@@ -163,10 +163,11 @@ TEST(CapsProfiles, TheMatmulTileFollowsTheCaps) {
 }
 
 // The check finds what does not fit: the H200's fast kernels ask an Apple GPU for NV cooperative
-// matrices, a fixed subgroup size it cannot require and more shared memory than it has.
+// matrices, a fixed subgroup size it cannot require and more shared memory than it has (a product of
+// 2^31 multiply-adds: the 128x128 tile, 64 deep).
 TEST(CapsProfiles, AKernelForAnotherDeviceIsReportedWithEachLimit) {
     const DeviceCaps& nv = profile("nvidia-h200");
-    const codegen::KernelSource k = linear_kernels(nv, 4096, Precision::Fast).front();
+    const codegen::KernelSource k = linear_kernels(nv, 32768, Precision::Fast).front();
     const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(nv));
     const codegen::SpirvNeeds needs = codegen::spirv_needs(*spirv, k.spec_values);
     EXPECT_TRUE(codegen::device_misfits(k, needs, nv).empty());

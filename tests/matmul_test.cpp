@@ -61,7 +61,7 @@ const std::vector<Case> kGemv = {
 // stages, 16- to 64-wide subgroup pieces, 32- and 64-deep slices.
 const std::vector<const char*> kCoopTiles = {"128,128,64,32,32,2", "128,128,64,64,32,2", "128,256,64,64,32,1",
                                              "64,64,32,32,32,2",   "128,128,64,32,64,1", "32,32,16,16,32,2",
-                                             "64,128,32,32,64,1"};
+                                             "128,64,32,32,32,1", "64,128,32,32,32,1"};
 
 // Long K with few output tiles: where the device is large, the heuristic splits K.
 const std::vector<Case> kLongK = {
@@ -199,10 +199,10 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     choice = codegen::matmul_kernels(spec, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative ", 0), 0u) << choice;
     EXPECT_NE(choice.find("128x128x64/1: exceeds the device's shared memory"), std::string::npos) << choice;
-    EXPECT_EQ(choice.rfind("cooperative 128x64x64/1 (by size;", 0), 0u) << choice;  // 2^27 multiply-adds
+    EXPECT_EQ(choice.rfind("cooperative 128x64x32/1 (by size;", 0), 0u) << choice;  // 2^27 multiply-adds
     const codegen::MatmulSpec small{.dtype = DType::F32, .m = 64, .n = 64, .k = 64};
     choice = codegen::matmul_kernels(small, t).product.choice;
-    EXPECT_NE(choice.find("128x64x64/1: for products of 2^27 multiply-adds or more"), std::string::npos) << choice;
+    EXPECT_NE(choice.find("128x64x32/1: for products of 2^27 multiply-adds or more"), std::string::npos) << choice;
     EXPECT_EQ(choice.rfind("cooperative 32x32x32/2", 0), 0u) << choice;
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
@@ -217,13 +217,13 @@ TEST(MatmulChoice, TransposesATileThatPadsLess) {
     t.coop_subgroup = 32;
     const codegen::MatmulSpec narrow{.dtype = DType::F32, .m = 64, .n = 12544, .k = 576};
     std::string choice = codegen::matmul_kernels(narrow, t).product.choice;
-    EXPECT_EQ(choice.rfind("cooperative 64x128x64/1 (by size;", 0), 0u) << choice;
+    EXPECT_EQ(choice.rfind("cooperative 64x128x32/1 (by size;", 0), 0u) << choice;
     EXPECT_NE(choice.find("taken, transposed: it pads C less"), std::string::npos) << choice;
     const codegen::MatmulSpec tall{.dtype = DType::F32, .m = 12544, .n = 64, .k = 576};
-    EXPECT_EQ(codegen::matmul_kernels(tall, t).product.choice.rfind("cooperative 128x64x64/1 (by size;", 0), 0u);
+    EXPECT_EQ(codegen::matmul_kernels(tall, t).product.choice.rfind("cooperative 128x64x32/1 (by size;", 0), 0u);
     // Padded alike both ways (1500 rows: 12 tiles of 128 or 24 of 64): the tile as listed.
     const codegen::MatmulSpec even{.dtype = DType::F32, .m = 1500, .n = 384, .k = 1536};
-    EXPECT_EQ(codegen::matmul_kernels(even, t).product.choice.rfind("cooperative 128x64x64/1 (by size;", 0), 0u);
+    EXPECT_EQ(codegen::matmul_kernels(even, t).product.choice.rfind("cooperative 128x64x32/1 (by size;", 0), 0u);
 }
 
 // Every case of kTiled, unbatched, as a product of `dtype` at this tuning: its kernel is `label`,

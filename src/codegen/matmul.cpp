@@ -363,23 +363,22 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // products and on the matmul shapes (2026-12-01, bench/results/2026-12-01-coop-tiles-h200.md).
     // Against the waves cost model this replaces, ResNet-50's products took 22% less time, the
     // U-Net's about the same. 128x128 wins on large products (the lm head, 4096^3: 122 against 78
-    // TFLOP/s for 128x64); 128x64 on mid-size ones, where 128x128's 213 registers a thread leave
-    // its one workgroup per compute unit waiting on its loads (ResNet-50's convolutions: 0.038
-    // against 0.068 ms at 64 x 12544 x 576); 32x32 on small ones (the U-Net's: 0.016 against
-    // 0.019 ms at 64 x 2048 x 576). Two stages were slower than one 64-deep slice (94 against 122
-    // TFLOP/s at 128x128). Where none is taken by size, the smallest that fits is. Split products
-    // (MatmulTuning::coop_split) stage two parts of each operand, which leaves the 64-deep tiles over
-    // 48 KiB: 128x64's 32-deep twin takes them from 2^27 multiply-adds (128x128's is 16 bytes over, with
-    // the scales).
+    // TFLOP/s for 128x64); 128x64 on mid-size ones; 32x32 on small ones (the U-Net's: 0.016 against
+    // 0.019 ms at 64 x 2048 x 576). Two stages were slower than one 64-deep slice at 128x128 (94
+    // against 122 TFLOP/s). Where none is taken by size, the smallest that fits is.
+    // 128x64 stages 32 deep: 64 deep, its kernels took 141 to 163 registers a thread, which leaves
+    // one workgroup of 8 subgroups per compute unit waiting on its loads; 32 deep, at most 128, two.
+    // With the 32-deep tile forced on every product, ResNet-50's fast convolutions took 0.472 against
+    // 0.615 ms and Whisper's fast training 4.25 against 4.71 ms (H200, 2026-12-02, session 14:
+    // bench/results/2026-12-02-h200-session14.md, calls 6 and 7). It also fits split products
+    // (MatmulTuning::coop_split), which stage two parts of each operand: 64 deep they pass 48 KiB.
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
-                                            {128, 64, 32, 32, 64, 1, int64_t(1) << 27},
-                                            {128, 64, 32, 32, 32, 1, int64_t(1) << 27, true},
+                                            {128, 64, 32, 32, 32, 1, int64_t(1) << 27},
                                             {64, 64, 32, 32, 32, 2, int64_t(1) << 27},
                                             {32, 32, 16, 16, 32, 2, 0}};
     const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
     std::string notes;
     auto misfit = [&](const CoopGeometry& c) -> const char* {
-        if (c.split_only && !t.coop_split) return "for split products only";
         if (!coop_geometry_divides(c, t.coop_subgroup)) return "does not divide among subgroups of this size";
         if (c.subgroups() * t.coop_subgroup > t.max_invocations || (t.max_subgroups && c.subgroups() > t.max_subgroups))
             return "exceeds the device's workgroup size";

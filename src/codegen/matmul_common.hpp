@@ -79,7 +79,6 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 struct CoopGeometry {
     uint32_t bm, bn, wm, wn, bk = 32, stages = 2;
     int64_t min_work = 0;  // the smallest product (multiply-adds) the tile is chosen for
-    bool split_only = false;  // chosen for split products only (MatmulTuning::coop_split)
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
