@@ -212,7 +212,7 @@ void main() {
 // 8 k (B_ROW_OF), so that each gather of the warp reads neighbouring addresses, and a thread's 8 k
 // are the same in all its groups, which share their index arithmetic. Eight consecutive pixels a
 // thread, as before, read 32-byte strided runs across 8 cache lines per warp load; the change took
-// ResNet-50's fast convolutions from 0.652 to 0.610 ms on the H200 (the gather is still ~40% of their
+// ResNet-50's fast convolutions from 0.652 to 0.616 ms on the H200 (the gather is still ~40% of their
 // time: bench/results/2026-12-02-h200-session14.md). A thread's columns, and their Cols, are the
 // same in every slice. C goes through the subgroups' staging areas to c_put.
 const char* const kCoopStaging = R"(
