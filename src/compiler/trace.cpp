@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -100,20 +101,19 @@ std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedu
     }
     // A dispatch that writes scratch only (a split-K product's partial sums, a loss's row terms) takes
     // the name of the first one that reads it (the sum with its epilogue), marked as a part of it.
-    auto writes = [&](const sched::Step& step, int32_t value) {
-        for (size_t b = 0; b < step.values.size(); ++b)
-            if (step.kernel.iface.bindings[b].writes && step.values[b] == value) return true;
-        return false;
-    };
+    const std::string part = " (part)";
     for (size_t i = names.size(); i-- > 0;) {
         if (!names[i].nodes.empty()) continue;
+        std::set<int32_t> written;
+        for (size_t b = 0; b < schedule.steps[i].values.size(); ++b)
+            if (schedule.steps[i].kernel.iface.bindings[b].writes) written.insert(schedule.steps[i].values[b]);
         for (size_t j = i + 1; j < names.size(); ++j) {
             const sched::Step& reader = schedule.steps[j];
             bool reads = false;
             for (size_t b = 0; b < reader.values.size() && !reads; ++b)
-                reads = !reader.kernel.iface.bindings[b].writes && writes(schedule.steps[i], reader.values[b]);
+                reads = !reader.kernel.iface.bindings[b].writes && written.count(reader.values[b]);
             if (!reads) continue;
-            const std::string part = " (part)", whole = names[j].name;
+            const std::string& whole = names[j].name;  // already named: a part of a part keeps one mark
             const bool marked = whole.size() > part.size() && !whole.compare(whole.size() - part.size(), part.size(), part);
             names[i].name = marked ? whole : whole + part;
             break;
