@@ -92,13 +92,16 @@ TEST_F(MatmulTest, TiledEveryGeometry) {
 TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
 
 // Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), also with
-// the largest tile, and as the heuristic chooses (no split on a CPU driver).
+// the largest tile, and as the heuristic chooses (no split on a CPU driver). An f16 product's pieces
+// are summed in f32 and rounded to f16 once (the reference multiplies the same f16 values: the error
+// is that rounding, 2^-11 relative at most).
 TEST_F(MatmulTest, SplitK) {
     for (const char* splits : {"3", ""}) {
         SCOPED_TRACE(std::string("splits ") + (*splits ? splits : "chosen"));
         ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
         check_cases(kTiled, 4500, 1e-5);
         check_cases(kLongK, 4600, 1e-5);
+        check_cases(kLongK, 4650, 2e-3, {}, DType::F16);
     }
     ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
     check_cases(kLongK, 4700, 1e-5);
@@ -142,6 +145,7 @@ TEST_F(MatmulTest, FastPrecision) {
     check_cases(kLongK, 4310, tol, fast);
     ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", "3");
     check_cases(kTiled, 4320, tol, fast);
+    check_cases(kTiled, 4330, 2e-3, fast, DType::F16);
 }
 
 // The cooperative kernel really runs where the device has it, and never where it does not.
@@ -204,6 +208,13 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     choice = codegen::matmul_kernels(small, t).product.choice;
     EXPECT_NE(choice.find("128x64x32/1: for products of 2^27 multiply-adds or more"), std::string::npos) << choice;
     EXPECT_EQ(choice.rfind("cooperative 32x32x32/2", 0), 0u) << choice;
+    // An f16 product whose few tiles leave the device empty splits K too: f32 pieces, summed into f16.
+    const codegen::MatmulSpec f16_long{.dtype = DType::F16, .m = 128, .n = 576, .k = 49152};
+    const auto split = codegen::matmul_kernels(f16_long, t);
+    EXPECT_NE(split.product.choice.find("K split in pieces of"), std::string::npos) << split.product.choice;
+    ASSERT_TRUE(split.sum.has_value());
+    EXPECT_EQ(split.product.iface.bindings.back().dtype, DType::F32);
+    EXPECT_EQ(split.sum->iface.bindings.back().dtype, DType::F16);
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }

@@ -276,14 +276,6 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
     const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
     const int64_t shortest_slice = t.forced_bk ? std::min<int64_t>(16, t.forced_bk) : 16;
     const int64_t longest = t.max_loop_iterations ? int64_t(t.max_loop_iterations) / 2 * shortest_slice : k;
-    if (spec.dtype != DType::F32) {  // partial sums are f32: no split
-        if (k > longest) {
-            throw Error("matmul: K = " + std::to_string(k) + " in " + std::string(dtype_name(spec.dtype)) +
-                        " is longer than one shader invocation of this device may loop over (" +
-                        std::to_string(longest) + ")");
-        }
-        return checked_u32(k, "matmul K");
-    }
     int64_t splits = 1;
     if (t.forced_splits) {
         splits = t.forced_splits;
@@ -368,9 +360,9 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // against 122 TFLOP/s). Where none is taken by size, the smallest that fits is.
     // 128x64 stages 32 deep: 64 deep, its kernels took 141 to 163 registers a thread, which leaves
     // one workgroup of 8 subgroups per compute unit waiting on its loads; 32 deep, at most 128, two.
-    // With the 32-deep tile forced on every product, ResNet-50's fast convolutions took 0.472 against
-    // 0.615 ms and Whisper's fast training 4.25 against 4.71 ms (H200, 2026-12-02, session 14:
-    // bench/results/2026-12-02-h200-session14.md, calls 6 and 7). It also fits split products
+    // Against the 64-deep tile (H200, 2026-12-03, bench/results/2026-12-03-h200-session15.md, call 1):
+    // ResNet-50's fast inference 1.570 -> 1.322 ms of GPU time and training 9.00 -> 8.37, Whisper's fast
+    // training 5.71 -> 5.38, the U-Net's 2.19 -> 2.09; SmolVLA the same. It also fits split products
     // (MatmulTuning::coop_split), which stage two parts of each operand: 64 deep they pass 48 KiB.
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
                                             {128, 64, 32, 32, 32, 1, int64_t(1) << 27},
@@ -418,6 +410,17 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     return *smallest;
 }
 
+// The product kernel's spec: where K is split, the pieces' partial sums are f32 whatever the output's dtype
+// (the split sum stores that), so an f16 product's pieces are the f32 product of its f16 operands.
+MatmulSpec pieces_spec(const MatmulSpec& spec, uint32_t k_split) {
+    if (k_split >= spec.k || spec.dtype == DType::F32) return spec;
+    MatmulSpec pieces = spec;
+    pieces.a_f16 = operand_dtype(spec, 'a') == DType::F16;
+    pieces.b_f16 = operand_dtype(spec, 'b') == DType::F16;
+    pieces.dtype = DType::F32;
+    return pieces;
+}
+
 const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t) {
     if (!t.coop_subgroup) return t.coop_declined;
     return spec.dtype != DType::F32 ? "not an f32 product" : "";  // the convolutions' coop kernels read f32
@@ -445,12 +448,12 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     if (t.coop_subgroup) {
         const CoopGeometry g = choose_coop_geometry(spec, t, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
-        out.product = coop_kernel(spec, g, t, k_split);
+        out.product = coop_kernel(pieces_spec(spec, k_split), g, t, k_split);
         why = "cooperative " + why;
     } else {
         const TiledGeometry g = choose_tiled_geometry(spec, t, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
-        out.product = tiled_kernel(spec, g, k_split, t.max_groups);
+        out.product = tiled_kernel(pieces_spec(spec, k_split), g, k_split, t.max_groups);
         why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }
     out.product.choice = why + (k_split < spec.k ? "; K split in pieces of " + std::to_string(k_split) : "") + "; " +
