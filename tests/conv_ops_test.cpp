@@ -3,6 +3,7 @@
 // and the builders' shape errors; the derivatives on every kernel path (1x1 as matmuls, split-K,
 // each tile) against the reference too.
 #include <cstdlib>
+#include <tuple>
 
 #include "gpu_check.hpp"
 #include "error_of.hpp"
@@ -95,6 +96,10 @@ TEST_F(ConvOpsTest, DerivativesInFastPrecisionMatchReference) {
         {{3, 35, 5, 5}, {33, 35, 3, 3}, {.padding = 1}, false},
         {{1, 3, 17, 15}, {4, 3, 7, 7}, {.stride = 2, .padding = 3}, false},
         {{2, 20, 9, 9}, {70, 20, 3, 3}, {.stride = 2, .padding = 1}, false},
+        // Channels in whole groups of 8, summed over in octets (codegen::conv_k_octets), also per group and 1x1.
+        {{2, 16, 9, 9}, {24, 16, 3, 3}, {.stride = 2, .padding = 1}, false},
+        {{2, 16, 7, 7}, {16, 8, 3, 3}, {.padding = 1, .groups = 2}, false},
+        {{2, 16, 7, 7}, {8, 16, 1, 1}, {.stride = 2}, false},
     };
     CompileOptions fast;
     fast.precision = Precision::Fast;
@@ -110,6 +115,24 @@ TEST_F(ConvOpsTest, DerivativesInFastPrecisionMatchReference) {
             add_conv_and_derivatives(g, c);
             expect_matches_reference(g, random_feeds(g, seed++), coop ? 2e-3 : 1e-5, fast);
         }
+    }
+}
+
+// An inference's forward convolutions read their weights as f16 copies (Tuning::f16_weights), stored in
+// octets where the cooperative kernel sums in octets (ConvSpec::weight_octets): against the
+// float64 reference at the fast tolerance, per group and with a bias epilogue.
+TEST_F(ConvOpsTest, FastForwardOfF16WeightsMatchesReference) {
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    for (const auto& [x_shape, w_shape, options] : std::vector<std::tuple<Shape, Shape, ConvOptions>>{
+             {{2, 16, 9, 9}, {24, 16, 3, 3}, {.stride = 2, .padding = 1}},
+             {{1, 32, 8, 8}, {40, 16, 3, 3}, {.padding = 1, .groups = 2}},
+             {{2, 3, 17, 15}, {8, 3, 7, 7}, {.stride = 2, .padding = 3}}}) {
+        SCOPED_TRACE(shape_str(w_shape));
+        Graph g;
+        g.output("y", g.conv2d(g.input("x", x_shape), g.parameter("w", w_shape), g.parameter("b", {w_shape[0]}), options));
+        expect_matches_reference(g, random_feeds(g, 790), coop ? 2e-3 : 1e-5, fast);
     }
 }
 
@@ -163,11 +186,18 @@ TEST(ConvCoopSource, CompilesWithGlslang) {
         tuning.coop_split = suffix == "_coop_split";
         for (codegen::ConvMode mode : {codegen::ConvMode::Forward, codegen::ConvMode::GradInput, codegen::ConvMode::GradWeight}) {
             SCOPED_TRACE(std::string(tile) + suffix + " mode " + std::to_string(static_cast<int>(mode)));
-            const codegen::ConvSpec spec{.mode = mode, .dtype = DType::F32, .x = {2, 6, 9, 7}, .weight = {9, 2, 3, 3},
-                                         .y = {2, 9, 5, 4}, .attrs = {2, 2, 1, 1, 1, 1, 3}};
-            const auto k = codegen::conv2d_kernels(spec, tuning).kernels.product;
-            EXPECT_TRUE(k.label.ends_with(suffix)) << k.label;
-            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+            // Odd channels (K channel-major), then whole groups of 8 (in octets; the forward's f16 weight stored so).
+            const codegen::ConvSpec odd{.mode = mode, .dtype = DType::F32, .x = {2, 6, 9, 7}, .weight = {9, 2, 3, 3},
+                                        .y = {2, 9, 5, 4}, .attrs = {2, 2, 1, 1, 1, 1, 3}};
+            codegen::ConvSpec eights{.mode = mode, .dtype = DType::F32, .x = {2, 16, 9, 7}, .weight = {32, 8, 3, 3},
+                                     .y = {2, 32, 5, 4}, .attrs = {2, 2, 1, 1, 1, 1, 2}};
+            EXPECT_EQ(codegen::conv_k_octets(eights, tuning), mode != codegen::ConvMode::GradWeight);
+            if (mode == codegen::ConvMode::Forward && suffix == "_coop") eights.weight_f16 = eights.weight_octets = true;
+            for (const codegen::ConvSpec& spec : {odd, eights}) {
+                const auto k = codegen::conv2d_kernels(spec, tuning).kernels.product;
+                EXPECT_TRUE(k.label.ends_with(suffix)) << k.label;
+                EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
+            }
         }
     }
 }

@@ -60,6 +60,21 @@ float load_b(Col col, uint k) {
     uint c = k / KK, t = k % KK;
     return x_at(col.base, c, col.ih + int((t / KW) * DH), col.iw + int((t % KW) * DW));
 }
+#if K_OCTETS
+// k = ((c / 8) * KK + t) * 8 + c % 8: group kb / 8's 8 k are channels c..c+7 at tap t, read through one
+// window position.
+void load_a8(uint g, uint m, uint kb, out float v[8]) {
+    uint t = (kb / 8u) % KK, c = kb / (8u * KK) * 8u;
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = float(Wt.d[((g * OG + m) * CG + c + q) * KK + t]);
+}
+void load_b8(Col col, uint kb, out float v[8]) {
+    uint t = (kb / 8u) % KK, c = kb / (8u * KK) * 8u;
+    int ih = col.ih + int((t / KW) * DH), iw = col.iw + int((t % KW) * DW);
+    bool inside = ih >= 0 && iw >= 0 && ih < int(H) && iw < int(W);
+    uint at = col.base + (c * H + uint(max(ih, 0))) * W + uint(max(iw, 0));
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = inside ? float(X.d[at + q * HW]) : 0.0;
+}
+#endif
 uint c_at(uint g, uint m, uint n) { return ((n / OHW) * O + g * OG + m) * OHW + n % OHW; }
 float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { Y.d[at] = STORE(v); }
@@ -87,6 +102,21 @@ float load_b(Col col, uint k) {
     if (oh < 0 || ow < 0) return 0.0;
     return float(GY.d[col.base + (o * OH + uint(oh)) * OW + uint(ow)]);
 }
+#if K_OCTETS
+// k = ((o / 8) * KK + t) * 8 + o % 8: group kb / 8's 8 k are output channels o..o+7 at tap t, read through
+// one output position.
+void load_a8(uint g, uint m, uint kb, out float v[8]) {
+    uint t = (kb / 8u) % KK, o = kb / (8u * KK) * 8u;
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = float(Wt.d[((g * OG + o + q) * CG + m) * KK + t]);
+}
+void load_b8(Col col, uint kb, out float v[8]) {
+    uint t = (kb / 8u) % KK, o = kb / (8u * KK) * 8u;
+    int oh = tapped(col.ih, (t / KW) * DH, SH, OH), ow = tapped(col.iw, (t % KW) * DW, SW, OW);
+    bool inside = oh >= 0 && ow >= 0;
+    uint at = col.base + (o * OH + uint(max(oh, 0))) * OW + uint(max(ow, 0));
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = inside ? float(GY.d[at + q * OHW]) : 0.0;
+}
+#endif
 uint c_at(uint g, uint m, uint n) { return ((n / HW) * C + g * CG + m) * HW + n % HW; }
 float c_value(uint i, float v) { return v; }
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
@@ -212,9 +242,13 @@ void main() {
 // 8 k (B_ROW_OF), so that each gather of the warp reads neighbouring addresses, and a thread's 8 k
 // are the same in all its groups, which share their index arithmetic. Eight consecutive pixels a
 // thread, as before, read 32-byte strided runs across 8 cache lines per warp load; the change took
-// ResNet-50's fast convolutions from 0.652 to 0.616 ms on the H200 (the gather is still ~40% of their
-// time: bench/results/2026-12-02-h200-session14.md). A thread's columns, and their Cols, are the
-// same in every slice. C goes through the subgroups' staging areas to c_put.
+// ResNet-50's fast convolutions from 0.652 to 0.616 ms on the H200 (bench/results/2026-12-02-h200-session14.md).
+// Where the channels summed over come in whole groups of 8, K is ordered in octets (conv_k_octets): a group
+// is 8 channels at one tap, whose window position and bounds are computed once, not per element. On the
+// H200 that took ResNet-50's fast forward convolutions from 0.473 to 0.386 ms and their input gradients from
+// 1.334 to 0.972, the U-Net's forward from 0.209 to 0.153 (bench/results/2026-12-03-h200-session15.md).
+// A thread's columns, and their Cols, are the same in every slice. C goes through the subgroups'
+// staging areas to c_put.
 const char* const kCoopStaging = R"(
 #define A_K_INNER 1
 #define B_K_INNER 1
@@ -240,11 +274,17 @@ void fetch(uint k0) {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint gm = m0 + (lid + p * WG) / KC;
 #if A_RAW8
-        // The forward's f16 weight, K a multiple of 8 (so is every piece of a split K): one 16-byte load.
+        // The forward's f16 weight, K a multiple of 8 (so is every piece of a split K): one 16-byte load
+        // (in octets: the weight's copy is stored in that order, ConvSpec::weight_octets).
         ra[p] = gm < M && kb < k_end ? a8.d[((g * OG + gm) * K + kb) >> 3] : uvec4(0u);
 #else
         float v[8];
+#if K_OCTETS
+        if (gm < M && kb < k_end) load_a8(g, gm, kb, v);
+        else v = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+#else
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = gm < M && kb + q < k_end ? load_a(g, gm, AT(q)) : 0.0;
+#endif
         put_a(p, vec4(v[0], v[1], v[2], v[3]), vec4(v[4], v[5], v[6], v[7]));
 #endif
     }
@@ -256,7 +296,12 @@ void fetch(uint k0) {
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && kb + q < k_end ? load_b(bcols[p], AT(q)) : 0.0;
 #else
         uint bk = k0 + B_GROUP_OF(e) * 8u;
+#if K_OCTETS
+        if (in_n && bk < k_end) load_b8(bcols[p], bk, v);
+        else v = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+#else
         [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = in_n && bk + q < k_end ? load_b(bcols[p], bk + q) : 0.0;
+#endif
 #endif
         put_b(p, vec4(v[0], v[1], v[2], v[3]), vec4(v[4], v[5], v[6], v[7]));
     }
@@ -320,6 +365,13 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
 
 }  // namespace
 
+bool conv_k_octets(const ConvSpec& spec, const MatmulTuning& tuning) {
+    const int64_t groups = spec.attrs[6];
+    const int64_t summed = spec.mode == ConvMode::Forward ? spec.x[1] / groups : spec.weight[0] / groups;
+    return tuning.coop_subgroup && spec.dtype == DType::F32 && spec.mode != ConvMode::GradWeight && summed % 8 == 0 &&
+           !conv_is_pointwise(spec.weight, spec.attrs);
+}
+
 bool conv_is_pointwise(const Shape& weight, const std::vector<int64_t>& a) {
     return weight[2] == 1 && weight[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 && a[3] == 0 && a[6] == 1;
 }
@@ -365,7 +417,12 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.spec_values.push_back(checked_u32(v, "conv2d size"));
     }
     const char* read_x = spec.mode == ConvMode::GradInput ? "" : kReadX;  // grad input has no X binding
-    const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n" + kDims + read_x + mode;
+    const bool octets = conv_k_octets(spec, tuning);
+    if (spec.weight_octets && !(octets && spec.weight_f16)) {
+        throw Error("conv2d: a weight stored in octets is for the cooperative kernel's f16 weight only");
+    }
+    const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n#define K_OCTETS " +
+                             (octets ? "1" : "0") + "\n" + kDims + read_x + mode;
     uint32_t bm, bn, k_split;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
         std::string why;
@@ -383,7 +440,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
-        const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split;
+        const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split && (kk == 1 || !octets || spec.weight_octets);
         const std::string fetch_a = raw8 ? "#define A_RAW8 1\n#define B_RAW8 0\n"
                                            "layout(std430, set = 0, binding = 1) readonly buffer B_a8 { uvec4 d[]; } a8;\n"
                                          : "";

@@ -604,6 +604,20 @@ private:
         return it->second;
     }
 
+    // A convolution's f16 weight copy [O, C, KH, KW] stored again as [O, C / 8, KH, KW, 8] (codegen::ConvSpec::weight_octets),
+    // once per copy; it depends on parameters alone, so it is hoisted like the cast.
+    int32_t weight_in_octets(int32_t w16) {
+        auto [it, fresh] = octet_copies_.try_emplace(w16, -1);
+        if (fresh) {
+            const Shape w = value(w16).shape;  // a copy: new_value may reallocate
+            const int64_t kk = w[2] * w[3];
+            const Shape dims = {w[0], w[1] / 8, w[2], w[3], 8};
+            it->second = new_value(dims, DType::F16);
+            copy(w16, it->second, {.dims = dims, .in_strides = {w[1] * kk, 8 * kk, w[3], 1, kk}, .out_strides = contiguous_strides(dims)});
+        }
+        return it->second;
+    }
+
     // What a GEMV of one row computes besides the product (codegen::MatmulSpec): A's RMSNorm, a second product.
     struct GemvExtras {
         double a_rms_eps = 0;
@@ -661,7 +675,10 @@ private:
         switch (n.op) {
             case Op::Conv2d:
                 spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
-                if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) b = b16, spec.weight_f16 = true;
+                if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) {
+                    b = b16, spec.weight_f16 = true;
+                    if (codegen::conv_k_octets(spec, tuning) && sb[2] * sb[3] > 1) b = weight_in_octets(b), spec.weight_octets = true;
+                }
                 break;
             case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
             case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
@@ -782,6 +799,7 @@ private:
     std::vector<bool> invariant_;                  // by node, where f16 weights are on (parameter_only_nodes)
     std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
+    std::map<int32_t, int32_t> octet_copies_;      // f16 copy -> the same stored in octets (weight_in_octets)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
