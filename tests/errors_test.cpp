@@ -20,6 +20,22 @@ TEST(GraphErrorsTest, ShapeMismatchesNameTheOpAndShapes) {
     EXPECT_EQ(error_of([&] { g.permute(a, {0, 0}); }), "[permute] perm (0,0) repeats an axis");
 }
 
+// verify_graph checks what a pass appends through Graph::emit (which checks only that its inputs exist) against
+// ops.def; every graph the builders make passes it.
+TEST(GraphErrorsTest, VerifyGraphChecksArityAgainstOpsDef) {
+    Graph g;
+    auto x = g.input("x", {4, 3});
+    auto y = g.relu(g.matmul(x, g.parameter("w", {3, 2})));
+    g.output("y", y);
+    EXPECT_EQ(error_of([&] { verify_graph(g); }), "");
+    Graph bad_arity = g;
+    bad_arity.emit({.op = Op::Add, .inputs = {y.id}, .shape = {4, 2}, .dtype = DType::F32});
+    EXPECT_EQ(error_of([&] { verify_graph(bad_arity); }), "graph: node %4 (add) has 1 inputs; ops.def gives it 2");
+    Graph bad_concat = g;
+    bad_concat.emit({.op = Op::Concat, .shape = {4, 2}, .dtype = DType::F32, .ints = {0}});
+    EXPECT_EQ(error_of([&] { verify_graph(bad_concat); }), "graph: node %4 (concat) has no inputs; ops.def gives it one or more");
+}
+
 TEST(GraphErrorsTest, DtypeAndNameErrors) {
     Graph g;
     auto x = g.input("x", {4, 3});

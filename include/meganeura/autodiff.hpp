@@ -12,7 +12,7 @@ namespace mn {
 // Throws mn::Error naming the op when an op on the path has no VJP rule.
 std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt);
 
-// True when every differentiable op in ops.def has a VJP rule (the coverage test reads it).
+// Whether mn::grad differentiates op: ops.def's Vjp (its rule in autodiff.cpp, whose switch names every op).
 bool has_vjp_rule(Op op);
 
 }  // namespace mn

@@ -27,12 +27,12 @@ int64_t numel(const Shape& s);
 enum class Archetype : uint8_t { Leaf, Pointwise, Reduction, MatMul, Conv, Attention, DataMovement };
 
 enum class Op : uint8_t {
-#define X(e, n, a, ar) e,
+#define X(e, n, a, ar, d) e,
 #include "meganeura/ops.def"
 #undef X
 };
 inline constexpr int kOpCount = 0
-#define X(e, n, a, ar) +1
+#define X(e, n, a, ar, d) +1
 #include "meganeura/ops.def"
 #undef X
     ;
@@ -40,7 +40,8 @@ inline constexpr int kOpCount = 0
 struct OpInfo {
     const char* name;
     Archetype archetype;
-    int arity;  // -1: variadic
+    int arity;            // -1: variadic (one input or more)
+    bool differentiable;  // mn::grad has its rule (ops.def's Vjp)
 };
 const OpInfo& op_info(Op op);
 
@@ -261,6 +262,11 @@ private:
     std::vector<std::pair<std::string, int32_t>> outputs_;
     bool has_gradients_ = false;
 };
+
+// Checks the graph against ops.def, as every pass must leave it: each node's input count is its op's arity
+// (leaves read nothing, a variadic op one input or more), and outputs name nodes. Throws Error naming the first
+// node that is not so. The compiler runs it on the graph it lowers.
+void verify_graph(const Graph& g);
 
 // PyTorch-style operators
 Tensor operator+(Tensor a, Tensor b);

@@ -203,9 +203,15 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
                     only(1, [&] { return rows_at(g, gy, axis, in(2), in(1).shape()[static_cast<size_t>(axis)]); }),
                     std::nullopt};
         }
-        default:
-            throw Error(std::string("[grad] no VJP rule for op ") + op_info(n.op).name);
+        // ops.def's NoVjp: leaves, derivatives and writes of storage (grad refuses them before it gets here)
+        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:
+        case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
+        case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
+        case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+        case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
+            break;
     }
+    throw Error(std::string("[grad] no VJP rule for op ") + op_info(n.op).name);
 }
 
 // Slice of one axis (start, step): the gradient is gy scattered into zeros. Built from concat:
@@ -264,17 +270,7 @@ Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::v
 
 }  // namespace
 
-bool has_vjp_rule(Op op) {
-    switch (op) {
-        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State:  // leaves
-        case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::CrossEntropyGrad: case Op::Assign:
-        case Op::EmbeddingGrad: case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
-        case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-        case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
-            return false;
-        default: return true;
-    }
-}
+bool has_vjp_rule(Op op) { return op_info(op).differentiable; }
 
 std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt) {
     if (!loss.valid()) throw Error("[grad] loss is not a tensor");

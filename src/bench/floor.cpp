@@ -45,9 +45,20 @@ double product_flops(const Graph& g, const Node& n) {
         case Op::AttentionGradK:  // dSᵀ·Q
         case Op::AttentionGradV:  // Pᵀ·dO
             return 2.0 * visible_pairs(g, n) * double(n.shape.back());
-        default:  // AttentionLse comes with the forward; the rest moves bytes
-            return 0;
+        // no product of its own: AttentionLse comes with the forward; the rest moves bytes
+        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Neg: case Op::Exp:
+        case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Relu: case Op::Sigmoid: case Op::Tanh:
+        case Op::Silu: case Op::GeluErf: case Op::GeluTanh: case Op::Cast: case Op::Sign: case Op::GeluErfDeriv:
+        case Op::GeluTanhDeriv: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum:
+        case Op::Minimum: case Op::Pow: case Op::Greater: case Op::Equal: case Op::Sum: case Op::Mean: case Op::Max:
+        case Op::Softmax: case Op::LogSoftmax: case Op::CrossEntropy: case Op::MseLoss: case Op::CrossEntropyGrad:
+        case Op::AttentionLse: case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Concat: case Op::Expand:
+        case Op::Assign: case Op::Embedding: case Op::EmbeddingGrad: case Op::RmsNorm: case Op::LayerNorm:
+        case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNorm: case Op::GroupNormGrad: case Op::Rope:
+        case Op::SliceScatter: case Op::MaxPool2d: case Op::MaxPool2dGrad:
+            break;
     }
+    return 0;
 }
 
 // The value a view node shows: reshapes, permutes and broadcasts move nothing in a floor.

@@ -67,8 +67,18 @@ std::string expression(Op op, const std::string& x0, const std::string& x1, DTyp
         case Op::Pow: return "mn_pow(" + x0 + ", " + x1 + ")";
         case Op::Greater: return std::string(compute_type(out)) + "(" + x0 + " > " + x1 + ")";
         case Op::Equal: return std::string(compute_type(out)) + "(" + x0 + " == " + x1 + ")";
-        default: throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
+        // not pointwise
+        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Sum: case Op::Mean:
+        case Op::Max: case Op::Softmax: case Op::LogSoftmax: case Op::CrossEntropy: case Op::MseLoss:
+        case Op::CrossEntropyGrad: case Op::MatMul: case Op::Conv2d: case Op::Conv2dGradInput:
+        case Op::Conv2dGradWeight: case Op::Attention: case Op::AttentionLse: case Op::AttentionGradQ:
+        case Op::AttentionGradK: case Op::AttentionGradV: case Op::Reshape: case Op::Permute: case Op::Slice:
+        case Op::Concat: case Op::Expand: case Op::Assign: case Op::Embedding: case Op::EmbeddingGrad:
+        case Op::RmsNorm: case Op::LayerNorm: case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNorm:
+        case Op::GroupNormGrad: case Op::Rope: case Op::SliceScatter: case Op::MaxPool2d: case Op::MaxPool2dGrad:
+            break;
     }
+    throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
 }
 
 // The tree's steps as GLSL statements, one register r<step> each, typed by the step's dtype; input n

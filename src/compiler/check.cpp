@@ -50,9 +50,19 @@ bool sums_products(Op op) {
         case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Concat: case Op::Expand: case Op::Assign:
         case Op::Embedding: case Op::EmbeddingGrad: case Op::SliceScatter:
             return true;
-        default:
-            return false;
+        // the rest: not sums of products
+        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Exp: case Op::Log:
+        case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Sigmoid: case Op::Tanh: case Op::Silu:
+        case Op::GeluErf: case Op::GeluTanh: case Op::Sign: case Op::GeluErfDeriv: case Op::GeluTanhDeriv:
+        case Op::Div: case Op::Maximum: case Op::Minimum: case Op::Pow: case Op::Greater: case Op::Equal:
+        case Op::Max: case Op::Softmax: case Op::LogSoftmax: case Op::CrossEntropy: case Op::MseLoss:
+        case Op::CrossEntropyGrad: case Op::Attention: case Op::AttentionLse: case Op::AttentionGradQ:
+        case Op::AttentionGradK: case Op::AttentionGradV: case Op::RmsNorm: case Op::LayerNorm: case Op::RmsNormGrad:
+        case Op::LayerNormGrad: case Op::GroupNorm: case Op::GroupNormGrad: case Op::Rope: case Op::MaxPool2d:
+        case Op::MaxPool2dGrad:
+            break;
     }
+    return false;
 }
 
 std::vector<double> magnitudes(const Node& n, const std::vector<const ref::Value*>& inputs, const ref::Feeds& feeds) {

@@ -344,6 +344,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     mark("build", [&] { return built.str(); });
 
     const Graph graph = options.optimize ? optimize::optimize(built) : built;
+    verify_graph(graph);  // autodiff, the optimizer's update and the optimize pass append through Graph::emit
     mark("optimize", [&] { return graph.str(); });
     // MEGANEURA_CHECK reads every intermediate value after the run: none may share bytes.
     if (const double limit = compiler::check_limit(options.precision); limit > 0) {

@@ -11,8 +11,9 @@ namespace mn {
 
 namespace {
 
+constexpr bool Vjp = true, NoVjp = false;  // ops.def's last column
 const OpInfo kOpInfo[] = {
-#define X(e, n, a, ar) {n, Archetype::a, ar},
+#define X(e, n, a, ar, d) {n, Archetype::a, ar, d},
 #include "meganeura/ops.def"
 #undef X
 };

@@ -49,20 +49,17 @@ Geometry geometry(const Shape& x, const Shape& w, const Shape& y, const std::vec
 Value conv2d_family(const Node& node, const Value& a, const Value& b) {
     Value out{node.shape, std::vector<double>(static_cast<size_t>(numel(node.shape)), 0.0)};
     std::vector<double>& r = out.data;
-    switch (node.op) {
-        case Op::Conv2d:  // a = x, b = weight
-            for_each_tap(geometry(a.shape, b.shape, node.shape, node.ints),
-                         [&](int64_t xi, int64_t wi, int64_t yi) { r[yi] += a.data[xi] * b.data[wi]; });
-            break;
-        case Op::Conv2dGradInput:  // a = gy, b = weight
-            for_each_tap(geometry(node.shape, b.shape, a.shape, node.ints),
-                         [&](int64_t xi, int64_t wi, int64_t yi) { r[xi] += a.data[yi] * b.data[wi]; });
-            break;
-        case Op::Conv2dGradWeight:  // a = x, b = gy
-            for_each_tap(geometry(a.shape, node.shape, b.shape, node.ints),
-                         [&](int64_t xi, int64_t wi, int64_t yi) { r[wi] += a.data[xi] * b.data[yi]; });
-            break;
-        default: throw Error(std::string("reference: ") + op_info(node.op).name + " is not a convolution");
+    if (node.op == Op::Conv2d) {  // a = x, b = weight
+        for_each_tap(geometry(a.shape, b.shape, node.shape, node.ints),
+                     [&](int64_t xi, int64_t wi, int64_t yi) { r[yi] += a.data[xi] * b.data[wi]; });
+    } else if (node.op == Op::Conv2dGradInput) {  // a = gy, b = weight
+        for_each_tap(geometry(node.shape, b.shape, a.shape, node.ints),
+                     [&](int64_t xi, int64_t wi, int64_t yi) { r[xi] += a.data[yi] * b.data[wi]; });
+    } else if (node.op == Op::Conv2dGradWeight) {  // a = x, b = gy
+        for_each_tap(geometry(a.shape, node.shape, b.shape, node.ints),
+                     [&](int64_t xi, int64_t wi, int64_t yi) { r[wi] += a.data[xi] * b.data[yi]; });
+    } else {
+        throw Error(std::string("reference: ") + op_info(node.op).name + " is not a convolution");
     }
     return out;
 }

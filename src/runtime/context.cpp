@@ -165,7 +165,8 @@ void restrict_to_enabled(PhysicalDevice& d, const VkPhysicalDeviceFeatures2* cha
     VkPhysicalDeviceVulkan13Features v13{};
     bool coop_nv = false, coop_khr = false, bf16 = false;
     for (auto* p = reinterpret_cast<const VkBaseInStructure*>(chain); p; p = p->pNext) {
-        switch (p->sType) {
+        // As an int: Debian's headers define some of these values outside VkStructureType's enumerators.
+        switch (static_cast<int>(p->sType)) {
             case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES:
                 v11 = *reinterpret_cast<const VkPhysicalDeviceVulkan11Features*>(p);
                 break;

@@ -395,7 +395,7 @@ private:
             case Archetype::Pointwise: return fused_pointwise(id, out);
             case Archetype::MatMul: case Archetype::Conv: return lower_product(id, {out});
             case Archetype::Attention: return lower_attention(n, out);
-            default: break;
+            case Archetype::Leaf: case Archetype::Reduction: case Archetype::DataMovement: break;
         }
         const Shape x = shape_of(in(0));  // a copy: new values may reallocate
         switch (n.op) {
@@ -478,9 +478,20 @@ private:
                 copy(in(0), out, {.dims = n.shape, .in_strides = broadcast_strides(x, n.shape),
                                   .out_strides = contiguous_strides(n.shape)});
                 return;
-            default:
-                throw Error(std::string("schedule: no lowering for op ") + op_info(n.op).name);
+            // leaves (never lowered), and the ops lowered above: by archetype, or by lower_transformer
+            case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Neg: case Op::Exp:
+            case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Relu: case Op::Sigmoid:
+            case Op::Tanh: case Op::Silu: case Op::GeluErf: case Op::GeluTanh: case Op::Cast: case Op::Sign:
+            case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+            case Op::Maximum: case Op::Minimum: case Op::Pow: case Op::Greater: case Op::Equal: case Op::MatMul:
+            case Op::Conv2d: case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::Attention:
+            case Op::AttentionLse: case Op::AttentionGradQ: case Op::AttentionGradK: case Op::AttentionGradV:
+            case Op::Reshape: case Op::Assign: case Op::Embedding: case Op::EmbeddingGrad: case Op::RmsNorm:
+            case Op::LayerNorm: case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNorm:
+            case Op::GroupNormGrad: case Op::Rope: case Op::SliceScatter:
+                break;
         }
+        throw Error(std::string("schedule: no lowering for op ") + op_info(n.op).name);
     }
 
     // Embedding, norms, RoPE and the cache write: one kernel each over a [rows, last dim] view
@@ -514,8 +525,20 @@ private:
             case Op::SliceScatter:
                 slice_scatter(n, out, false);
                 return true;
-            default: return false;
+            // lowered by lower()'s other cases
+            case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Neg: case Op::Exp:
+            case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Relu: case Op::Sigmoid:
+            case Op::Tanh: case Op::Silu: case Op::GeluErf: case Op::GeluTanh: case Op::Cast: case Op::Sign:
+            case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+            case Op::Maximum: case Op::Minimum: case Op::Pow: case Op::Greater: case Op::Equal: case Op::Sum:
+            case Op::Mean: case Op::Max: case Op::Softmax: case Op::LogSoftmax: case Op::CrossEntropy:
+            case Op::MseLoss: case Op::CrossEntropyGrad: case Op::MatMul: case Op::Conv2d: case Op::Conv2dGradInput:
+            case Op::Conv2dGradWeight: case Op::Attention: case Op::AttentionLse: case Op::AttentionGradQ:
+            case Op::AttentionGradK: case Op::AttentionGradV: case Op::Reshape: case Op::Permute: case Op::Slice:
+            case Op::Concat: case Op::Expand: case Op::Assign: case Op::MaxPool2d: case Op::MaxPool2dGrad:
+                break;
         }
+        return false;
     }
 
     // A SliceScatter node into out: a copy of x with src's rows in it, or in place (out a view of x,
@@ -672,17 +695,19 @@ private:
                     const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
         const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
         codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints, .epilogue = epilogue};
-        switch (n.op) {
-            case Op::Conv2d:
-                spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
-                if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) {
-                    b = b16, spec.weight_f16 = true;
-                    if (codegen::conv_k_octets(spec, tuning) && sb[2] * sb[3] > 1) b = weight_in_octets(b), spec.weight_octets = true;
-                }
-                break;
-            case Op::Conv2dGradInput: spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa; break;
-            case Op::Conv2dGradWeight: spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb; break;
-            default: throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
+        // The three convolution ops only (lower_product's callers): not a switch over every op.
+        if (n.op == Op::Conv2d) {
+            spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
+            if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) {
+                b = b16, spec.weight_f16 = true;
+                if (codegen::conv_k_octets(spec, tuning) && sb[2] * sb[3] > 1) b = weight_in_octets(b), spec.weight_octets = true;
+            }
+        } else if (n.op == Op::Conv2dGradInput) {
+            spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa;
+        } else if (n.op == Op::Conv2dGradWeight) {
+            spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb;
+        } else {
+            throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
         }
         auto [kernels, swapped] = codegen::conv2d_kernels(spec, tuning);
         if (swapped) std::swap(a, b);
