@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "compiler/trace.hpp"
 #include "host_tools.hpp"
 #include "io/safetensors.hpp"
 #include "models/registry.hpp"
@@ -102,6 +103,22 @@ TEST(Trace, AProductsPiecesAreNamedAfterTheirSum) {
         products += whole.find(": matmul") != std::string::npos;
     }
     EXPECT_EQ(products, 3u) << all;  // each layer's product, its K in two pieces
+}
+
+// A convolution whose weight is computed from parameters (a batch norm's scale folded in, as ResNet-50's are)
+// is in its weight's layer, not in the layer of the activation it reads (every one was "conv1", the stem's).
+TEST(Trace, AFoldedWeightNamesItsConvolutionsLayer) {
+    Graph g;
+    Tensor stem = g.relu(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("conv1.weight", {8, 3, 3, 3}), std::nullopt,
+                                  {.padding = 1}));
+    Tensor folded = g.parameter("layer1.conv.weight", {8, 8, 3, 3}) * g.parameter("layer1.bn.weight", {8, 1, 1, 1});
+    Tensor y = g.conv2d(stem, folded, std::nullopt, {.padding = 1});
+    Tensor out = g.relu(y);
+    const std::vector<std::string> layer = compiler::node_layers(g);
+    EXPECT_EQ(layer[static_cast<size_t>(stem.id)], "conv1");
+    EXPECT_EQ(layer[static_cast<size_t>(folded.id)], "layer1.conv");
+    EXPECT_EQ(layer[static_cast<size_t>(y.id)], "layer1.conv");
+    EXPECT_EQ(layer[static_cast<size_t>(out.id)], "layer1.conv");
 }
 
 TEST(Trace, EverySessionHasItsTracks) {

@@ -4,7 +4,8 @@
 // A dispatch is named after the layer its nodes belong to. A node that reads a parameter belongs to
 // that parameter's layer (its name without ".weight" / ".bias"), as PyTorch's profiler names a
 // backward product after the forward op whose weight it reads. Otherwise a forward node inherits the
-// layer of its first input that has one (a ReLU after fc1 is in fc1), and a gradient node (past the
+// layer of its first input computed from parameters alone that has one (a convolution reading a weight with
+// a batch norm folded in), else of its first input that has one (a ReLU after fc1 is in fc1), and a gradient node (past the
 // graph's gradient start) takes the layer of what it feeds: the first consumer with a layer, or the
 // parameter of a "grad.<parameter>" output, so fc1's weight gradient is in fc1.
 #include "compiler/trace.hpp"
@@ -35,24 +36,36 @@ std::string layer_of_parameter(const std::string& name) {
     return name;
 }
 
-// The layer of every node (see the file's comment); "" for inputs and what only they feed.
-std::vector<std::string> layers(const Graph& graph) {
+}  // namespace
+
+std::vector<std::string> node_layers(const Graph& graph) {
     const size_t count = graph.nodes().size();
     std::vector<std::string> direct(count), layer(count);
     std::vector<std::vector<int32_t>> consumers(count);
+    std::vector<bool> weights(count);  // computed from parameters, state and constants alone
     for (size_t i = 0; i < count; ++i) {
         const Node& n = graph.nodes()[i];
         if (n.op == Op::Parameter || n.op == Op::State) direct[i] = layer_of_parameter(n.name);
+        weights[i] = n.op == Op::Parameter || n.op == Op::State || n.op == Op::Constant ||
+                     (!n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return weights[static_cast<size_t>(in)]; }));
         for (int32_t in : n.inputs) {
             consumers[static_cast<size_t>(in)].push_back(static_cast<int32_t>(i));
             const Op op = graph.node(in).op;
             if (direct[i].empty() && (op == Op::Parameter || op == Op::State)) direct[i] = layer_of_parameter(graph.node(in).name);
         }
     }
+    // A weight computed from parameters (ResNet-50's batch norms folded into its convolutions' weights) names
+    // the layer of what reads it before an activation does: else every folded convolution took the stem's.
+    auto inherit = [&](size_t i, bool from_weights) {
+        for (size_t k = 0; layer[i].empty() && k < graph.nodes()[i].inputs.size(); ++k) {
+            const auto in = static_cast<size_t>(graph.nodes()[i].inputs[k]);
+            if (!from_weights || weights[in]) layer[i] = layer[in];
+        }
+    };
     for (size_t i = 0; i < count; ++i) {
         layer[i] = direct[i];
-        for (size_t k = 0; layer[i].empty() && k < graph.nodes()[i].inputs.size(); ++k)
-            layer[i] = layer[static_cast<size_t>(graph.nodes()[i].inputs[k])];
+        inherit(i, true);
+        inherit(i, false);
     }
     std::vector<std::string> fed(count);  // gradient nodes: the layer of what they feed
     for (const auto& [name, id] : graph.outputs())
@@ -66,10 +79,8 @@ std::vector<std::string> layers(const Graph& graph) {
     return layer;
 }
 
-}  // namespace
-
 std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedule& schedule) {
-    const std::vector<std::string> layer = layers(graph);
+    const std::vector<std::string> layer = node_layers(graph);
     std::vector<DispatchName> names;
     for (const sched::Step& step : schedule.steps) {
         DispatchName d{.kernel = step.kernel.label};

@@ -24,6 +24,9 @@ struct DispatchName {
     std::string kernel;              // the kernel's label (family and variant)
 };
 
+// The layer each node belongs to (trace.cpp says how it is found); "" for inputs and what only they feed.
+std::vector<std::string> node_layers(const Graph& graph);
+
 // One DispatchName per step of the schedule, in dispatch order.
 std::vector<DispatchName> dispatch_names(const Graph& graph, const sched::Schedule& schedule);
 
