@@ -372,6 +372,11 @@ bool conv_k_octets(const ConvSpec& spec, const MatmulTuning& tuning) {
            !conv_is_pointwise(spec.weight, spec.attrs);
 }
 
+bool conv_weight_in_octets(const ConvSpec& spec, const MatmulTuning& tuning) {
+    // One tap (a strided 1x1): octets are the weight's own order.
+    return spec.weight_f16 && !tuning.coop_split && spec.weight[2] * spec.weight[3] > 1 && conv_k_octets(spec, tuning);
+}
+
 bool conv_is_pointwise(const Shape& weight, const std::vector<int64_t>& a) {
     return weight[2] == 1 && weight[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 && a[3] == 0 && a[6] == 1;
 }
@@ -417,9 +422,9 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.spec_values.push_back(checked_u32(v, "conv2d size"));
     }
     const char* read_x = spec.mode == ConvMode::GradInput ? "" : kReadX;  // grad input has no X binding
-    const bool octets = conv_k_octets(spec, tuning);
-    if (spec.weight_octets && !(octets && spec.weight_f16)) {
-        throw Error("conv2d: a weight stored in octets is for the cooperative kernel's f16 weight only");
+    const bool octets = conv_k_octets(spec, tuning), octet_weight = conv_weight_in_octets(spec, tuning);
+    if (spec.weight_octets && !octet_weight) {
+        throw Error("conv2d: a weight stored in octets is for the cooperative kernel's f16 weight of taps only");
     }
     const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n#define K_OCTETS " +
                              (octets ? "1" : "0") + "\n" + kDims + read_x + mode;
@@ -440,7 +445,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
-        const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split && (kk == 1 || !octets || spec.weight_octets);
+        const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split && (!octet_weight || spec.weight_octets);
         const std::string fetch_a = raw8 ? "#define A_RAW8 1\n#define B_RAW8 0\n"
                                            "layout(std430, set = 0, binding = 1) readonly buffer B_a8 { uvec4 d[]; } a8;\n"
                                          : "";

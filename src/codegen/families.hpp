@@ -183,7 +183,7 @@ struct ConvSpec {
     std::vector<int64_t> attrs;  // the Conv2d node's ints (ops.def)
     const Epilogue* epilogue = nullptr;  // Forward only
     bool weight_f16 = false;  // Forward only: the weight stored as f16 (MatmulSpec::a_f16's reason)
-    // Forward only, with weight_f16 where conv_k_octets: the weight stored in the kernel's order of K,
+    // Forward only, where conv_weight_in_octets: the weight stored in the kernel's order of K,
     // [O][C / groups / 8][KH][KW][8], so that the cooperative kernel reads a group of 8 k as one 16-byte load.
     bool weight_octets = false;
 };
@@ -193,6 +193,9 @@ struct ConvSpec {
 // element; and a slice's groups are neighbouring taps of the same channels, which read the same stretch of the
 // weight ([O][C][KH][KW]: 8 channels' taps are 8 * KH * KW consecutive elements).
 bool conv_k_octets(const ConvSpec& spec, const MatmulTuning& tuning);
+// Whether the cooperative kernel reads this convolution's f16 weight 16 bytes at a time only from a copy stored
+// in octets (ConvSpec::weight_octets): K in octets over more than one tap.
+bool conv_weight_in_octets(const ConvSpec& spec, const MatmulTuning& tuning);
 // `kernels` as the matmul family's: the product, and where K is split (or a 1x1 weight gradient
 // sums over images) an f32 scratch of partial_elements it writes and `sum` reduces into the output.
 // operands_swapped: the product binds the node's two inputs in reverse order (a 1x1 convolution

@@ -42,12 +42,10 @@ std::vector<std::string> node_layers(const Graph& graph) {
     const size_t count = graph.nodes().size();
     std::vector<std::string> direct(count), layer(count);
     std::vector<std::vector<int32_t>> consumers(count);
-    std::vector<bool> weights(count);  // computed from parameters, state and constants alone
+    const std::vector<bool> weights = sched::parameter_only_nodes(graph);  // computed from parameters alone
     for (size_t i = 0; i < count; ++i) {
         const Node& n = graph.nodes()[i];
         if (n.op == Op::Parameter || n.op == Op::State) direct[i] = layer_of_parameter(n.name);
-        weights[i] = n.op == Op::Parameter || n.op == Op::State || n.op == Op::Constant ||
-                     (!n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return weights[static_cast<size_t>(in)]; }));
         for (int32_t in : n.inputs) {
             consumers[static_cast<size_t>(in)].push_back(static_cast<int32_t>(i));
             const Op op = graph.node(in).op;

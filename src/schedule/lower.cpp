@@ -700,7 +700,7 @@ private:
             spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
             if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) {
                 b = b16, spec.weight_f16 = true;
-                if (codegen::conv_k_octets(spec, tuning) && sb[2] * sb[3] > 1) b = weight_in_octets(b), spec.weight_octets = true;
+                if (codegen::conv_weight_in_octets(spec, tuning)) b = weight_in_octets(b), spec.weight_octets = true;
             }
         } else if (n.op == Op::Conv2dGradInput) {
             spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa;
