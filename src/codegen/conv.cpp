@@ -149,8 +149,9 @@ void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 const char* const kTileLoop = R"(
 // The matmul family's shared layout (matmul_tiled.cpp): k-major vec4 rows padded by one vec4; a
 // thread owns TM rows x TN columns in groups of 4 strided across the tile, read as vec4s.
-shared vec4 As[BK][BM / 4u + 1u];
-shared vec4 Bs[BK][BN / 4u + 1u];
+shared vec4 As[STAGES * BK][BM / 4u + 1u];
+shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
+uint st = 0u;  // the stage the product reads, and stash() writes
 const uint TX = BN / TN;   // threads along n
 const uint TY = BM / TM;   // threads along m
 const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
@@ -192,12 +193,12 @@ void fetch(uint k0) {
 void stash() {
     [[unroll]] for (uint p = 0u; p < LA; ++p) {
         uint e = lid + p * WG, row = e / BK;
-        As[e % BK][row >> 2][row & 3u] = ra[p];
+        As[st * BK + e % BK][row >> 2][row & 3u] = ra[p];
     }
     [[unroll]] for (uint p = 0u; p < LB; ++p) {
         uint e = lid + p * WG, col, kk;
         if (B_K_MAJOR == 1) { col = e / BK; kk = e % BK; } else { kk = e / BN; col = e % BN; }
-        Bs[kk][col >> 2][col & 3u] = rb[p];
+        Bs[st * BK + kk][col >> 2][col & 3u] = rb[p];
     }
 }
 
@@ -468,7 +469,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         }
         using matmul_detail::define;
         const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
-                                 define("TN", t.tn);
+                                 define("TN", t.tn) + "#define STAGES " + std::to_string(t.stages) + "\n";
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
         k.glsl = matmul_detail::preamble(k.iface, "") + defs + epilogue + head + kTileLoop +
                  matmul_detail::kRegisterTileProductGlsl + kTileMain;

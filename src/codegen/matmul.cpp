@@ -84,16 +84,25 @@ void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
         if (more) fetch(k0 + BK);
         [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
             vec4 av[TM / 4u], bv[TN / 4u];
-            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[kk][i * TY + ty];
-            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[kk][j * TX + tx];
+            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[st * BK + kk][i * TY + ty];
+            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[st * BK + kk][j * TX + tx];
             [[unroll]] for (uint r = 0u; r < TM; ++r)
                 [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
         }
+#if STAGES == 2
+        // The next slice goes into the other stage, which nobody reads in this step: one barrier a slice.
+        if (more) {
+            st ^= 1u;
+            stash();
+        }
+        barrier();
+#else
         barrier();
         if (more) {
             stash();
             barrier();
         }
+#endif
     }
 }
 )";
@@ -295,20 +304,24 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 // grid fills the device, and loses when its last round would leave most compute units idle. The
 // efficiencies are fitted to the H200's times of the workloads' products at every tile forced
 // (2026-12-02, bench/results/2026-12-02-attention-split-h200.md): 32 x 32 tiles only pay where the
-// others leave the device nearly empty (SmolLM2's 128 x 576 x 192 k/v projections).
+// others leave the device nearly empty (SmolLM2's 128 x 576 x 192 k/v projections). The 128-high
+// tiles stage 16-deep slices in two buffers, one barrier a slice (2026-12-03, session 16's call 2:
+// 4096^3 34.5 -> 41.4 TFLOP/s against one 32-deep stage, no shape slower); 128 x 64 pays on
+// products of 128 rows (SmolLM2's MLP, 13% over 64 x 64) and nowhere the others fill the device.
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
     // (8x8 measured 1.6x faster than 4x4 on lavapipe).
     const std::vector<TiledGeometry> tiled =
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 32, 8, 8, 1.0}, {64, 64, 16, 4, 4, 0.84},
-                                                           {32, 32, 16, 4, 4, 0.22}};
+                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2}, {128, 64, 16, 8, 4, 0.9, 2},
+                                                           {64, 64, 16, 4, 4, 0.84}, {32, 32, 16, 4, 4, 0.22}};
     std::optional<TiledGeometry> chosen;
     double best = 0;
     std::string notes;
     for (TiledGeometry g : tiled) {
         notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
         while (g.shared_bytes() > t.max_shared_memory && g.bk > 16) g.bk /= 2;  // a shallower slice where it must
+        if (g.shared_bytes() > t.max_shared_memory) g.stages = 1;               // then one stage
         if (g.threads() > t.max_invocations) {
             notes += "exceeds the device's workgroup size";
             continue;
@@ -318,7 +331,7 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
             continue;
         }
         if (t.forced_bm) {
-            if (g.bm == t.forced_bm) {
+            if (g.bm == t.forced_bm && g.bn == (t.forced_bn ? t.forced_bn : g.bm)) {
                 chosen = g;
                 notes += "forced (MEGANEURA_MATMUL_TILE)";
                 break;
@@ -340,6 +353,8 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     if (why) *why = tile_name(*chosen) + (t.forced_bm ? " (" : " (the least cost; ") + notes + ")";
     TiledGeometry g = *chosen;
     if (t.forced_bk) g.bk = t.forced_bk;
+    if (t.forced_stages) g.stages = t.forced_stages;
+    else if (g.shared_bytes() > t.max_shared_memory) g.stages = 1;  // a forced deeper slice in one stage
     return g;
 }
 

@@ -59,8 +59,9 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 struct TiledGeometry {
     uint32_t bm, bn, bk, tm, tn;
     double efficiency = 1;  // relative rate when the device is full (for the tile choice)
+    uint32_t stages = 1;    // shared buffers of a slice: 2 stages the next while this one is read
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
-    uint32_t shared_bytes() const { return bk * (bm + bn + 8) * 4; }
+    uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
 };
 KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups);
 

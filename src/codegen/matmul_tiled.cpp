@@ -3,7 +3,8 @@
 // allows), into registers first, so that the next slice's loads are in flight while the current
 // one is multiplied out of shared memory. Shared memory holds both slices k-major as vec4 rows,
 // padded by one vec4 (rows stay 16-byte aligned; the padding spreads the transposing stores of
-// row-major operands over the banks). Each thread owns TM rows x TN columns of C, in groups of 4
+// row-major operands over the banks); with STAGES 2 the next slice is stored into a second buffer
+// while this one is read, one barrier a slice. Each thread owns TM rows x TN columns of C, in groups of 4
 // strided across the tile, so its shared reads are vec4 and neighbouring threads read
 // neighbouring vec4s. The arithmetic is plain f32.
 #include "codegen/matmul_common.hpp"
@@ -13,8 +14,9 @@ namespace mn::codegen::matmul_detail {
 namespace {
 
 const char* const kHead = R"(
-shared vec4 As[BK][BM / 4u + 1u];
-shared vec4 Bs[BK][BN / 4u + 1u];
+shared vec4 As[STAGES * BK][BM / 4u + 1u];
+shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
+uint st = 0u;  // the stage the product reads, and stash() writes
 const uint TX = BN / TN;   // threads along n
 const uint TY = BM / TM;   // threads along m
 // Each operand's slice in memory order is OUTER x INNER; a thread stages G of its 4-element groups.
@@ -36,17 +38,17 @@ void stash() {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
 #if TRANS_A
-        As[o][i >> 2] = ra[p];
+        As[st * BK + o][i >> 2] = ra[p];
 #else
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[i + q][o >> 2][o & 3u] = ra[p][q];
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[st * BK + i + q][o >> 2][o & 3u] = ra[p][q];
 #endif
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
 #if TRANS_B
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[i + q][o >> 2][o & 3u] = rb[p][q];
+        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[st * BK + i + q][o >> 2][o & 3u] = rb[p][q];
 #else
-        Bs[o][i >> 2] = rb[p];
+        Bs[st * BK + o][i >> 2] = rb[p];
 #endif
     }
 }
@@ -94,7 +96,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<int64_t>{} : spec.column_parts);
     const std::string epilogue = epilogue_glsl(partial ? nullptr : spec.epilogue, k);
     std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
-                       define("TN", t.tn) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
+                       define("TN", t.tn) + "#define STAGES " + std::to_string(t.stages) + "\n" + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
     k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "schedule/schedule.hpp"
@@ -131,17 +132,32 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         if (v != "split" && v != "f16") throw Error("MEGANEURA_FAST_FORWARD must be split or f16, got '" + v + "'");
         t.split_forward = t.split_forward && v == "split";
     }
-    // MEGANEURA_MATMUL_TILE=<tile height>[/<K-slice>] forces one tile geometry (tests, tuning on a
-    // new device).
-    if (const char* e = std::getenv("MEGANEURA_MATMUL_TILE"); e && *e) {
-        unsigned bm = 0, bk = 0;
+    // MEGANEURA_MATMUL_TILE=<height>[x<width>][/<K-slice>][:<stages>] forces one tile geometry of the
+    // tiled kernel (tests, tuning on a new device): 128, 128x64, 64/32, 128/16:2.
+    if (const char* env = std::getenv("MEGANEURA_MATMUL_TILE"); env && *env) {
+        const std::string tile = std::string(env).substr(0, std::string(env).find(':'));
+        const char* e = tile.c_str();
+        unsigned bm = 0, bn = 0, bk = 0;
         char extra = 0;
-        const int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
+        if (std::strchr(e, 'x')) {
+            n = std::sscanf(e, "%ux%u/%u%c", &bm, &bn, &bk, &extra) - 1;
+            if (bn == 0) n = 0;
+        }
         if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILE must be a tile height such as 64, or 64/32, got '") + e + "'");
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be height[xwidth][/K-slice][:stages] such as 64, 128x64 or "
+                                    "128/16:2, got '") + env + "'");
         }
         t.matmul.forced_bm = bm;
         t.matmul.forced_bk = bk;
+        t.matmul.forced_bn = bn;
+        if (const char* c = std::strchr(env, ':')) {
+            const int stages = std::atoi(c + 1);
+            if (stages != 1 && stages != 2) {
+                throw Error(std::string("MEGANEURA_MATMUL_TILE's stages must be 1 or 2, got '") + env + "'");
+            }
+            t.matmul.forced_stages = static_cast<uint32_t>(stages);
+        }
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
     if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
