@@ -147,13 +147,8 @@ void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 // z = split * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
 // partial output OUT_ELEMS further on per split.
 const char* const kTileLoop = R"(
-// The matmul family's shared layout (matmul_tiled.cpp): k-major vec4 rows padded by one vec4; a
-// thread owns TM rows x TN columns in groups of 4 strided across the tile, read as vec4s.
-shared vec4 As[STAGES * BK][BM / 4u + 1u];
-shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
-uint st = 0u;  // the stage the product reads, and stash() writes
-const uint TX = BN / TN;   // threads along n
-const uint TY = BM / TM;   // threads along m
+// After the matmul family's shared layout (matmul_detail::kTiledSharedGlsl): a thread owns TM rows x TN
+// columns in groups of 4 strided across the tile, read as vec4s.
 const uint LA = BM * BK / WG, LB = BN * BK / WG;  // elements of each slice a thread stages
 float ra[LA], rb[LB];
 uint lid, m0, n0, g, k_end;
@@ -467,11 +462,9 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
             wg % t.bn || wg % t.bk) {
             throw Error("conv2d tiles must divide evenly");
         }
-        using matmul_detail::define;
-        const std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
-                                 define("TN", t.tn) + "#define STAGES " + std::to_string(t.stages) + "\n";
         const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
-        k.glsl = matmul_detail::preamble(k.iface, "") + defs + epilogue + head + kTileLoop +
+        k.glsl = matmul_detail::preamble(k.iface, "") + matmul_detail::tiled_defines(t) + epilogue + head +
+                 matmul_detail::kTiledSharedGlsl + kTileLoop +
                  matmul_detail::kRegisterTileProductGlsl + kTileMain;
     }
     const int64_t splits = (depth + k_split - 1) / k_split;

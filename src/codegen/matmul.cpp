@@ -111,6 +111,20 @@ std::string define(const std::string& name, int64_t value) {
     return "#define " + name + " " + std::to_string(value) + "u\n";
 }
 
+std::string tiled_defines(const TiledGeometry& t) {
+    // STAGES without a suffix: the product loop tests it with #if.
+    return define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) + define("TN", t.tn) +
+           "#define STAGES " + std::to_string(t.stages) + "\n";
+}
+
+const char* const kTiledSharedGlsl = R"(
+shared vec4 As[STAGES * BK][BM / 4u + 1u];
+shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
+uint st = 0u;  // the stage the product reads, and stash() writes
+const uint TX = BN / TN;   // threads along n
+const uint TY = BM / TM;   // threads along m
+)";
+
 std::string preamble(const KernelInterface& iface, const std::string& extensions) {
     std::string s = glsl_preamble(iface);
     s.insert(s.find('\n') + 1, "#extension GL_EXT_control_flow_attributes : require\n" + extensions);

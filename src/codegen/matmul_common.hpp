@@ -64,6 +64,11 @@ struct TiledGeometry {
     uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
 };
 KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups);
+// What the tiled kernels share (matmul_tiled.cpp, the convolutions' implicit GEMMs): the geometry's #defines
+// (BM BN BK TM TN STAGES), and after them the slices' shared arrays As and Bs (k-major vec4 rows padded by one
+// vec4, STAGES buffers of BK rows), the stage st, TX and TY.
+std::string tiled_defines(const TiledGeometry& g);
+extern const char* const kTiledSharedGlsl;
 
 // The choices matmul_kernels makes, shared with the convolution family's implicit GEMMs: the
 // workgroup count of a BM x BN tiling, the register tile for the grid on this device, and the K

@@ -14,11 +14,6 @@ namespace mn::codegen::matmul_detail {
 namespace {
 
 const char* const kHead = R"(
-shared vec4 As[STAGES * BK][BM / 4u + 1u];
-shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
-uint st = 0u;  // the stage the product reads, and stash() writes
-const uint TX = BN / TN;   // threads along n
-const uint TY = BM / TM;   // threads along m
 // Each operand's slice in memory order is OUTER x INNER; a thread stages G of its 4-element groups.
 #if TRANS_A
 const uint A_TI = BM;
@@ -95,10 +90,9 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     const bool partial = split_k < spec.k;  // the split sum stores the output
     const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<int64_t>{} : spec.column_parts);
     const std::string epilogue = epilogue_glsl(partial ? nullptr : spec.epilogue, k);
-    std::string defs = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) +
-                       define("TN", t.tn) + "#define STAGES " + std::to_string(t.stages) + "\n" + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
+    std::string defs = tiled_defines(t) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kTiledSharedGlsl + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
     return k;
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "schedule/schedule.hpp"
@@ -135,29 +134,27 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     // MEGANEURA_MATMUL_TILE=<height>[x<width>][/<K-slice>][:<stages>] forces one tile geometry of the
     // tiled kernel (tests, tuning on a new device): 128, 128x64, 64/32, 128/16:2.
     if (const char* env = std::getenv("MEGANEURA_MATMUL_TILE"); env && *env) {
-        const std::string tile = std::string(env).substr(0, std::string(env).find(':'));
-        const char* e = tile.c_str();
-        unsigned bm = 0, bn = 0, bk = 0;
-        char extra = 0;
-        int n = std::sscanf(e, "%u/%u%c", &bm, &bk, &extra);
-        if (std::strchr(e, 'x')) {
-            n = std::sscanf(e, "%ux%u/%u%c", &bm, &bn, &bk, &extra) - 1;
-            if (bn == 0) n = 0;
-        }
-        if (!(n == 1 || n == 2) || bm == 0 || (n == 2 && bk == 0)) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILE must be height[xwidth][/K-slice][:stages] such as 64, 128x64 or "
-                                    "128/16:2, got '") + env + "'");
+        const char* p = env;
+        const auto number = [&p](uint32_t& v) {  // a positive count at p, p after it
+            char* end = nullptr;
+            v = static_cast<uint32_t>(std::strtoul(p, &end, 10));
+            const bool read = end != p && v > 0;
+            p = end;
+            return read;
+        };
+        uint32_t bm = 0, bn = 0, bk = 0, stages = 0;
+        bool ok = number(bm);
+        if (ok && *p == 'x') ++p, ok = number(bn);
+        if (ok && *p == '/') ++p, ok = number(bk);
+        if (ok && *p == ':') ++p, ok = number(stages) && stages <= 2;
+        if (!ok || *p) {
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be height[xwidth][/K-slice][:stages of 1 or 2] such as 64, "
+                                    "128x64 or 128/16:2, got '") + env + "'");
         }
         t.matmul.forced_bm = bm;
-        t.matmul.forced_bk = bk;
         t.matmul.forced_bn = bn;
-        if (const char* c = std::strchr(env, ':')) {
-            const int stages = std::atoi(c + 1);
-            if (stages != 1 && stages != 2) {
-                throw Error(std::string("MEGANEURA_MATMUL_TILE's stages must be 1 or 2, got '") + env + "'");
-            }
-            t.matmul.forced_stages = static_cast<uint32_t>(stages);
-        }
+        t.matmul.forced_bk = bk;
+        t.matmul.forced_stages = stages;
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
     if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
