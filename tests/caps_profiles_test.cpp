@@ -162,10 +162,11 @@ TEST(CapsProfiles, TheMatmulTileFollowsTheCaps) {
               product(profile("intel-arc"), Precision::Strict).iface.local_size);
 }
 
-// The check finds what does not fit: the H200's fast kernels ask an Apple GPU for NV cooperative
-// matrices, a fixed subgroup size it cannot require and more shared memory than it has (a product of
-// 2^31 multiply-adds: the 128x128 tile, 64 deep).
+// The check finds what does not fit: the H200's fast kernels ask an Apple GPU for KHR cooperative
+// matrices (the H200's default path), a fixed subgroup size it cannot require and more shared memory
+// than it has (a product of 2^31 multiply-adds: the 128x128 tile, 64 deep).
 TEST(CapsProfiles, AKernelForAnotherDeviceIsReportedWithEachLimit) {
+    const ScopedEnv coop("MEGANEURA_COOP", "");
     const DeviceCaps& nv = profile("nvidia-h200");
     const codegen::KernelSource k = linear_kernels(nv, 32768, Precision::Fast).front();
     const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(nv));
@@ -174,7 +175,7 @@ TEST(CapsProfiles, AKernelForAnotherDeviceIsReportedWithEachLimit) {
     EXPECT_GT(needs.shared_bytes, 32u * 1024);
     std::string misfits;
     for (const std::string& m : codegen::device_misfits(k, needs, profile("apple-m2"))) misfits += m + "\n";
-    EXPECT_NE(misfits.find("needs NV cooperative matrices"), std::string::npos) << misfits;
+    EXPECT_NE(misfits.find("needs KHR cooperative matrices"), std::string::npos) << misfits;
     EXPECT_NE(misfits.find("no subgroup size control"), std::string::npos) << misfits;
     EXPECT_NE(misfits.find("shared memory bytes: " + std::to_string(needs.shared_bytes) + ", the device's limit 32768"),
               std::string::npos) << misfits;
@@ -187,6 +188,8 @@ TEST(CapsProfiles, TheCooperativePathFollowsTheCapsAndMeganeuraCoop) {
     using sched::CoopPath;
     DeviceCaps khr_only = profile("nvidia-h200");
     khr_only.coop_nv.clear();
+    DeviceCaps nv_only = profile("nvidia-h200");
+    nv_only.coop_khr.clear();
     DeviceCaps no_size_control = profile("amd-wave64");
     no_size_control.subgroup_size_control = false;
     const char* const lacks = "the device lacks f16 cooperative matrices at 16x16x16 with f32 accumulation (NV or KHR)";
@@ -198,7 +201,9 @@ TEST(CapsProfiles, TheCooperativePathFollowsTheCapsAndMeganeuraCoop) {
         const char* why;
     };
     const Case cases[] = {
-        {"", profile("nvidia-h200"), CoopPath::Nv, "the device has VK_NV_cooperative_matrix at f16 16x16x16; MEGANEURA_COOP=khr for KHR"},
+        {"", profile("nvidia-h200"), CoopPath::Khr,
+         "the device has VK_KHR_cooperative_matrix at f16 16x16x16 (and the NV extension: MEGANEURA_COOP=nv for it)"},
+        {"", nv_only, CoopPath::Nv, "the device has VK_NV_cooperative_matrix at f16 16x16x16, not the KHR extension"},
         {"", profile("amd-wave64"), CoopPath::Khr, khr_not_nv},
         {"", khr_only, CoopPath::Khr, khr_not_nv},
         {"", profile("intel-arc"), CoopPath::None, lacks},  // 8x8x16 only
@@ -231,7 +236,7 @@ TEST(CapsProfiles, TheCooperativePathFollowsTheCapsAndMeganeuraCoop) {
 }
 
 // A device with KHR cooperative matrices only (RDNA 3) gets the cooperative product as KHR SPIR-V, which
-// fits it; the H200's NV kernel does not.
+// fits it; the H200's kernel on its NV path (MEGANEURA_COOP=nv) does not.
 TEST(CapsProfiles, AKhrOnlyDeviceGetsKhrKernels) {
     const ScopedEnv coop("MEGANEURA_COOP", "");
     const DeviceCaps& amd = profile("amd-wave64");
@@ -243,6 +248,7 @@ TEST(CapsProfiles, AKhrOnlyDeviceGetsKhrKernels) {
     EXPECT_TRUE(capabilities.count(codegen::khr::CapabilityCooperativeMatrix));
     EXPECT_FALSE(capabilities.count(spv::CapabilityCooperativeMatrixNV));
     for (const std::string& misfit : codegen::device_misfits(k, needs, amd)) ADD_FAILURE() << misfit;
+    const ScopedEnv nv_path("MEGANEURA_COOP", "nv");
     const DeviceCaps& nv = profile("nvidia-h200");
     const codegen::KernelSource nv_kernel = linear_kernels(nv, 4096, Precision::Fast).front();
     const codegen::SpirvNeeds nv_needs =

@@ -210,6 +210,9 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     choice = codegen::matmul_kernels(small, t).product.choice;
     EXPECT_NE(choice.find("128x64x32/1: for products of 2^27 multiply-adds or more"), std::string::npos) << choice;
     EXPECT_EQ(choice.rfind("cooperative 32x32x32/2", 0), 0u) << choice;
+    const codegen::MatmulSpec mid{.dtype = DType::F32, .m = 256, .n = 512, .k = 512};  // 2^26 multiply-adds
+    choice = codegen::matmul_kernels(mid, t).product.choice;
+    EXPECT_EQ(choice.rfind("cooperative 64x64x32/2 (by size;", 0), 0u) << choice;
     // An f16 product whose few tiles leave the device empty splits K too: f32 pieces, summed into f16.
     const codegen::MatmulSpec f16_long{.dtype = DType::F16, .m = 128, .n = 576, .k = 49152};
     const auto split = codegen::matmul_kernels(f16_long, t);

@@ -393,9 +393,12 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // ResNet-50's fast inference 1.570 -> 1.322 ms of GPU time and training 9.00 -> 8.37, Whisper's fast
     // training 5.71 -> 5.38, the U-Net's 2.19 -> 2.09; SmolVLA the same. It also fits split products
     // (MatmulTuning::coop_split), which stage two parts of each operand: 64 deep they pass 48 KiB.
+    // 64x64 from 2^26: below 128x64's 2^27, where it was the better of the two on every product measured
+    // and 32x32 no better (2026-12-03, session 17, call 2: SmolLM2's MLP products and their gradients
+    // 0.0122-0.0137 -> 0.0113-0.0118 ms, SmolVLA's expert down 0.0134 -> 0.0121).
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
                                             {128, 64, 32, 32, 32, 1, int64_t(1) << 27},
-                                            {64, 64, 32, 32, 32, 2, int64_t(1) << 27},
+                                            {64, 64, 32, 32, 32, 2, int64_t(1) << 26},
                                             {32, 32, 16, 16, 32, 2, 0}};
     const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
     std::string notes;
