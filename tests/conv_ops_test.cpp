@@ -203,6 +203,20 @@ TEST(ConvCoopSource, CompilesWithGlslang) {
     }
 }
 
+// A convolution's implicit GEMM between 2^26 and 2^27 multiply-adds keeps the 32x32 tile, where a matmul
+// takes 64x64 (MatmulChoice.SaysWhyEachVariantDeclines): the U-Net's gradients were slower with it.
+TEST(ConvCoopChoice, AnImplicitGemmBelow2To27KeepsTheSmallTile) {
+    codegen::MatmulTuning t;
+    t.compute_units = 132;
+    t.max_shared_memory = 48 * 1024;
+    t.coop_subgroup = 32;
+    // 64 output channels x 2048 pixels x 576 taps: 2^26.2 multiply-adds.
+    const codegen::ConvSpec spec{.mode = codegen::ConvMode::Forward, .dtype = DType::F32, .x = {2, 64, 32, 32},
+                                 .weight = {64, 64, 3, 3}, .y = {2, 64, 32, 32}, .attrs = {1, 1, 1, 1, 1, 1, 1}};
+    const std::string choice = codegen::conv2d_kernels(spec, t).kernels.product.choice;
+    EXPECT_EQ(choice.rfind("cooperative implicit GEMM 32x32x32/2 (by size;", 0), 0u) << choice;
+}
+
 // The kernels each derivative lowers to: matmuls for 1x1 stride 1 (the weight gradient's images
 // summed by the split-sum pass), the implicit GEMM otherwise, split where K is forced to split.
 TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {

@@ -372,7 +372,7 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     return g;
 }
 
-CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, CoopProduct product, std::string* why) {
     const auto& f = t.forced_coop;
     if (f[0]) {
         const CoopGeometry g{f[0], f[1], f[2], f[3], f[4], f[5]};
@@ -393,12 +393,15 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // ResNet-50's fast inference 1.570 -> 1.322 ms of GPU time and training 9.00 -> 8.37, Whisper's fast
     // training 5.71 -> 5.38, the U-Net's 2.19 -> 2.09; SmolVLA the same. It also fits split products
     // (MatmulTuning::coop_split), which stage two parts of each operand: 64 deep they pass 48 KiB.
-    // 64x64 from 2^26: below 128x64's 2^27, where it was the better of the two on every product measured
-    // and 32x32 no better (2026-12-03, session 17, call 2: SmolLM2's MLP products and their gradients
-    // 0.0122-0.0137 -> 0.0113-0.0118 ms, SmolVLA's expert down 0.0134 -> 0.0121).
+    // A matmul takes 64x64 from 2^26, below 128x64's 2^27: there it was the better of the two on every
+    // product measured and 32x32 no better (2026-12-03, session 17, calls 2 and 3: SmolLM2's MLP products
+    // and their gradients 0.0122-0.0137 -> 0.0113-0.0118 ms, its fast inference 2.625 -> 2.318 ms). A
+    // convolution's implicit GEMM does not (from 2^27 it is 128x64's): with it the U-Net's weight and input
+    // gradients took 0.297 -> 0.387 and 0.223 -> 0.294 ms.
+    const int64_t mid = product == CoopProduct::Matmul ? int64_t(1) << 26 : int64_t(1) << 27;
     const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
                                             {128, 64, 32, 32, 32, 1, int64_t(1) << 27},
-                                            {64, 64, 32, 32, 32, 2, int64_t(1) << 26},
+                                            {64, 64, 32, 32, 32, 2, mid},
                                             {32, 32, 16, 16, 32, 2, 0}};
     const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
     std::string notes;
@@ -478,7 +481,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     uint32_t k_split;
     std::string why;
     if (t.coop_subgroup) {
-        const CoopGeometry g = choose_coop_geometry(spec, t, &why);
+        const CoopGeometry g = choose_coop_geometry(spec, t, CoopProduct::Matmul, &why);
         k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
         out.product = coop_kernel(pieces_spec(spec, k_split), g, t, k_split);
         why = "cooperative " + why;

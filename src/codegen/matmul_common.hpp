@@ -92,8 +92,11 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const Ma
 uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
 // The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
 const char* coop_label_suffix(const MatmulTuning& tuning);
-// The tile for this GEMM on this device (tuning.forced_coop, else by the product's size).
-CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
+// Whose tile it is: a matmul's, or a convolution's implicit GEMM (whose gathers favour other tiles).
+enum class CoopProduct { Matmul, ImplicitGemm };
+// The tile for this GEMM on this device (tuning.forced_coop, else by the product's size and whose it is).
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, CoopProduct product,
+                                  std::string* why = nullptr);
 // What the convolution family's cooperative kernels share with the matmul's (and the attention's
 // cooperative forward the first two): the extensions, the matrix types F16MAT and F32MAT with
 // `uvec4 pack8(vec4 lo, vec4 hi, float s)` (8 elements times s as halves, the shared layout the
