@@ -70,6 +70,12 @@ struct CompileOptions {
 
     Precision precision = Precision::Strict;
     bool optimize = true;         // rewrite the graph first (optimize/: dead code, identities, common subexpressions)
+    // The rewrites as a bounded equality saturation over the same rules and a few more, rather than greedily
+    // (MEGANEURA_OPTIMIZE=saturate or greedy overrides it); it stops at the first budget it reaches, 0 taking
+    // optimize/'s (2^19 e-nodes, 1000 ms), and its graph is correct wherever it stops.
+    bool saturate = false;
+    size_t saturate_nodes = 0;
+    double saturate_ms = 0;
     bool plan_memory = true;      // let transient values share arena bytes
     bool poison_outputs = false;  // fill outputs and the arena with NaN before every run (tests)
     bool profile = false;         // per-dispatch GPU timestamps

@@ -343,8 +343,14 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     const auto nothing = [] { return std::string(); };
     mark("build", [&] { return built.str(); });
 
-    const Graph graph = options.optimize ? optimize::optimize(built) : built;
+    optimize::Stats rewrites;
+    const Graph graph = compiler::optimize_program(built, options, &rewrites);
     verify_graph(graph);  // autodiff, the optimizer's update and the optimize pass append through Graph::emit
+    if (const optimize::SaturationReport& r = rewrites.saturation; debug_level() >= 1 && r.rounds) {
+        std::fprintf(stderr, "meganeura: saturation: %zu -> %zu nodes; e-graph %zu e-nodes in %zu classes, %zu rounds, "
+                     "stopped: %s, %.1f ms\n", built.nodes().size(), graph.nodes().size(), r.enodes, r.classes, r.rounds,
+                     r.stop.c_str(), r.ms);
+    }
     mark("optimize", [&] { return graph.str(); });
     // MEGANEURA_CHECK reads every intermediate value after the run: none may share bytes.
     if (const double limit = compiler::check_limit(options.precision); limit > 0) {

@@ -1,12 +1,27 @@
 #include "compiler/program_kernels.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include <vulkan/vulkan.h>
 
 #include "codegen/device_fit.hpp"
 #include "compiler/training.hpp"
-#include "optimize/optimize.hpp"
 
 namespace mn::compiler {
+
+Graph optimize_program(const Graph& graph, const CompileOptions& options, optimize::Stats* stats) {
+    if (!options.optimize) return graph;
+    optimize::Options o{.saturate = options.saturate};
+    if (const char* e = std::getenv("MEGANEURA_OPTIMIZE"); e && *e) {
+        const std::string mode = e;
+        if (mode != "greedy" && mode != "saturate") throw Error("MEGANEURA_OPTIMIZE must be greedy or saturate, got '" + mode + "'");
+        o.saturate = mode == "saturate";
+    }
+    if (options.saturate_nodes) o.budget.nodes = options.saturate_nodes;
+    if (options.saturate_ms > 0) o.budget.ms = options.saturate_ms;
+    return optimize::optimize(graph, o, stats);
+}
 
 sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning) {
     std::vector<int32_t> roots;
@@ -25,7 +40,7 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
         if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
         append_training(program, program.handle(options.loss->id), options);
     }
-    if (options.optimize) program = optimize::optimize(program);
+    program = optimize_program(program, options);
     const sched::Tuning tuning = sched::tune_for(caps, options.precision, options.loss.has_value());
     sched::Schedule s = lower_program(program, tuning);
     sched::order_by_level(s);

@@ -9,9 +9,14 @@
 #include "codegen/shader_compiler.hpp"
 #include "common/device_caps.hpp"
 #include "meganeura/session.hpp"
+#include "optimize/optimize.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::compiler {
+
+// optimize/'s rewrites of the graph as the options ask, greedy or by equality saturation (MEGANEURA_OPTIMIZE=
+// greedy|saturate overrides CompileOptions::saturate); the graph itself without CompileOptions::optimize.
+Graph optimize_program(const Graph& graph, const CompileOptions& options, optimize::Stats* stats = nullptr);
 
 // The schedule of the graph's outputs and assignments (compile's lower pass).
 sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning);

@@ -74,9 +74,11 @@ Graph eliminate_dead_code(const Graph& g, Stats& s) {
     });
 }
 
-Graph optimize(const Graph& g, Stats* stats) {
+Graph optimize(const Graph& g, Stats* stats) { return optimize(g, Options{}, stats); }
+
+Graph optimize(const Graph& g, const Options& options, Stats* stats) {
     Stats s;
-    Graph out = eliminate_dead_code(simplify(g, s), s);
+    Graph out = eliminate_dead_code(options.saturate ? saturate(g, options.budget, s) : simplify(g, s), s);
     out = fuse_sibling_products(out, s);  // after dead code: a product that nothing reads joins no siblings
     out = eliminate_dead_code(out, s);    // the products the fusion replaced
     if (stats) *stats = s;
