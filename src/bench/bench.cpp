@@ -146,6 +146,8 @@ json compile_times(const BenchOptions& o, const models::ModelRequest& r, Mode mo
             for (const auto& [pass, ms] : p.session.stats().pass_ms) passes.push_back({pass, ms});
             result[std::string(kind) + "_passes"] = std::move(passes);
             result["pipelines"] = p.session.stats().pipelines;
+            result["dispatches"] = p.session.stats().dispatches;  // what --compile-only can say of the program
+            result["barriers"] = p.session.stats().barriers;
         }
         const codegen::ShaderCacheStats after = codegen::shader_cache_stats();
         result[std::string(kind) + "_shaders"] = {{"compiled", after.compiled - before.compiled},
@@ -387,8 +389,9 @@ std::string summarize(const json& r) {
     s += r.contains("peak_device_bytes") ? ", peak device memory " + mib(r["peak_device_bytes"].get<double>()) + "\n" : "\n";
     for (const char* c : {"inference", "step"}) {
         const json& t = r["compile"][c];
-        std::snprintf(line, sizeof line, "compile %-9s cold %8.1f ms, warm %8.1f ms (%d pipelines; %d shaders compiled cold)\n",
-                      c, t["cold_ms"].get<double>(), t["warm_ms"].get<double>(), t["pipelines"].get<int>(),
+        std::snprintf(line, sizeof line, "compile %-9s cold %8.1f ms, warm %8.1f ms (%d pipelines, %d dispatches, %d barriers; "
+                      "%d shaders compiled cold)\n", c, t["cold_ms"].get<double>(), t["warm_ms"].get<double>(),
+                      t["pipelines"].get<int>(), t.value("dispatches", 0), t.value("barriers", 0),
                       t["cold_shaders"]["compiled"].get<int>());
         s += line;
         for (const char* kind : {"cold", "warm"}) {
