@@ -347,7 +347,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     const Graph graph = compiler::optimize_program(built, options, &rewrites);
     verify_graph(graph);  // autodiff, the optimizer's update and the optimize pass append through Graph::emit
     if (const optimize::SaturationReport& r = rewrites.saturation; debug_level() >= 1 && r.rounds) {
-        std::fprintf(stderr, "meganeura: saturation: %zu -> %zu nodes; e-graph %zu e-nodes in %zu classes, %zu rounds, "
+        std::fprintf(stderr, "meganeura: optimize by saturation: %zu -> %zu nodes; e-graph %zu e-nodes in %zu classes, %zu rounds, "
                      "stopped: %s, %.1f ms\n", built.nodes().size(), graph.nodes().size(), r.enodes, r.classes, r.rounds,
                      r.stop.c_str(), r.ms);
     }

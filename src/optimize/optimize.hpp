@@ -22,7 +22,7 @@ namespace mn::optimize {
 
 // The equality saturation stops at the first limit it reaches; its graph is correct wherever it stops.
 struct SaturationBudget {
-    size_t nodes = 1 << 19;  // e-nodes (a training step of SmolLM2-135M starts with about 30,000)
+    size_t nodes = 1 << 19;  // e-nodes (SmolLM2-135M's training step, 10,019 nodes, saturates at 11,658)
     double ms = 1000;        // wall time of the rewriting rounds
 };
 
@@ -35,8 +35,7 @@ struct SaturationReport {
 struct Stats {
     size_t dead = 0, identities = 0, merged = 0;  // nodes removed by each rewrite
     size_t siblings = 0;  // products that became a slice of a sibling's
-    size_t saturated = 0;  // nodes fewer after the equality saturation (which counts no identities or merges)
-    SaturationReport saturation;
+    SaturationReport saturation;  // when the equality saturation ran (rounds > 0)
 };
 
 struct Options {
