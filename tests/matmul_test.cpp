@@ -224,6 +224,22 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }
 
+// The f32 128x64 tile runs only where MEGANEURA_MATMUL_TILE forces it: its kernels are faster on 128-row
+// products, the programs slower (SmolLM2's strict training on the H200).
+TEST(MatmulChoice, TheTiled128x64IsTakenOnlyWhereForced) {
+    const codegen::MatmulSpec mlp{.dtype = DType::F32, .m = 128, .n = 1536, .k = 576};
+    codegen::MatmulTuning t;
+    t.compute_units = 132;
+    t.max_shared_memory = 48 * 1024;
+    std::string choice = codegen::matmul_kernels(mlp, t).product.choice;
+    EXPECT_NE(choice.find("128x64: only where forced"), std::string::npos) << choice;
+    EXPECT_EQ(choice.find(") 128x64 ("), std::string::npos) << choice;
+    t.forced_bm = 128;
+    t.forced_bn = 64;
+    choice = codegen::matmul_kernels(mlp, t).product.choice;
+    EXPECT_NE(choice.find(") 128x64 (128x128: not the forced height; 128x64: forced"), std::string::npos) << choice;
+}
+
 // A tile taken by size is transposed where that pads C less: ResNet-50's first convolutions have 64
 // output rows, which a 128-row tile would pad to 128.
 TEST(MatmulChoice, TransposesATileThatPadsLess) {

@@ -320,14 +320,16 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 // (2026-12-02, bench/results/2026-12-02-attention-split-h200.md): 32 x 32 tiles only pay where the
 // others leave the device nearly empty (SmolLM2's 128 x 576 x 192 k/v projections). The 128-high
 // tiles stage 16-deep slices in two buffers, one barrier a slice (2026-12-03, session 16's call 2:
-// 4096^3 34.5 -> 41.4 TFLOP/s against one 32-deep stage, no shape slower); 128 x 64 pays on
-// products of 128 rows (SmolLM2's MLP, 13% over 64 x 64) and nowhere the others fill the device.
+// 4096^3 34.5 -> 41.4 TFLOP/s against one 32-deep stage, no shape slower). 128 x 64 is taken only where
+// forced: on products of 128 rows its kernels are faster (SmolLM2's MLP, 13% over 64 x 64) but the
+// programs slower, their dispatches overlapping less (SmolLM2's strict training 8.993 -> 9.312 ms wall
+// with it, its GPU sum 14.61 -> 14.40; session 17, call 4, and three rounds before).
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
     // (8x8 measured 1.6x faster than 4x4 on lavapipe).
     const std::vector<TiledGeometry> tiled =
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2}, {128, 64, 16, 8, 4, 0.9, 2},
+                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2}, {128, 64, 16, 8, 4, 1.0, 2, false},
                                                            {64, 64, 16, 4, 4, 0.84}, {32, 32, 16, 4, 4, 0.22}};
     std::optional<TiledGeometry> chosen;
     double best = 0;
@@ -351,6 +353,10 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
                 break;
             }
             notes += "not the forced height";
+            continue;
+        }
+        if (!g.by_cost) {
+            notes += "only where forced";
             continue;
         }
         const int64_t groups = workgroups(spec, g.bm, g.bn), piece = choose_k_split(spec, t, groups, g.bk);

@@ -60,6 +60,7 @@ struct TiledGeometry {
     uint32_t bm, bn, bk, tm, tn;
     double efficiency = 1;  // relative rate when the device is full (for the tile choice)
     uint32_t stages = 1;    // shared buffers of a slice: 2 stages the next while this one is read
+    bool by_cost = true;    // false: taken only where MEGANEURA_MATMUL_TILE forces it
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
     uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
 };
