@@ -191,12 +191,20 @@ TEST_F(MatmulTest, CooperativeSelfTest) {
     EXPECT_EQ(s.profile().at(0).first, "matmul");
 }
 
+// The tuning the choice tests give the kernel families: the H200's compute units, `shared_memory` bytes of
+// shared memory, cooperative matrices on subgroups of `coop_subgroup` (0: none).
+codegen::MatmulTuning choice_tuning(uint32_t shared_memory, uint32_t coop_subgroup = 0) {
+    codegen::MatmulTuning t;
+    t.compute_units = 132;
+    t.max_shared_memory = shared_memory;
+    t.coop_subgroup = coop_subgroup;
+    return t;
+}
+
 // Every matmul kernel says which variant it is and why the others declined (MEGANEURA_DEBUG=1).
 TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     const codegen::MatmulSpec spec{.dtype = DType::F32, .m = 512, .n = 512, .k = 512};
-    codegen::MatmulTuning t;
-    t.compute_units = 132;
-    t.max_shared_memory = 16 * 1024;
+    codegen::MatmulTuning t = choice_tuning(16 * 1024);
     std::string choice = codegen::matmul_kernels(spec, t).product.choice;
     EXPECT_NE(choice.find("tiled f32 (cooperative declined: precision strict)"), std::string::npos) << choice;
     EXPECT_NE(choice.find("128x128: exceeds the device's shared memory"), std::string::npos) << choice;
@@ -228,9 +236,7 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
 // products, the programs slower (SmolLM2's strict training on the H200).
 TEST(MatmulChoice, TheTiled128x64IsTakenOnlyWhereForced) {
     const codegen::MatmulSpec mlp{.dtype = DType::F32, .m = 128, .n = 1536, .k = 576};
-    codegen::MatmulTuning t;
-    t.compute_units = 132;
-    t.max_shared_memory = 48 * 1024;
+    codegen::MatmulTuning t = choice_tuning(48 * 1024);
     std::string choice = codegen::matmul_kernels(mlp, t).product.choice;
     EXPECT_NE(choice.find("128x64: only where forced"), std::string::npos) << choice;
     EXPECT_EQ(choice.find(") 128x64 ("), std::string::npos) << choice;
@@ -243,10 +249,7 @@ TEST(MatmulChoice, TheTiled128x64IsTakenOnlyWhereForced) {
 // A tile taken by size is transposed where that pads C less: ResNet-50's first convolutions have 64
 // output rows, which a 128-row tile would pad to 128.
 TEST(MatmulChoice, TransposesATileThatPadsLess) {
-    codegen::MatmulTuning t;
-    t.compute_units = 132;
-    t.max_shared_memory = 48 * 1024;
-    t.coop_subgroup = 32;
+    const codegen::MatmulTuning t = choice_tuning(48 * 1024, 32);
     const codegen::MatmulSpec narrow{.dtype = DType::F32, .m = 64, .n = 12544, .k = 576};
     std::string choice = codegen::matmul_kernels(narrow, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative 64x128x32/1 (by size;", 0), 0u) << choice;

@@ -427,7 +427,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     uint32_t bm, bn, k_split;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
         std::string why;
-        const matmul_detail::CoopGeometry t = matmul_detail::choose_coop_geometry(gemm, tuning, matmul_detail::CoopProduct::ImplicitGemm, &why);
+        const matmul_detail::CoopGeometry t =
+            matmul_detail::choose_coop_geometry(gemm, tuning, matmul_detail::CoopProduct::ImplicitGemm, &why);
         k.choice = "cooperative implicit GEMM " + why;
         matmul_detail::check_coop_geometry(t, tuning.coop_subgroup);
         // A warp's lanes take consecutive columns of B (kCoopStaging's B_ROW_OF).

@@ -329,8 +329,10 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     // (8x8 measured 1.6x faster than 4x4 on lavapipe).
     const std::vector<TiledGeometry> tiled =
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2}, {128, 64, 16, 8, 4, 1.0, 2, false},
-                                                           {64, 64, 16, 4, 4, 0.84}, {32, 32, 16, 4, 4, 0.22}};
+                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2},
+                                                           {128, 64, 16, 8, 4, 1.0, 2, false},
+                                                           {64, 64, 16, 4, 4, 0.84},
+                                                           {32, 32, 16, 4, 4, 0.22}};
     std::optional<TiledGeometry> chosen;
     double best = 0;
     std::string notes;
@@ -378,7 +380,8 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     return g;
 }
 
-CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, CoopProduct product, std::string* why) {
+CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t, CoopProduct product,
+                                  std::string* why) {
     const auto& f = t.forced_coop;
     if (f[0]) {
         const CoopGeometry g{f[0], f[1], f[2], f[3], f[4], f[5]};

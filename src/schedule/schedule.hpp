@@ -47,8 +47,9 @@ struct Schedule {
 // Which cooperative-matrix extension precision fast's kernels run on. Their GLSL is NV's either way
 // (glslang 12 has no GL_KHR_cooperative_matrix); on the KHR path the compiler rewrites their SPIR-V
 // (codegen/spirv_khr.hpp, ShaderOptions::coop_khr). MEGANEURA_COOP=nv|khr|off; unset, KHR where the
-// device has it (faster on NVIDIA's driver), else NV. Either needs f16 x f16 + f32 -> f32 at 16x16x16 on a subgroup in that
-// extension's shapes, f16 arithmetic, the Vulkan memory model and subgroup size control. In tuning.cpp.
+// device has it (faster on NVIDIA's driver), else NV. Either needs f16 x f16 + f32 -> f32 at 16x16x16
+// on a subgroup in that extension's shapes, f16 arithmetic, the Vulkan memory model and subgroup size
+// control. In tuning.cpp.
 enum class CoopPath { None, Nv, Khr };
 struct CoopChoice {
     CoopPath path = CoopPath::None;
