@@ -6,7 +6,9 @@
 Each dispatch's GPU time is the median over the session's runs (a dispatch's time includes the
 barrier before it: src/compiler/trace.hpp). Rows: the dispatch's index, median GPU microseconds, its
 share of the run, the kernel's label, the layer and the nodes it writes (op, shape, dtype), slowest
-first, then the same totals by kernel label.
+first, then the same totals by kernel label. The tables cover the dispatches of every run; the hoisted
+ones (parameter work that an inference runs once, then skips: fewer runs than the others) are counted
+apart.
 """
 import argparse
 import collections
@@ -32,10 +34,13 @@ def main():
         times[key].append(e["args"]["gpu_ms"] * 1e3)
         described.setdefault(key, e)
     for tid in sorted({tid for tid, _ in times}):
-        rows = [(statistics.median(t), index, described[(tid, index)]) for (track, index), t in times.items() if track == tid]
+        every = [(statistics.median(t), index, described[(tid, index)]) for (track, index), t in times.items() if track == tid]
+        runs = max(len(times[(tid, index)]) for _, index, _ in every)
+        rows = [r for r in every if len(times[(tid, r[1])]) == runs]
+        hoisted = [r for r in every if len(times[(tid, r[1])]) < runs]
         total = sum(r[0] for r in rows)
-        runs = max(len(times[(tid, index)]) for _, index, _ in rows)
-        print(f"## {tracks.get(tid, tid)}: {len(rows)} dispatches, {total:.1f} us a run (median of {runs} runs each)\n")
+        apart = f"; {len(hoisted)} hoisted dispatches, {sum(r[0] for r in hoisted):.1f} us" if hoisted else ""
+        print(f"## {tracks.get(tid, tid)}: {len(rows)} dispatches, {total:.1f} us a run (median of {runs} runs each){apart}\n")
         print("| # | us | share | kernel | layer | nodes |")
         print("| ---: | ---: | ---: | --- | --- | --- |")
         for us, index, e in sorted(rows, key=lambda r: -r[0])[: args.top]:

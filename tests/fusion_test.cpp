@@ -151,6 +151,40 @@ TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
     }
 }
 
+// A q/k/v product stores each slice of its columns (sibling products, one kernel), and a q product alone its one
+// value, in the layout of the model's split of the heads (reshape to [batch, seq, heads, head_dim], permute
+// {0, 2, 1, 3}: FusionPlan::heads_split_stored), and the attention stores the merge back (heads_merged_into): the
+// products (and their split sums where K is split) and the attention, no copy. Self-attention and attention to a
+// context of another length (q alone; k and v siblings), 3 query heads over 1 (GQA); the weights' gradients too.
+TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
+    for (const bool cross : {false, true}) {
+        for (const char* splits : {"1", "3"}) {
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+            constexpr int64_t batch = 2, seq = 5, context = 3, head_dim = 8;
+            Graph g;
+            const Tensor x = g.input("x", {batch * seq, 70});
+            const Tensor source = cross ? g.input("context", {batch * context, 70}) : x;
+            std::vector<Tensor> weights;
+            auto heads = [&](const char* name, Tensor from, int64_t count) {
+                weights.push_back(g.parameter(std::string("w") + name, {count * head_dim, 70}));
+                return g.permute(g.reshape(g.linear(from, weights.back()), {batch, from.shape()[0] / batch, count, head_dim}),
+                                 {0, 2, 1, 3});
+            };
+            const Tensor q = heads("q", x, 3), k = heads("k", source, 1), v = heads("v", source, 1);
+            const Tensor y = g.reshape(g.permute(g.attention(q, k, v), {0, 2, 1, 3}), {batch * seq, 3 * head_dim});
+            g.output("y", y);
+            const size_t products = cross ? 2 : 1, split = std::strcmp(splits, "3") == 0 ? 2 : 1;
+            EXPECT_EQ(dispatches_of(g), products * split + 1) << (cross ? "cross" : "self") << ", splits " << splits;
+            // Scores of O(1) (not a saturated softmax, whose weights' gradients cancel to a few ulps of their terms).
+            const FeedRange small{-0.3, 0.3};
+            expect_matches_reference(g, random_feeds(g, 23, small));
+            const std::vector<Tensor> dw = grad(g.sum(y * g.input("dy", y.shape())), weights);
+            for (size_t i = 0; i < dw.size(); ++i) g.output("dw" + std::to_string(i), dw[i]);
+            expect_matches_reference(g, random_feeds(g, 24, small));
+        }
+    }
+}
+
 // SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product
 // of 16 column parts, whose fifth part was named c4 like c's 4-wide view, and no kernel compiled.
 TEST_F(FusionTest, SiblingProductsOfFiveOrMorePartsCompile) {

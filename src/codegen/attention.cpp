@@ -620,7 +620,7 @@ AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec
     out.partial_elements = record * split.splits;
     checked_u32(out.partial_elements, "attention gradient partials");
     out.sum = matmul_detail::split_sum_kernel(s.dtype, record, split.splits, max_groups, nullptr,
-                                              kv ? std::vector<int64_t>{each, each} : std::vector<int64_t>{});
+                                              kv ? std::vector<ColumnPart>{{.width = each}, {.width = each}} : std::vector<ColumnPart>{});
     out.sum->label = kv ? "attention_grad_kv_sum" : "attention_grad_q_sum";
     out.sum->choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
     return out;

@@ -107,6 +107,15 @@ KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classe
 KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
                                        const Launch& launch);
 
+// One part of a product's columns (MatmulSpec::column_parts): `width` columns stored row-major, [rows, width];
+// or, with head_dim > 0, as the split of attention heads that a model's reshape to [rows / seq, seq, width /
+// head_dim, head_dim] and permute {0, 2, 1, 3} would copy it into: [rows / seq, width / head_dim, seq, head_dim].
+struct ColumnPart {
+    int64_t width = 0;
+    int64_t head_dim = 0, seq = 0;
+    bool operator==(const ColumnPart&) const = default;
+};
+
 // C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes read in place.
 struct MatmulSpec {
     DType dtype;
@@ -116,9 +125,9 @@ struct MatmulSpec {
     std::vector<int64_t> a_batch_strides;  // per batch dim, 0 where broadcast
     std::vector<int64_t> b_batch_strides;
     const Epilogue* epilogue = nullptr;  // applied by the product, or by the split sum where K is split
-    // The output's columns as separate tensors, these widths in order (batch-free products only): column j
+    // The output's columns as separate tensors, these parts in order (batch-free products only): column j
     // of a row goes to the part that holds it, bound after the first (c) in order. Empty: one tensor.
-    std::vector<int64_t> column_parts;
+    std::vector<ColumnPart> column_parts;
     // An operand stored as f16 in an f32 product (precision fast: a weight cast once, schedule/lower.cpp), so the
     // product reads half the bytes; it multiplies as the f32 operand rounded to f16 would.
     bool a_f16 = false, b_f16 = false;

@@ -207,7 +207,7 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 }
 
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue, const std::vector<int64_t>& column_parts) {
+                              const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts) {
     KernelSource k;
     k.label = "matmul_split_sum";
     k.iface.local_size = 256;
@@ -244,22 +244,33 @@ void main() {
     return k;
 }
 
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<int64_t>& parts) {
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
     if (parts.empty()) {
         return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
                "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";
     }
-    // The part widths PART0.. as constants; the row's columns walked part by part. The parts after c are c_1, c_2,
-    // ...: c4 is c's 4-wide view (common_glsl), which a fifth part named c4 redeclared (SmolVLA's 16 stacked
-    // projections of its VLM context did not compile).
+    // The part widths PART0.. (and a split of heads' head dim and sequence, HEAD_DIMp and SEQp) as constants;
+    // the row's columns walked part by part. The parts after c are c_1, c_2, ...: c4 is c's 4-wide view
+    // (common_glsl), which a fifth part named c4 redeclared (SmolVLA's 16 stacked projections of its VLM
+    // context did not compile).
     std::string row = "0u", body;
     for (size_t p = 0; p < parts.size(); ++p) {
-        const std::string width = "PART" + std::to_string(p), name = p ? "c_" + std::to_string(p) : "c";
-        k.iface.spec_constants.push_back(width);
-        k.spec_values.push_back(checked_u32(parts[p], "matmul column part"));
+        const std::string n = std::to_string(p), width = "PART" + n, name = p ? "c_" + n : "c";
+        const auto constant = [&](const std::string& constant_name, int64_t value) {
+            k.iface.spec_constants.push_back(constant_name);
+            k.spec_values.push_back(checked_u32(value, "matmul column part"));
+        };
+        constant(width, parts[p].width);
         if (p) k.iface.bindings.push_back({name, dtype, true});
         row += " + " + width;
-        body += "    if (col < " + width + ") { " + name + ".d[row * " + width + " + col] = STORE(v); return; }\n"
+        std::string at = "row * " + width + " + col";
+        if (parts[p].head_dim > 0) {  // [rows / seq, heads, seq, head_dim]
+            constant("HEAD_DIM" + n, parts[p].head_dim);
+            constant("SEQ" + n, parts[p].seq);
+            at = "((row / SEQ" + n + ") * (" + width + " / HEAD_DIM" + n + ") + col / HEAD_DIM" + n + ") * (SEQ" + n +
+                 " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n;
+        }
+        body += "    if (col < " + width + ") { " + name + ".d[" + at + "] = STORE(v); return; }\n"
                 "    col -= " + width + ";\n";
     }
     return "void store_c(uint i, float v) {\n    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body +

@@ -124,13 +124,13 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 // The sum of `splits` f32 partial outputs, then the epilogue (the product's, where K is split), stored
 // into the column parts (MatmulSpec::column_parts) if any.
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue = nullptr, const std::vector<int64_t>& column_parts = {});
+                              const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {});
 
 // GLSL: `void store_c(uint i, float v)` and `void store_c4(uint i, vec4 v)`, which store the output's
 // element i (and the 3 after it) of its row-major [rows, N] where it lives: in c, or with column parts in
-// the part that holds its column, whose bindings (after c) and widths this adds to k. Call it after c's
-// binding and before the epilogue's; STORE, STORE4 and c4 defined before the text. A kernel that stores
-// split-K partial products passes no parts.
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<int64_t>& parts);
+// the part that holds its column, in that part's layout (ColumnPart), whose bindings (after c) and shapes
+// this adds to k. Call it after c's binding and before the epilogue's; STORE, STORE4 and c4 defined before
+// the text. A kernel that stores split-K partial products passes no parts.
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts);
 
 }  // namespace mn::codegen::matmul_detail

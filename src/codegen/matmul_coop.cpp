@@ -465,7 +465,7 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                                  std::string("matmul") + coop_label_suffix(tuning), split_k);
     k.required_subgroup_size = tuning.coop_subgroup;
     const bool partial = split_k < spec.k;  // the split sum stores the output
-    const std::vector<int64_t> parts = partial ? std::vector<int64_t>{} : spec.column_parts;
+    const std::vector<ColumnPart> parts = partial ? std::vector<ColumnPart>{} : spec.column_parts;
     const std::string store = store_glsl(k, spec.dtype, parts);
     const Epilogue* e = partial ? nullptr : spec.epilogue;
     const std::string epilogue = epilogue_glsl(e, k);

@@ -88,7 +88,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     }
     KernelSource k = base_kernel(spec, wg, "matmul", split_k);
     const bool partial = split_k < spec.k;  // the split sum stores the output
-    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<int64_t>{} : spec.column_parts);
+    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<ColumnPart>{} : spec.column_parts);
     const std::string epilogue = epilogue_glsl(partial ? nullptr : spec.epilogue, k);
     std::string defs = tiled_defines(t) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";

@@ -227,9 +227,9 @@ void Session::Impl::run_program() {
     }
     if (trace_session) {
         // The steady program's dispatches are the last ones of the full program's.
-        std::vector<compiler::DispatchName> names(dispatch_names.begin() + (&p == program.get() ? 0 : hoisted_steps),
-                                                  dispatch_names.end());
-        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), names,
+        const size_t first = &p == program.get() ? 0 : hoisted_steps;
+        std::vector<compiler::DispatchName> names(dispatch_names.begin() + first, dispatch_names.end());
+        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), names, first,
                                        profiled ? p.dispatch_times_ms() : decltype(p.dispatch_times_ms()){});
     }
 }

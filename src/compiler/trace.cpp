@@ -189,7 +189,7 @@ void Trace::compiled(int session, const std::vector<std::pair<std::string, doubl
 }
 
 void Trace::ran(int session, Clock::time_point start, Clock::time_point end, const std::vector<DispatchName>& names,
-                const std::vector<std::pair<std::string, double>>& gpu_ms) {
+                size_t first, const std::vector<std::pair<std::string, double>>& gpu_ms) {
     const double start_us = std::chrono::duration<double, std::micro>(start - origin_).count();
     const double wall_us = std::chrono::duration<double, std::micro>(end - start).count();
     double gpu_total_ms = 0;
@@ -202,7 +202,7 @@ void Trace::ran(int session, Clock::time_point start, Clock::time_point end, con
         const double dur_us = gpu_ms[d].second * 1e3;
         events_->add({{"name", names[d].name}, {"cat", "dispatch"}, {"ph", "X"}, {"ts", at_us}, {"dur", dur_us},
                       {"pid", 1}, {"tid", 2 * session + 1},
-                      {"args", {{"index", d}, {"kernel", names[d].kernel}, {"nodes", names[d].nodes},
+                      {"args", {{"index", first + d}, {"kernel", names[d].kernel}, {"nodes", names[d].nodes},
                                 {"gpu_ms", gpu_ms[d].second}}}});
         at_us += dur_us;
     }

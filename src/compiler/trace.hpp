@@ -40,9 +40,11 @@ public:
     int session(const std::string& device);
     // The compile passes, each with its wall time, ending at `end`.
     void compiled(int session, const std::vector<std::pair<std::string, double>>& pass_ms, Clock::time_point end);
-    // One run (or step) from `start` to `end`, and its dispatches' GPU times in milliseconds.
+    // One run (or step) from `start` to `end`, and its dispatches' GPU times in milliseconds. names[0] is the
+    // dispatch at `first` in the session's full program (a run that skips the hoisted steps starts past
+    // them), so that a dispatch has one index in every run.
     void ran(int session, Clock::time_point start, Clock::time_point end, const std::vector<DispatchName>& names,
-             const std::vector<std::pair<std::string, double>>& gpu_ms);
+             size_t first, const std::vector<std::pair<std::string, double>>& gpu_ms);
 
     ~Trace();  // writes the file
 

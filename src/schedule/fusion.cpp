@@ -31,6 +31,7 @@ public:
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
         plan_.column_slices.assign(g.nodes().size(), {});
+        plan_.heads_split_stored.assign(g.nodes().size(), -1);
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
         plan_.norm_in_products.assign(g.nodes().size(), false);
         plan_.epilogue_pair.assign(g.nodes().size(), -1);
@@ -58,6 +59,8 @@ public:
             if (live_[i] && (g_.nodes()[i].op == Op::Attention || g_.nodes()[i].op == Op::Rope)) {
                 try_merge_heads(static_cast<int32_t>(i));
             }
+            for (int32_t slice : plan_.column_slices[i]) try_store_heads_split(slice);
+            if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) try_store_heads_split(static_cast<int32_t>(i));
         }
         std::set<int32_t> epilogue_roots;
         for (int32_t r : plan_.epilogue_of) if (r >= 0) epilogue_roots.insert(r);
@@ -119,6 +122,30 @@ private:
             at += width;
         }
         if (at == p.shape[1]) plan_.column_slices[static_cast<size_t>(id)] = std::move(slices);
+    }
+
+    // `stored`: a product's column slice, or an unsliced product of two dims.
+    void try_store_heads_split(int32_t stored) {
+        const auto only_reader = [&](int32_t id) {
+            const auto& readers = consumers_[static_cast<size_t>(id)];
+            return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
+        };
+        std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
+        if (g_.node(stored).shape.size() != 2) return;
+        int32_t permute = only_reader(stored);
+        while (permute >= 0 && g_.node(permute).op == Op::Reshape) {
+            reshapes.push_back(permute);
+            permute = only_reader(permute);
+        }
+        if (reshapes.empty() || permute < 0 || g_.node(permute).op != Op::Permute ||
+            g_.node(permute).ints != std::vector<int64_t>{0, 2, 1, 3} || plan_.heads_split_by[static_cast<size_t>(permute)] >= 0) {
+            return;
+        }
+        const Shape& rows = g_.node(stored).shape;  // [batch * seq, heads * head_dim]
+        const Shape& heads = g_.node(reshapes.back()).shape;
+        if (heads.size() != 4 || heads[0] * heads[1] != rows[0] || heads[2] * heads[3] != rows[1]) return;
+        plan_.heads_split_stored[static_cast<size_t>(stored)] = permute;
+        for (int32_t r : reshapes) plan_.heads_split_stored[static_cast<size_t>(r)] = permute;
     }
 
     void try_merge_heads(int32_t id) {

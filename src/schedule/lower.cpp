@@ -349,6 +349,7 @@ private:
         }
         // An RMSNorm its products compute (FusionPlan::norm_in_products), and its views: never stored.
         if (fusion_.norm_in_products[static_cast<size_t>(n.op == Op::Reshape ? n.inputs[0] : id)]) return;
+        if (n.op == Op::Reshape && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) return;  // see below
         if (n.op == Op::Reshape) {
             const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
             s_.values[static_cast<size_t>(v)].view_of = in(0);
@@ -381,11 +382,18 @@ private:
         if (n.op == Op::Slice && !fusion_.column_slices[static_cast<size_t>(n.inputs[0])].empty()) return;  // its product stored it
         if (const auto& slices = fusion_.column_slices[static_cast<size_t>(id)]; !slices.empty()) {
             std::vector<int32_t> outs;  // the product's own value is never stored
-            for (int32_t slice : slices) {
-                outs.push_back(new_value(g_.node(slice).shape, n.dtype, Storage::Transient, slice));
-                s_.node_value[static_cast<size_t>(slice)] = outs.back();
+            for (int32_t slice : slices) {  // nor, where it stores the split of heads, the slice's and its reshape's
+                const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(slice)];
+                const int32_t stored = permute >= 0 ? permute : slice;
+                outs.push_back(new_value(g_.node(stored).shape, n.dtype, Storage::Transient, stored));
+                s_.node_value[static_cast<size_t>(stored)] = outs.back();
             }
             return lower_product(id, outs);
+        }
+        if (const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(id)]; n.op == Op::MatMul && permute >= 0) {
+            const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
+            s_.node_value[static_cast<size_t>(permute)] = v;  // the product's own value is never stored
+            return lower_product(id, {v});
         }
         const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.node_value[static_cast<size_t>(id)] = out;
@@ -665,8 +673,12 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps, .b2 = gemv.b2};
-        if (outs.size() > 1) {
-            for (int32_t o : outs) spec.column_parts.push_back(value(o).shape[1]);
+        if (outs.size() > 1 || value(outs[0]).shape.size() != n.shape.size()) {
+            for (int32_t o : outs) {  // [rows, width], or a split of heads [batch, heads, seq, head_dim]
+                const Shape& s = value(o).shape;
+                spec.column_parts.push_back(s.size() == 4 ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
+                                                          : codegen::ColumnPart{.width = s[1]});
+            }
         }
         if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
         std::vector<int32_t> extra = epilogue_inputs;
