@@ -673,7 +673,10 @@ private:
                                  .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
                                  .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                                  .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps, .b2 = gemv.b2};
-        if (outs.size() > 1 || value(outs[0]).shape.size() != n.shape.size()) {
+        // A split of heads is the value of the permute it stands for (FusionPlan::heads_split_stored); an
+        // epilogue's root may be of another rank than the product (a reshape between them), and is no part.
+        const auto heads_split = [&](int32_t o) { return value(o).node >= 0 && g_.node(value(o).node).op == Op::Permute; };
+        if (outs.size() > 1 || heads_split(outs[0])) {
             for (int32_t o : outs) {  // [rows, width], or a split of heads [batch, heads, seq, head_dim]
                 const Shape& s = value(o).shape;
                 spec.column_parts.push_back(s.size() == 4 ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
