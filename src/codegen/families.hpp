@@ -128,7 +128,7 @@ struct MatmulSpec {
     // The output's columns as separate tensors, these parts in order (batch-free products only): column j
     // of a row goes to the part that holds it, bound after the first (c) in order. Empty: one tensor.
     std::vector<ColumnPart> column_parts;
-    // An operand stored as f16 in an f32 product (precision fast: a weight cast once, schedule/lower.cpp), so the
+    // An operand stored as f16 in an f32 product (precision fast: a weight cast once, schedule/lower_products.cpp), so the
     // product reads half the bytes; it multiplies as the f32 operand rounded to f16 would.
     bool a_f16 = false, b_f16 = false;
     // > 0: A is the RMSNorm of the row it binds, with this epsilon and a weight of K elements bound last: the

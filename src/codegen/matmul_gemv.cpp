@@ -151,7 +151,7 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     defs += std::string("#define PAIRED ") + (spec.b2 ? "1" : "0") + "\n";
     std::string b2_view;  // the second W, 4 elements wide too (as common_glsl's views of a and b)
     if (spec.b2) {
-        const DType w = operand_dtype(spec, 'b');  // an f16 weight's second W is f16 too (schedule/lower.cpp)
+        const DType w = operand_dtype(spec, 'b');  // an f16 weight's second W is f16 too (schedule/lower_products.cpp)
         b2_view = "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size()) + ") readonly buffer B_b24 { " +
                   (w == DType::F16 ? "f16vec4" : "vec4") + " d[]; } b24;\n";
         k.iface.bindings.push_back({"b2", w});

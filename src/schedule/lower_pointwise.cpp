@@ -1,0 +1,227 @@
+// Lowering's pointwise and reduction kernels (lowering.hpp): one op, or a fused tree of them (fusion.hpp)
+// stored by its own kernel or, as its epilogue, by the product or norm it reads; the updates of one name
+// batched into as few dispatches as fit; strided copies; reductions over any set of axes.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "schedule/lowering.hpp"
+
+namespace mn::sched::detail {
+
+// A single pointwise op over values (the building block composite lowerings use).
+void Lowering::pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
+    codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+    for (size_t k = 0; k < ins.size(); ++k) {
+        add_leaf(spec, ins[k]);
+        spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(k), .dtype = value(ins[k]).dtype});
+    }
+    spec.program.push_back({.op = op, .a = 0, .b = ins.size() > 1 ? 1 : -1, .dtype = value(out).dtype});
+    std::vector<int32_t> bind = ins;
+    bind.push_back(out);
+    emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+}
+
+// The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
+// With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
+void Lowering::fused_pointwise(int32_t root, int32_t out) {
+    codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = value(out).shape};
+    const auto product = epilogue_product_.find(root);
+    std::vector<int32_t> bind;
+    // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
+    // in exp(x) * exp(x), is computed once.
+    std::map<int32_t, int32_t> step_of;
+    std::vector<int32_t> stored;  // nodes this kernel computes and stores besides the root
+    auto build = [&](auto& self, int32_t node) -> int32_t {
+        if (const Node& a = g_.node(node); a.op == Op::Assign && fusion_.stored_in[static_cast<size_t>(a.inputs[1])] == root) {
+            return self(self, a.inputs[1]);  // an assignment reads as its value, computed here
+        }
+        if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
+        const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
+        if (stored_here) stored.push_back(node);
+        const int32_t second =
+            product != epilogue_product_.end() ? fusion_.epilogue_pair[static_cast<size_t>(product->second)] : -1;
+        if (product != epilogue_product_.end() &&
+            (node == product->second || is_view_of(node, product->second) ||
+             (second >= 0 && (node == second || is_view_of(node, second))))) {
+            // a product's value, never stored
+            bind.push_back(node == product->second || is_view_of(node, product->second) ? -1 : -2);
+            spec.in_dtypes.push_back(g_.node(node).dtype);
+            spec.in_strides.emplace_back();
+            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
+        } else if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
+            bind.push_back(value_of(node));
+            add_leaf(spec, value_of(node));
+            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
+                                    .dtype = value(value_of(node)).dtype});
+        } else {
+            const Node& n = g_.node(node);
+            const int32_t a = self(self, n.inputs[0]);
+            const int32_t b = n.inputs.size() > 1 ? self(self, n.inputs[1]) : -1;
+            spec.program.push_back({.op = n.op, .a = a, .b = b, .dtype = n.dtype});
+        }
+        return step_of[node] = static_cast<int32_t>(spec.program.size() - 1);
+    };
+    build(build, root);
+    std::vector<int32_t> extra;  // bound after the leaves (and, in a pointwise kernel, out0)
+    for (int32_t node : stored) {
+        spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
+        extra.push_back(value_of(node));
+    }
+    if (product != epilogue_product_.end() && fusion_.epilogue_keeps[static_cast<size_t>(product->second)]) {
+        const auto read = std::find_if(step_of.begin(), step_of.end(), [&](const auto& at) {  // or a view of it
+            return at.first == product->second || is_view_of(at.first, product->second);
+        });
+        spec.extra_outputs.emplace_back(read->second, g_.node(product->second).dtype);
+        extra.push_back(value_of(product->second));
+    }
+    if (product != epilogue_product_.end()) {
+        const auto position = [&](int32_t marker) {
+            const auto at = std::find(bind.begin(), bind.end(), marker);
+            return at == bind.end() ? -1 : static_cast<int32_t>(at - bind.begin());
+        };
+        const codegen::Epilogue epilogue{.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
+        std::erase_if(bind, [](int32_t v) { return v < 0; });
+        bind.insert(bind.end(), extra.begin(), extra.end());
+        if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
+        if (is_norm_grad(g_.node(product->second).op)) return lower_norm_grad(g_.node(product->second), out, &epilogue, bind);
+        return lower_product(product->second, {out}, &epilogue, bind);
+    }
+    bind.push_back(out);
+    bind.insert(bind.end(), extra.begin(), extra.end());
+    if (const int32_t assign = fusion_.batched_update[static_cast<size_t>(root)]; assign >= 0) {
+        return add_to_batch(g_.node(assign).name, std::move(spec), std::move(bind));
+    }
+    emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
+}
+
+// A batched update (FusionPlan::batched_update) waits for the others of its name; `bind` is what its
+// pointwise kernel would bind. Each binding's key is the storage it names (its root value), so a
+// scalar every member reads is one binding and an update in place reads and writes its target through one.
+void Lowering::add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind) {
+    Batched b{.member = {.spec = std::move(spec)}, .values = std::move(bind)};
+    const size_t inputs = b.member.spec.in_dtypes.size();
+    for (size_t k = 0; k < b.values.size(); ++k) {
+        (k < inputs ? b.member.in_keys : b.member.out_keys).push_back(s_.root(b.values[k]));
+    }
+    const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& e) { return e.first == name; });
+    (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));
+}
+
+// The batch's members in order, as few dispatches as fit the device's bindings. A member that writes what an
+// earlier one in the dispatch reads, or reads what it writes, starts the next: their workgroups run in no order.
+void Lowering::emit_batches(const std::string& name, const std::vector<Batched>& members) {
+    codegen::PointwiseBatch batch;
+    std::vector<const Batched*> in_batch;
+    std::set<int32_t> reads, writes;
+    const auto flush = [&] {
+        std::vector<int32_t> keys;
+        codegen::KernelSource k = codegen::pointwise_batch_kernel(batch, t_.pointwise, keys);
+        const size_t n = batch.members.size();
+        k.label = name + " x " + std::to_string(n) + (n == 1 ? " tensor" : " tensors");
+        std::map<int32_t, int32_t> value_of_key;  // an output's value (the node it stands for) over the leaf's
+        for (const Batched* b : in_batch) {
+            const auto& m = b->member;
+            for (size_t j = 0; j < b->values.size(); ++j) {
+                const int32_t key = j < m.in_keys.size() ? m.in_keys[j] : m.out_keys[j - m.in_keys.size()];
+                if (j >= m.in_keys.size()) value_of_key[key] = b->values[j];
+                else value_of_key.try_emplace(key, b->values[j]);
+            }
+        }
+        std::vector<int32_t> bind;
+        for (int32_t key : keys) bind.push_back(value_of_key.at(key));
+        emit(std::move(k), std::move(bind));
+        batch.members.clear(), in_batch.clear(), reads.clear(), writes.clear();
+    };
+    for (const Batched& b : members) {
+        const auto& m = b.member;
+        const bool conflict =
+            std::any_of(m.out_keys.begin(), m.out_keys.end(), [&](int32_t k) { return reads.count(k) || writes.count(k); }) ||
+            std::any_of(m.in_keys.begin(), m.in_keys.end(), [&](int32_t k) { return writes.count(k) > 0; });
+        batch.members.push_back(m);
+        if (conflict || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
+            batch.members.pop_back();
+            flush();
+            batch.members.push_back(m);
+        }
+        in_batch.push_back(&b);
+        reads.insert(m.in_keys.begin(), m.in_keys.end());
+        writes.insert(m.out_keys.begin(), m.out_keys.end());
+    }
+    if (!batch.members.empty()) flush();
+}
+
+bool Lowering::is_view_of(int32_t node, int32_t product) const {
+    return g_.node(node).op == Op::Reshape && g_.node(node).inputs[0] == product;
+}
+
+void Lowering::add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
+    spec.in_dtypes.push_back(value(v).dtype);
+    spec.in_strides.push_back(broadcast_strides(value(v).shape, spec.out_shape));
+}
+
+void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {
+    spec.dtype = s_.values[static_cast<size_t>(in)].dtype;
+    emit(codegen::strided_copy_kernel(spec, t_.pointwise), {in, out});
+}
+
+void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
+                      int64_t lead) {
+    const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
+    codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead);
+    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in}, {out});
+}
+
+// The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
+int32_t Lowering::cross_entropy_count(const Node& n, int32_t labels, int64_t rows) {
+    const int32_t count = new_value({}, DType::F32);
+    emit(codegen::cross_entropy_count_kernel(rows, n.ints[0], t_.reduction), {labels, count});
+    return count;
+}
+
+// sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to
+// [outer, R, inner] directly, and a leading block plus one more to [lead, outer, R, inner] (a
+// per-channel sum of NCHW over {0, 2, 3}); otherwise they are first permuted to the end.
+void Lowering::lower_reduce(const Node& n, int32_t in, int32_t out) {
+    const Shape shape = s_.values[static_cast<size_t>(in)].shape;  // a copy: new values may reallocate
+    auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
+    const auto mode = n.op == Op::Sum ? codegen::ReduceMode::Sum
+                    : n.op == Op::Mean ? codegen::ReduceMode::Mean : codegen::ReduceMode::Max;
+    // The dims of size > 1 as runs of reduced and kept ones, with each run's size.
+    std::vector<std::pair<bool, int64_t>> runs;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        if (runs.empty() || runs.back().first != reduced(d)) runs.emplace_back(reduced(d), 1);
+        runs.back().second *= shape[d];
+    }
+    auto size_of = [&](size_t run) { return run < runs.size() ? runs[run].second : 1; };
+    const size_t reduced_runs = static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [](auto& r) { return r.first; }));
+    if (reduced_runs == 0) {  // nothing of size > 1 is reduced: an element-wise pass
+        reduce(mode, in, out, numel(shape), 1, 1);
+        return;
+    }
+    if (reduced_runs == 1) {
+        const size_t at = runs[0].first ? 0 : 1;
+        reduce(mode, in, out, at ? size_of(0) : 1, size_of(at), size_of(at + 1));
+        return;
+    }
+    if (reduced_runs == 2 && runs[0].first) {  // reduced, kept, reduced[, kept]
+        reduce(mode, in, out, size_of(1), size_of(2), size_of(3), size_of(0));
+        return;
+    }
+    std::vector<int64_t> perm;
+    for (size_t d = 0; d < shape.size(); ++d) if (!reduced(d)) perm.push_back(static_cast<int64_t>(d));
+    int64_t kept = 1;
+    for (int64_t d : perm) kept *= shape[static_cast<size_t>(d)];
+    for (int64_t d : n.ints) perm.push_back(d);
+    Shape permuted;
+    const auto in_st = contiguous_strides(shape);
+    std::vector<int64_t> strides;
+    for (int64_t d : perm) permuted.push_back(shape[static_cast<size_t>(d)]), strides.push_back(in_st[static_cast<size_t>(d)]);
+    const int32_t tmp = new_value(permuted, s_.values[static_cast<size_t>(in)].dtype);
+    copy(in, tmp, {.dims = permuted, .in_strides = strides, .out_strides = contiguous_strides(permuted)});
+    reduce(mode, tmp, out, kept, numel(shape) / std::max<int64_t>(kept, 1), 1);
+}
+
+}  // namespace mn::sched::detail

@@ -1,0 +1,137 @@
+// Lowering's products (lowering.hpp): matmuls (a GEMV of one row may also compute its A's RMSNorm and a
+// second product) and the three convolutions, through f32 partials where the kernels split the reduction.
+// Where Tuning::f16_weights allows, an f32 operand that depends on parameters alone is cast once to an f16
+// copy that the products read (a convolution's weight stored again in octets).
+#include "schedule/lowering.hpp"
+
+namespace mn::sched::detail {
+
+// Matmul or convolution node `id` into outs (a matmul's column slices, FusionPlan::column_slices, or its
+// one value), storing through `epilogue` (reading epilogue_inputs) if given.
+void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
+                             const std::vector<int32_t>& epilogue_inputs) {
+    const Node& n = g_.node(id);
+    const int32_t a = value_of(n.inputs[0]), b = value_of(n.inputs[1]);
+    if (op_info(n.op).archetype != Archetype::MatMul) {
+        return lower_conv(n, product_tuning(g_, id, t_, split_), a, b, outs[0], epilogue, epilogue_inputs);
+    }
+    const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
+    const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
+    std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
+    GemvExtras gemv{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1};
+    int32_t row = a;
+    if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
+        const Node& rms = g_.node(norm);
+        row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
+        s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
+        extra.push_back(value_of(rms.inputs[1]));
+        gemv.a_rms_eps = rms.data[0];
+    }
+    if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
+    lower_matmul(n, product_tuning(g_, id, t_, split_), row, b, outs, epilogue, extra, gemv);
+}
+
+// Operand `node` (lowered to value v) of a product, as an f16 copy where Tuning::f16_weights allows
+// (an f32 operand that depends on parameters alone), cast once per value however many products read it
+// (a tied embedding and lm head); -1 where not.
+int32_t Lowering::f16_weight(int32_t node, int32_t v) {
+    if (invariant_.empty() || !invariant_[static_cast<size_t>(node)] || value(v).dtype != DType::F32) return -1;
+    auto [it, fresh] = f16_copies_.try_emplace(v, -1);
+    if (fresh) {
+        it->second = new_value(value(v).shape, DType::F16);
+        pointwise(Op::Cast, {v}, it->second);
+    }
+    return it->second;
+}
+
+// A convolution's f16 weight copy [O, C, KH, KW] stored again as [O, C / 8, KH, KW, 8] (codegen::ConvSpec::weight_octets),
+// once per copy; it depends on parameters alone, so it is hoisted like the cast.
+int32_t Lowering::weight_in_octets(int32_t w16) {
+    auto [it, fresh] = octet_copies_.try_emplace(w16, -1);
+    if (fresh) {
+        const Shape w = value(w16).shape;  // a copy: new_value may reallocate
+        const int64_t kk = w[2] * w[3];
+        const Shape dims = {w[0], w[1] / 8, w[2], w[3], 8};
+        it->second = new_value(dims, DType::F16);
+        copy(w16, it->second,
+             {.dims = dims, .in_strides = {w[1] * kk, 8 * kk, w[3], 1, kk}, .out_strides = contiguous_strides(dims)});
+    }
+    return it->second;
+}
+
+// The norm's weight and the second W (gemv) are the last of epilogue_inputs.
+void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
+                            const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
+                            const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
+    const Shape sa = s_.values[static_cast<size_t>(a)].shape;  // copies: f16_weight adds values
+    const Shape sb = s_.values[static_cast<size_t>(b)].shape;
+    const Shape batch(n.shape.begin(), n.shape.end() - 2);
+    auto batch_strides = [&](const Shape& s) {
+        const Shape sb_(s.begin(), s.end() - 2);
+        auto st = broadcast_strides(sb_, batch);
+        const int64_t mat = s[s.size() - 1] * s[s.size() - 2];
+        for (auto& v : st) v *= mat;
+        return st;
+    };
+    codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
+                             .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
+                             .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
+                             .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps,
+                             .b2 = gemv.b2};
+    // A split of heads is the value of the permute it stands for (FusionPlan::heads_split_stored); an
+    // epilogue's root may be of another rank than the product (a reshape between them), and is no part.
+    const auto heads_split = [&](int32_t o) { return value(o).node >= 0 && g_.node(value(o).node).op == Op::Permute; };
+    if (outs.size() > 1 || heads_split(outs[0])) {
+        for (int32_t o : outs) {  // [rows, width], or a split of heads [batch, heads, seq, head_dim]
+            const Shape& s = value(o).shape;
+            spec.column_parts.push_back(s.size() == 4 ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
+                                                      : codegen::ColumnPart{.width = s[1]});
+        }
+    }
+    if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
+    std::vector<int32_t> extra = epilogue_inputs;
+    // A GEMV's second W (bound last) is read in B's dtype: both f16 or neither.
+    const int32_t b16 = f16_weight(n.inputs[1], b);
+    const int32_t w2_16 = b16 >= 0 && gemv.b2 ? f16_weight(gemv.b2_node, extra.back()) : -1;
+    if (b16 >= 0 && (!gemv.b2 || w2_16 >= 0)) {
+        b = b16, spec.b_f16 = true;
+        if (gemv.b2) extra.back() = w2_16;
+    }
+    emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, extra);
+}
+
+// A matmul or convolution product of a and b into outs (its value, or its column parts), through f32
+// partials and their sum where the kernels split the reduction; the epilogue's inputs are bound after the
+// storing kernel's outputs.
+void Lowering::emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
+                            const std::vector<int32_t>& epilogue_inputs) {
+    std::vector<int32_t> stores = outs;
+    stores.insert(stores.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+    emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores);
+}
+
+// Bindings in the node's input order, then the output: see codegen::ConvSpec.
+void Lowering::lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
+                          const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs) {
+    const Shape sa = s_.values[static_cast<size_t>(a)].shape, sb = s_.values[static_cast<size_t>(b)].shape;
+    codegen::ConvSpec spec{.dtype = n.dtype, .attrs = n.ints, .epilogue = epilogue};
+    // The three convolution ops only (lower_product's callers): not a switch over every op.
+    if (n.op == Op::Conv2d) {
+        spec.mode = codegen::ConvMode::Forward, spec.x = sa, spec.weight = sb, spec.y = n.shape;
+        if (const int32_t b16 = f16_weight(n.inputs[1], b); b16 >= 0) {
+            b = b16, spec.weight_f16 = true;
+            if (codegen::conv_weight_in_octets(spec, tuning)) b = weight_in_octets(b), spec.weight_octets = true;
+        }
+    } else if (n.op == Op::Conv2dGradInput) {
+        spec.mode = codegen::ConvMode::GradInput, spec.x = n.shape, spec.weight = sb, spec.y = sa;
+    } else if (n.op == Op::Conv2dGradWeight) {
+        spec.mode = codegen::ConvMode::GradWeight, spec.x = sa, spec.weight = n.shape, spec.y = sb;
+    } else {
+        throw Error(std::string("schedule: ") + op_info(n.op).name + " is not a convolution");
+    }
+    auto [kernels, swapped] = codegen::conv2d_kernels(spec, tuning);
+    if (swapped) std::swap(a, b);
+    emit_product(std::move(kernels), a, b, {out}, epilogue_inputs);
+}
+
+}  // namespace mn::sched::detail

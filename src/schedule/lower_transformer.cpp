@@ -1,0 +1,205 @@
+// Lowering's transformer ops (lowering.hpp): the embedding and its gradient, the norms and their gradients,
+// RoPE, the cache's slice writes, and attention, whose ops one kernel computes in pairs (forward and its
+// log-sum-exp, the keys' and values' gradients).
+#include <algorithm>
+
+#include "schedule/lowering.hpp"
+
+namespace mn::sched::detail {
+
+// Embedding, norms, RoPE and the cache write: one kernel each over a [rows, last dim] view
+// (two for the embedding gradient: zero, then the per-id sums). False for other ops.
+bool Lowering::lower_transformer(const Node& n, int32_t out) {
+    std::vector<int32_t> ins;
+    for (int32_t i : n.inputs) ins.push_back(value_of(i));
+    auto bind = [&](std::vector<int32_t> values) {
+        values.push_back(out);
+        return values;
+    };
+    const int64_t dim = n.shape.empty() ? 1 : n.shape.back(), rows = numel(n.shape) / std::max<int64_t>(dim, 1);
+    switch (n.op) {
+        case Op::Embedding:
+            emit(codegen::embedding_kernel(n.dtype, rows, g_.node(n.inputs[1]).shape[0], dim, t_.pointwise), bind(ins));
+            return true;
+        case Op::EmbeddingGrad:
+            emit(codegen::fill_zero_kernel(n.dtype, numel(n.shape), t_.pointwise), {out});
+            emit(codegen::embedding_grad_kernel(n.dtype, numel(g_.node(n.inputs[0]).shape), n.shape[0], dim, t_.reduction),
+                 bind(ins));
+            return true;
+        case Op::RmsNorm: case Op::LayerNorm: case Op::GroupNorm:
+            lower_norm(n, out);
+            return true;
+        case Op::RmsNormGrad: case Op::LayerNormGrad: case Op::GroupNormGrad:
+            lower_norm_grad(n, out);
+            return true;
+        case Op::Rope:
+            lower_rope(n, out, false);
+            return true;
+        case Op::SliceScatter:
+            slice_scatter(n, out, false);
+            return true;
+        // lowered by lower()'s other cases
+        case Op::Input: case Op::Parameter: case Op::Constant: case Op::State: case Op::Neg: case Op::Exp:
+        case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Relu: case Op::Sigmoid:
+        case Op::Tanh: case Op::Silu: case Op::GeluErf: case Op::GeluTanh: case Op::Cast: case Op::Sign:
+        case Op::GeluErfDeriv: case Op::GeluTanhDeriv: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+        case Op::Maximum: case Op::Minimum: case Op::Pow: case Op::Greater: case Op::Equal: case Op::Sum:
+        case Op::Mean: case Op::Max: case Op::Softmax: case Op::LogSoftmax: case Op::CrossEntropy:
+        case Op::MseLoss: case Op::CrossEntropyGrad: case Op::MatMul: case Op::Conv2d: case Op::Conv2dGradInput:
+        case Op::Conv2dGradWeight: case Op::Attention: case Op::AttentionLse: case Op::AttentionGradQ:
+        case Op::AttentionGradK: case Op::AttentionGradV: case Op::Reshape: case Op::Permute: case Op::Slice:
+        case Op::Concat: case Op::Expand: case Op::Assign: case Op::MaxPool2d: case Op::MaxPool2dGrad:
+            break;
+    }
+    return false;
+}
+
+// A SliceScatter node into out: a copy of x with src's rows in it, or in place (out a view of x,
+// FusionPlan::in_place_of), src's rows alone.
+void Lowering::slice_scatter(const Node& n, int32_t out, bool in_place) {
+    const auto axis = static_cast<size_t>(n.ints[0]);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < axis; ++d) outer *= n.shape[d];
+    for (size_t d = axis + 1; d < n.shape.size(); ++d) inner *= n.shape[d];
+    const int64_t dim = n.shape[axis], len = g_.node(n.inputs[1]).shape[axis];
+    const int32_t src = value_of(n.inputs[1]), start = value_of(n.inputs[2]);
+    if (in_place) return emit(codegen::slice_write_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {src, start, out});
+    emit(codegen::slice_scatter_kernel(n.dtype, outer, dim, len, inner, t_.pointwise), {value_of(n.inputs[0]), src, start, out});
+}
+
+namespace {
+
+// A norm node's rows: the last dim (RMSNorm, LayerNorm), or (image, group) pairs (GroupNorm).
+codegen::NormSpec norm_spec(const Node& n) {
+    const bool rms = n.op == Op::RmsNorm || n.op == Op::RmsNormGrad;
+    codegen::NormSpec spec{.mode = rms ? codegen::NormMode::Rms : codegen::NormMode::Layer, .dtype = n.dtype,
+                           .rows = 0, .dim = n.shape.back(), .eps = n.data[0]};
+    if (n.op == Op::GroupNorm || n.op == Op::GroupNormGrad) {
+        spec.groups = n.ints[0];
+        spec.rows = n.shape[0] * spec.groups;
+        spec.spatial = numel(n.shape) / (n.shape[0] * n.shape[1]);
+        spec.dim = numel(n.shape) / spec.rows;
+    } else {
+        spec.rows = numel(n.shape) / std::max<int64_t>(spec.dim, 1);
+    }
+    return spec;
+}
+
+}  // namespace
+
+// Norm node n (or its input gradient) into out, storing through `epilogue` (reading epilogue_inputs) if given.
+void Lowering::lower_norm(const Node& n, int32_t out, const codegen::Epilogue* epilogue,
+                          const std::vector<int32_t>& epilogue_inputs) {
+    codegen::NormSpec spec = norm_spec(n);
+    spec.epilogue = epilogue;
+    emit(codegen::norm_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+}
+
+void Lowering::lower_norm_grad(const Node& n, int32_t out, const codegen::Epilogue* epilogue,
+                               const std::vector<int32_t>& epilogue_inputs) {
+    codegen::NormSpec spec = norm_spec(n);
+    spec.epilogue = epilogue;
+    emit(codegen::norm_grad_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+}
+
+std::vector<int32_t> Lowering::norm_bindings(const Node& n, int32_t out,
+                                             const std::vector<int32_t>& epilogue_inputs) const {
+    std::vector<int32_t> bind;
+    for (int32_t i : n.inputs) bind.push_back(value_of(i));
+    bind.push_back(out);
+    bind.insert(bind.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+    return bind;
+}
+
+codegen::AttentionSpec Lowering::attention_spec(const Node& n) const {
+    const Shape& q = g_.node(n.inputs[0]).shape;
+    const Shape& k = g_.node(n.inputs[1]).shape;
+    const bool dynamic = n.inputs.size() == (n.op == Op::Attention || n.op == Op::AttentionLse ? 4u : 7u);
+    return {.dtype = g_.node(n.inputs[0]).dtype, .batch = q[0], .q_heads = q[1], .kv_heads = k[1], .q_len = q[2],
+            .kv_len = k[2], .head_dim = q[3], .causal = n.ints[0] != 0, .window = n.ints[1], .scale = n.data[0],
+            .dynamic_start = dynamic, .query_start = k[2] - q[2]};
+}
+
+// RoPE over [batch, heads, seq, dim], reading a split of the heads in place (FusionPlan::heads_split_by),
+// with merged_out storing in the merged layout (heads_merged_into), and with `cache`, the SliceScatter
+// whose rows it is, storing them into the cache at its start (rope_into_cache; out is the cache's view).
+void Lowering::lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache) {
+    const int32_t x = n.inputs[0];
+    const bool split = fusion_.heads_split_by[static_cast<size_t>(x)] >= 0;
+    const int32_t in = value_of(split ? g_.node(x).inputs[0] : x);  // split: [batch, seq, heads, dim]
+    const int64_t dim = n.shape.back(), rows = numel(n.shape) / dim;
+    const codegen::RopeLayout layout{.heads = split || merged_out ? n.shape[1] : 0, .reads_split = split,
+                                     .writes_merged = merged_out,
+                                     .cache_rows = cache ? cache->shape[static_cast<size_t>(cache->ints[0])] : 0};
+    std::vector<int32_t> bind{in, value_of(n.inputs[1]), value_of(n.inputs[2]), out};
+    if (cache) bind.push_back(value_of(cache->inputs[2]));
+    emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout), std::move(bind));
+}
+
+// merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
+void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
+    const bool backward = n.op != Op::Attention && n.op != Op::AttentionLse;
+    auto in = [&](size_t k) { return value_of(n.inputs[k]); };
+    codegen::AttentionSpec spec = attention_spec(n);
+    spec.merged_out = merged_out;
+    std::vector<int32_t> start;
+    if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
+    auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
+    // A backward kernel's inputs, then its outputs (dq, or dk and dv), through f32 partials and their sum
+    // where it splits its sweep.
+    auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs) {
+        emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements,
+                              cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), outs);
+    };
+    if (n.op == Op::AttentionGradQ) {
+        return emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {out});
+    }
+    const AttentionKey key{n.inputs, n.ints, n.data, backward};
+    if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
+        s_.values[static_cast<size_t>(out)].view_of = it->second;
+        return;
+    }
+    // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK.
+    const bool first = n.op == Op::Attention || n.op == Op::AttentionGradK;
+    const Shape& q = g_.node(n.inputs[0]).shape;
+    const Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
+    const DType sibling_dtype = n.op == Op::Attention ? DType::F32 : spec.dtype;
+    const int32_t sibling = new_value(sibling_shape, sibling_dtype);
+    attention_siblings_[key] = sibling;
+    const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
+    if (!backward) {
+        codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
+        emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
+                              cat({in(0), in(1), in(2)}, start), pair);
+    } else {
+        emit_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), pair);
+    }
+}
+
+// The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
+// turns both off); the backward's (its products scale dO and dS as the scaled matmuls do) unless
+// MEGANEURA_FAST_GRADIENTS=f32 keeps every gradient product f32.
+codegen::AttentionTiles Lowering::attention_tiles(bool backward) const {
+    codegen::AttentionTiles tiles = t_.attention;
+    tiles.coop_subgroup = t_.matmul.coop_subgroup;
+    tiles.coop_declined = t_.matmul.coop_declined;
+    if (backward && tiles.coop_subgroup && t_.fast_gradients == Tuning::FastGradients::F32) {
+        tiles.coop_subgroup = 0;
+        tiles.coop_declined = "a gradient, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)";
+    }
+    return tiles;
+}
+
+// delta = rowsum(d_out * out), once per (out, d_out) pair.
+int32_t Lowering::attention_delta(int32_t out, int32_t d_out) {
+    const auto [it, fresh] = attention_deltas_.try_emplace({out, d_out}, -1);
+    if (!fresh) return it->second;
+    const Shape shape = s_.values[static_cast<size_t>(out)].shape;  // a copy: new values may reallocate
+    it->second = new_value({shape[0], shape[1], shape[2]}, DType::F32);
+    emit(codegen::attention_delta_kernel(s_.values[static_cast<size_t>(out)].dtype, shape[0] * shape[1] * shape[2],
+                                         shape[3], t_.pointwise),
+         {out, d_out, it->second});
+    return it->second;
+}
+
+}  // namespace mn::sched::detail
