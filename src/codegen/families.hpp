@@ -113,7 +113,6 @@ KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classe
 struct ColumnPart {
     int64_t width = 0;
     int64_t head_dim = 0, seq = 0;
-    bool operator==(const ColumnPart&) const = default;
 };
 
 // C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes read in place.

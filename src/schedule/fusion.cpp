@@ -60,7 +60,9 @@ public:
                 try_merge_heads(static_cast<int32_t>(i));
             }
             for (int32_t slice : plan_.column_slices[i]) try_store_heads_split(slice);
-            if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) try_store_heads_split(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) {
+                try_store_heads_split(static_cast<int32_t>(i));
+            }
         }
         std::set<int32_t> epilogue_roots;
         for (int32_t r : plan_.epilogue_of) if (r >= 0) epilogue_roots.insert(r);
@@ -130,8 +132,8 @@ private:
             const auto& readers = consumers_[static_cast<size_t>(id)];
             return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
         };
-        std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
         if (g_.node(stored).shape.size() != 2) return;
+        std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
         int32_t permute = only_reader(stored);
         while (permute >= 0 && g_.node(permute).op == Op::Reshape) {
             reshapes.push_back(permute);

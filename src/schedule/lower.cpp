@@ -69,6 +69,17 @@ int32_t Lowering::view_for(int32_t id, int32_t target) {
     return v;
 }
 
+// The value a product stores for `node` (itself, or one of its column slices): the node's own, or where the
+// product stores the split of the heads, the permute's (FusionPlan::heads_split_stored; neither the node nor
+// its reshapes get a value).
+int32_t Lowering::product_output(int32_t node, DType dtype) {
+    const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(node)];
+    const int32_t stored = permute >= 0 ? permute : node;
+    const int32_t v = new_value(g_.node(stored).shape, dtype, Storage::Transient, stored);
+    s_.node_value[static_cast<size_t>(stored)] = v;
+    return v;
+}
+
 void Lowering::emit(codegen::KernelSource k, std::vector<int32_t> values) {
     s_.steps.push_back({std::move(k), std::move(values)});
 }
@@ -149,18 +160,11 @@ void Lowering::lower(int32_t id) {
     if (n.op == Op::Slice && !fusion_.column_slices[static_cast<size_t>(n.inputs[0])].empty()) return;  // its product stored it
     if (const auto& slices = fusion_.column_slices[static_cast<size_t>(id)]; !slices.empty()) {
         std::vector<int32_t> outs;  // the product's own value is never stored
-        for (int32_t slice : slices) {  // nor, where it stores the split of heads, the slice's and its reshape's
-            const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(slice)];
-            const int32_t stored = permute >= 0 ? permute : slice;
-            outs.push_back(new_value(g_.node(stored).shape, n.dtype, Storage::Transient, stored));
-            s_.node_value[static_cast<size_t>(stored)] = outs.back();
-        }
+        for (int32_t slice : slices) outs.push_back(product_output(slice, n.dtype));
         return lower_product(id, outs);
     }
-    if (const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(id)]; n.op == Op::MatMul && permute >= 0) {
-        const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
-        s_.node_value[static_cast<size_t>(permute)] = v;  // the product's own value is never stored
-        return lower_product(id, {v});
+    if (n.op == Op::MatMul && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) {
+        return lower_product(id, {product_output(id, n.dtype)});
     }
     const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
     s_.node_value[static_cast<size_t>(id)] = out;

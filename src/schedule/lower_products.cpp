@@ -84,8 +84,8 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     if (outs.size() > 1 || heads_split(outs[0])) {
         for (int32_t o : outs) {  // [rows, width], or a split of heads [batch, heads, seq, head_dim]
             const Shape& s = value(o).shape;
-            spec.column_parts.push_back(s.size() == 4 ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
-                                                      : codegen::ColumnPart{.width = s[1]});
+            spec.column_parts.push_back(heads_split(o) ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
+                                                       : codegen::ColumnPart{.width = s[1]});
         }
     }
     if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;

@@ -48,6 +48,7 @@ private:
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
     const Value& value(int32_t v) const { return s_.values[static_cast<size_t>(v)]; }
     int32_t view_for(int32_t id, int32_t target);
+    int32_t product_output(int32_t node, DType dtype);
     void emit(codegen::KernelSource k, std::vector<int32_t> values);
     void emit_through_partials(codegen::KernelSource first, std::optional<codegen::KernelSource> finish,
                                int64_t partial_elements, std::vector<int32_t> inputs, const std::vector<int32_t>& outs);
