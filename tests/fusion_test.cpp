@@ -533,6 +533,69 @@ TEST_F(FusionTest, RopeStoresRotatedKeysIntoTheCache) {
     }
 }
 
+// A decode step's q, k and v as the column slices of one product of one row (optimize/'s sibling fusion), each
+// viewed as [1, heads, 1, head_dim]: q rotated by a RoPE (an output), k rotated into its cache, v written into its
+// own. The product's GEMV stores all three (FusionPlan::rope_in_gemv, cache_in_gemv): no rope and no slice_write
+// runs. The RoPEs' positions and frequencies and the writes' start declared after the product (leaves lowered on
+// demand). Head dims 10 and 16, 3 query heads and 1 kv head, K odd (scalar loads) and a multiple of 4, the inverse
+// rotation, starts at 0, in the middle and the last row. A reader of the caches' old contents after the product
+// keeps the RoPE kernels and the write. Outputs and caches against the float64 reference, outputs NaN-poisoned.
+TEST_F(FusionTest, DecodeGemvRotatesQAndKAndWritesTheCacheRows) {
+    constexpr int64_t H = 3, L = 9;
+    for (const int64_t D : {10, 16}) {
+        for (const int64_t K : {37, 40}) {
+            for (const bool old_read_after : {false, true}) {
+                Graph g;
+                const Tensor x = g.input("x", {1, K});
+                const Tensor qkv = g.matmul(x, g.parameter("qkv.weight", {(H + 2) * D, K}), false, true);
+                const Tensor k_cache = g.state("k_cache", {1, 1, L, D}), v_cache = g.state("v_cache", {1, 1, L, D});
+                if (old_read_after) g.output("old", g.sum(k_cache, {2}) + g.sum(v_cache, {2}));
+                const Tensor positions = g.input("positions", {1}, DType::I32), inv_freq = g.input("inv_freq", {D / 2});
+                const Tensor start = g.input("start", {}, DType::I32);
+                const Tensor q = g.rope_rotate(g.reshape(g.slice(qkv, 1, 0, H * D), {1, H, 1, D}), positions, inv_freq, D == 16);
+                const Tensor k = g.rope_rotate(g.reshape(g.slice(qkv, 1, H * D, (H + 1) * D), {1, 1, 1, D}), positions, inv_freq, D == 16);
+                const Tensor v = g.reshape(g.slice(qkv, 1, (H + 1) * D, (H + 2) * D), {1, 1, 1, D});
+                const Tensor k_rows = g.slice_scatter(k_cache, k, 2, start), v_rows = g.slice_scatter(v_cache, v, 2, start);
+                g.output("q", q);
+                g.output("k", g.sum(g.assign(k_cache, k_rows), {3}));
+                g.output("v", g.sum(g.assign(v_cache, v_rows), {3}));
+                std::map<std::string, int> kernels;
+                for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) ++kernels[kernel.label];
+                const std::string what = std::to_string(D) + " " + std::to_string(K) + " " + std::to_string(old_read_after);
+                EXPECT_EQ(kernels["matmul_gemv"], 1) << what;
+                EXPECT_EQ(kernels["rope"] + kernels["rope_inverse"], old_read_after ? 2 : 0) << what;
+                EXPECT_EQ(kernels["slice_write"], old_read_after ? 1 : 0) << what;
+
+                Session sess = compile(g, device(), {.poison_outputs = true});
+                ref::Feeds feeds = random_feeds(g, static_cast<uint64_t>(D + K));
+                for (const char* cache : {"k_cache", "v_cache"}) {
+                    feeds[cache] = {{1, 1, L, D}, std::vector<double>(static_cast<size_t>(L * D))};
+                    for (size_t i = 0; i < feeds[cache].data.size(); ++i) {
+                        feeds[cache].data[i] = static_cast<float>(0.01 * static_cast<double>((i * 7 + cache[0]) % 97) - 0.4);
+                    }
+                }
+                set_feeds(sess, g, feeds);  // the weight and the caches
+                for (const int32_t at : {4, static_cast<int>(L - 1), 0}) {
+                    const ref::Feeds fresh = random_feeds(g, static_cast<uint64_t>(at) + 20);
+                    feeds["x"] = fresh.at("x"), feeds["inv_freq"] = fresh.at("inv_freq");
+                    feeds["start"].data = {static_cast<double>(at)};
+                    feeds["positions"].data = {static_cast<double>(at + 1000)};  // a large angle: the reduction into [-pi, pi]
+                    set_feeds(sess, g, {{"x", feeds["x"]}, {"inv_freq", feeds["inv_freq"]}, {"start", feeds["start"]},
+                                        {"positions", feeds["positions"]}});
+                    sess.run();
+                    const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+                    for (const auto& [name, id] : g.outputs()) {
+                        EXPECT_LE(relative_l2(sess.get(name), want[static_cast<size_t>(id)].data), 1e-5) << what << " " << name << " at " << at;
+                    }
+                    feeds["k_cache"] = want[static_cast<size_t>(k_rows.id)], feeds["v_cache"] = want[static_cast<size_t>(v_rows.id)];
+                    EXPECT_LE(relative_l2(sess.get("k_cache"), feeds["k_cache"].data), 1e-6) << what << " k_cache at " << at;
+                    EXPECT_LE(relative_l2(sess.get("v_cache"), feeds["v_cache"].data), 1e-6) << what << " v_cache at " << at;
+                }
+            }
+        }
+    }
+}
+
 // An RMSNorm of one row that only products of one row read (a decode step's norms before q, k, v and before gate
 // and up, through the linear layers' reshape) is computed by their GEMVs (FusionPlan::norm_in_products): no rms_norm
 // dispatch. K odd (scalar loads) and a multiple of 4 (vec4 loads), one product with a bias and ReLU as its epilogue,

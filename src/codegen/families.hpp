@@ -110,9 +110,15 @@ KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classe
 // One part of a product's columns (MatmulSpec::column_parts): `width` columns stored row-major, [rows, width];
 // or, with head_dim > 0, as the split of attention heads that a model's reshape to [rows / seq, seq, width /
 // head_dim, head_dim] and permute {0, 2, 1, 3} would copy it into: [rows / seq, width / head_dim, seq, head_dim].
+// A GEMV's parts may also be a decode step's q, k or v of one position ([1, width / head_dim, 1, head_dim]; MatmulSpec
+// binds positions, inv_freq and start after the parts, where some part rotates or is stored in a cache): `rope`, its
+// heads rotated by RoPE at positions[0] (rope_kernel's arithmetic; rope_inverse the other way), and with cache_rows > 0,
+// stored as row `start` (clamped) of a cache [width / head_dim, cache_rows, head_dim] (a slice_write in place).
 struct ColumnPart {
     int64_t width = 0;
     int64_t head_dim = 0, seq = 0;
+    bool rope = false, rope_inverse = false;
+    int64_t cache_rows = 0;
 };
 
 // C[b] = op(A[b]) @ op(B[b]) with broadcast batch dims (up to 4) and transposes read in place.

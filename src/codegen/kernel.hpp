@@ -58,6 +58,10 @@ inline constexpr int kMaxRank = 6;
 // kernels recover the flat id with mn_group_id() (see kFlatGroupId).
 std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim);
 extern const char* const kFlatGroupId;
+// GLSL `void rope_rotate(inout float a, inout float b, float position, float inv_freq, float sign)`: the RoPE pair
+// (a, b) rotated by the angle position * inv_freq (sign -1: the inverse rotation), the one arithmetic of rope_kernel
+// and of a GEMV that rotates its q and k rows (MatmulSpec's ColumnPart::rope).
+extern const char* const kRopeRotate;
 
 uint32_t checked_u32(int64_t v, const char* what);
 

@@ -245,6 +245,9 @@ void main() {
 }
 
 std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
+    if (std::any_of(parts.begin(), parts.end(), [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; })) {
+        throw Error("matmul: only a GEMV stores parts that rotate or go into a cache");
+    }
     if (parts.empty()) {
         return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
                "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";

@@ -16,11 +16,17 @@
 // f32 arithmetic throughout.
 //
 // With MatmulSpec::a_rms_eps (a decode step's RMSNorm before its products) x is the norm's input row: each
-// workgroup first sums its squares (K is a few hundred: a few loads a thread and one tree) and reads
-// x[k] * rstd * w[k], the value the norm's kernel would have stored, so the norm costs no dispatch and no level.
+// workgroup sums x[k] * w[k] * W(j, k), and x's squares from the same loads (the k-slices of an output cover K),
+// both in one tree, and stores rstd * sum: the norm costs no dispatch, no level, and no pass over x before the
+// products (which cost ~3.5 us of a 9 us GEMV of q, k and v on the H200 when the sum of squares came first).
 //
 // With MatmulSpec::b2 each thread group computes its outputs over both Ws (x read once) and stores the
 // epilogue of the pair, EPI2 (a SwiGLU's silu(gate) * up).
+//
+// With column parts that rotate or go into a cache (ColumnPart::rope, cache_rows: a decode step's q, k and v), each
+// thread group computes the pairs of columns (j, j + HALF) of a head that RoPE rotates together, R = 2, and stores
+// both, rotated where its part is and at the cache's row where its part is a cache's: the RoPE and cache-write
+// kernels, and their level, go (schedule/fusion.hpp).
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -38,7 +44,8 @@ const char* const kBody = R"(
 #else
 #define PRODUCTS 1u
 #endif
-shared float partial[PRODUCTS * R * WG];
+#define SLOTS (PRODUCTS * R + NORM)  // the sums a thread's k-slice adds to its outputs' (NORM: x's squares last)
+shared float partial[SLOTS * WG];
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -49,23 +56,23 @@ void main() {
     uint jl = lid % CW, s = lid / CW;
     const uint PEER = CW;
 #endif
+#if COLUMN_PAIRS
+    // this thread's outputs: the pair j0, j0 + HALF of pair slot `slot`
+    uint slot = gl_WorkGroupID.x * CW + jl, j0 = (slot / HALF) * (2u * HALF) + slot % HALF;
+#define OUTPUT(r) (j0 + (r) * HALF)
+#else
     uint j0 = gl_WorkGroupID.x * (R * CW) + jl;  // this thread's outputs: j0 + r * CW
+#define OUTPUT(r) (j0 + (r) * CW)
+#endif
     uint a_off, b_off;
     batch_offsets(gl_WorkGroupID.z, a_off, b_off);
     uint x_off = X_OFF, w_off = W_OFF;
-#if NORM
+    // NORM: the row's sum of squares comes from the same loads of x, each k-slice's added in the outputs' tree
+    // (the k-slices of one output cover K), and rstd scales the sums at the end: no dependent pass over x first.
     float ss = 0.0;
-    for (uint k = lid; k < K; k += WG) { float v = float(X.d[x_off + k]); ss += v * v; }
-    partial[lid] = ss;
-    for (uint h = WG / 2u; h > 0u; h /= 2u) {
-        barrier();
-        if (lid < h) partial[lid] += partial[lid + h];
-    }
-    barrier();
-    float rstd = inversesqrt(partial[0] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
-    barrier();  // partial is the k-slices' below
-#define X_SCALE(k) (rstd * float(nw.d[k]))
-#define X_SCALE4(k) (rstd * vec4(nw.d[4u * (k)], nw.d[4u * (k) + 1u], nw.d[4u * (k) + 2u], nw.d[4u * (k) + 3u]))
+#if NORM
+#define X_SCALE(k) float(nw.d[k])
+#define X_SCALE4(k) vec4(nw.d[4u * (k)], nw.d[4u * (k) + 1u], nw.d[4u * (k) + 2u], nw.d[4u * (k) + 3u])
 #else
 #define X_SCALE(k) 1.0
 #define X_SCALE4(k) 1.0
@@ -75,7 +82,7 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         acc[r] = 0.0;
         acc[PRODUCTS * R - R + r] = 0.0;
-        row[r] = min(j0 + r * CW, J - 1u);
+        row[r] = min(OUTPUT(r), J - 1u);
     }
 #if VEC_K
 #define TERM(WB, WB4, r) dot(xv, vec4(WB4.d[((w_off + row[r] * K) >> 2) + kc]))
@@ -90,9 +97,11 @@ void main() {
             uint kc = min(k, KL - 1u);
             float live = k < KL ? 1.0 : 0.0;
 #if VEC_K
-            vec4 xv = vec4(X4.d[(x_off >> 2) + kc]) * X_SCALE4(kc) * live;
+            vec4 xr = vec4(X4.d[(x_off >> 2) + kc]) * live, xv = xr * X_SCALE4(kc);
+            ss += dot(xr, xr);
 #else
-            float xv = float(X.d[x_off + kc]) * X_SCALE(kc) * live;
+            float xr = float(X.d[x_off + kc]) * live, xv = xr * X_SCALE(kc);
+            ss += xr * xr;
 #endif
             [[unroll]] for (uint r = 0u; r < R; ++r) {
                 acc[r] += TERM(W, W4, r);
@@ -103,22 +112,80 @@ void main() {
         }
     }
     [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) partial[q * WG + lid] = acc[q];
+#if NORM
+    partial[PRODUCTS * R * WG + lid] = ss;
+#endif
     for (uint h = KS / 2u; h > 0u; h /= 2u) {
         barrier();
-        if (s < h) [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) partial[q * WG + lid] += partial[q * WG + lid + h * PEER];
+        if (s < h) [[unroll]] for (uint q = 0u; q < SLOTS; ++q) partial[q * WG + lid] += partial[q * WG + lid + h * PEER];
     }
     barrier();
     if (s != 0u) return;
-    [[unroll]] for (uint r = 0u; r < R; ++r) {
-        uint j = j0 + r * CW, i = gl_WorkGroupID.z * J + j;
-#if PAIRED
-        if (j < J) store_c(i, EPI2(i, partial[r * WG + lid], partial[(R + r) * WG + lid]));
+#if NORM
+    float rstd = inversesqrt(partial[PRODUCTS * R * WG + lid] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
+#define SUM(q) (partial[(q) * WG + lid] * rstd)
 #else
-        if (j < J) store_c(i, EPI(i, partial[r * WG + lid]));
+#define SUM(q) partial[(q) * WG + lid]
+#endif
+#if COLUMN_PAIRS
+    if (j0 < J) store_pair(j0, SUM(0u), SUM(1u));
+#else
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        uint j = OUTPUT(r), i = gl_WorkGroupID.z * J + j;
+#if PAIRED
+        if (j < J) store_c(i, EPI2(i, SUM(r), SUM(R + r)));
+#else
+        if (j < J) store_c(i, EPI(i, SUM(r)));
 #endif
     }
+#endif
 }
 )";
+
+// The half head dim of the pairs a GEMV's parts are computed in (column parts that rotate or go into a cache), or
+// 0: none. Every part then holds whole heads of that size.
+int64_t pair_half(const MatmulSpec& spec) {
+    const auto special = [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; };
+    const auto first = std::find_if(spec.column_parts.begin(), spec.column_parts.end(), special);
+    if (first == spec.column_parts.end()) return 0;
+    const int64_t head_dim = first->head_dim;
+    const bool fits = head_dim > 0 && head_dim % 2 == 0 && spec.m == 1 && spec.batch.empty() && !spec.epilogue && !spec.b2 &&
+                      std::all_of(spec.column_parts.begin(), spec.column_parts.end(), [&](const ColumnPart& p) {
+                          return p.width % head_dim == 0 && (!special(p) || p.head_dim == head_dim);
+                      });
+    if (!fits) throw Error("matmul: parts that rotate or go into a cache need one row, no epilogue, and whole heads of one size");
+    return head_dim / 2;
+}
+
+// store_pair(j, a, b): columns j and j + HALF of the one row into the part that holds them (rotated, or at the cache's
+// row, as the part says); binds the parts after c, then positions and inv_freq (a part rotates), then start (a cache).
+std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
+    std::string body;
+    bool rope = false, cache = false;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const std::string n = std::to_string(p), width = "PART" + n, name = p ? "c_" + n : "c";
+        k.iface.spec_constants.push_back(width);
+        k.spec_values.push_back(checked_u32(parts[p].width, "matmul column part"));
+        if (p) k.iface.bindings.push_back({name, dtype, true});
+        body += "    if (col < " + width + ") {\n";
+        if (parts[p].rope) {
+            rope = true;
+            body += std::string("        rope_rotate(a, b, float(positions.d[0]), float(inv_freq.d[col % (2u * HALF)]), ") +
+                    (parts[p].rope_inverse ? "-1.0" : "1.0") + ");\n";
+        }
+        std::string at = "col";
+        if (parts[p].cache_rows > 0) {
+            cache = true;
+            const std::string rows = std::to_string(checked_u32(parts[p].cache_rows, "cache rows")) + "u";
+            at = "(col / (2u * HALF) * " + rows + " + uint(clamp(start.d[0], 0, int(" + rows + ") - 1))) * (2u * HALF) + col % (2u * HALF)";
+        }
+        body += "        uint at = " + at + ";\n        " + name + ".d[at] = STORE(a);\n        " + name +
+                ".d[at + HALF] = STORE(b);\n        return;\n    }\n    col -= " + width + ";\n";
+    }
+    if (rope) k.iface.bindings.insert(k.iface.bindings.end(), {{"positions", DType::I32}, {"inv_freq", dtype}});
+    if (cache) k.iface.bindings.push_back({"start", DType::I32});
+    return (rope ? std::string(kRopeRotate) : "") + "void store_pair(uint col, float a, float b) {\n" + body + "}\n";
+}
 
 }  // namespace
 
@@ -138,17 +205,20 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     // Outputs per thread group: 4 (x read once for 4 rows) while that still gives 2 workgroups per
     // compute unit, else fewer.
     const int64_t target = 2 * int64_t(t.compute_units ? t.compute_units : 32);
+    const int64_t half = pair_half(spec);
     uint32_t rows = 4;
     while (rows > 1 && (outputs + rows * cw - 1) / (rows * cw) * batch < target) rows /= 2;
+    if (half) rows = 2;  // a pair of columns
     KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
-    const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
+    const std::string store = half ? store_pair_glsl(k, spec.dtype, spec.column_parts) : store_glsl(k, spec.dtype, spec.column_parts);
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string defs = std::string("#define NORM ") + (spec.a_rms_eps > 0 ? "1" : "0") + "\n";
     if (spec.a_rms_eps > 0) {
         k.iface.bindings.push_back({"nw", spec.dtype});
         defs += define("NORM_EPS_BITS", float_bits(spec.a_rms_eps));
     }
-    defs += std::string("#define PAIRED ") + (spec.b2 ? "1" : "0") + "\n";
+    defs += std::string("#define PAIRED ") + (spec.b2 ? "1" : "0") + "\n#define COLUMN_PAIRS " + (half ? "1" : "0") + "\n";
+    if (half) defs += define("HALF", checked_u32(half, "half head dim"));
     std::string b2_view;  // the second W, 4 elements wide too (as common_glsl's views of a and b)
     if (spec.b2) {
         const DType w = operand_dtype(spec, 'b');  // an f16 weight's second W is f16 too (schedule/lower_products.cpp)
@@ -169,7 +239,7 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     }
     k.groups = {static_cast<uint32_t>(groups), 1, static_cast<uint32_t>(batch)};
     k.choice = "gemv: M or N is 1; " + std::to_string(ks) + " threads per output, " + std::to_string(rows) +
-               " outputs per thread group";
+               " outputs per thread group" + (half ? " (pairs of columns a head dim / 2 apart)" : "");
     return k;
 }
 

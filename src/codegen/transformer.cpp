@@ -193,6 +193,17 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
 // The angle position * inv_freq is one f32 product, as Hugging Face forms it (the reference
 // rounds it the same way), reduced into [-pi, pi] with a two-constant (Cody-Waite) 2 pi before
 // cos/sin: GPU sin/cos lose accuracy on large arguments, and positions run into the thousands.
+const char* const kRopeRotate = R"(
+void rope_rotate(inout float a, inout float b, float position, float inv_freq, float sign) {
+    precise float angle = position * inv_freq;
+    float turns = floor(angle * 0.15915494309189535 + 0.5);
+    angle = (angle - turns * 6.28125) - turns * 1.9353071795864769e-3;
+    float c = cos(angle), s = sign * sin(angle), x = a;
+    a = x * c - b * s;
+    b = b * c + x * s;
+}
+)";
+
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
                          const RopeLayout& layout) {
     const int64_t half = dim / 2;
@@ -213,18 +224,14 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     }
     const std::string rows_glsl = (layout.reads_split ? heads_row_fn("in_row", "SEQ", heads) : "uint in_row(uint r) { return r; }\n") +
                                   out_row;
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + rows_glsl + "void main() {\n" + kThreadIndex +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kRopeRotate + rows_glsl + "void main() {\n" + kThreadIndex +
              "    if (i >= PAIRS) return;\n"
              "    uint r = i / HALF, p = i % HALF;\n"
-             "    float pos = float(positions.d[r % SEQ]), f = float(inv_freq.d[p]);\n"
-             "    precise float angle = pos * f;\n"
-             "    float turns = floor(angle * 0.15915494309189535 + 0.5);\n"
-             "    angle = (angle - turns * 6.28125) - turns * 1.9353071795864769e-3;\n"
-             "    float c = cos(angle), s = " + (inverse ? "-" : "") + "sin(angle);\n"
              "    uint lo = out_row(r) * 2u * HALF + p, hi = lo + HALF, at = in_row(r) * 2u * HALF + p;\n"
              "    float a = float(x.d[at]), b = float(x.d[at + HALF]);\n"
-             "    y.d[lo] = " + st + "(a * c - b * s);\n"
-             "    y.d[hi] = " + st + "(b * c + a * s);\n"
+             "    rope_rotate(a, b, float(positions.d[r % SEQ]), float(inv_freq.d[p]), " + (inverse ? "-1.0" : "1.0") + ");\n"
+             "    y.d[lo] = " + st + "(a);\n"
+             "    y.d[hi] = " + st + "(b);\n"
              "}\n";
     return k;
 }

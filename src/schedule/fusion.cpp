@@ -33,6 +33,9 @@ public:
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.heads_split_stored.assign(g.nodes().size(), -1);
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
+        plan_.rope_in_gemv.assign(g.nodes().size(), -1);
+        plan_.cache_in_gemv.assign(g.nodes().size(), -1);
+        plan_.in_gemv.assign(g.nodes().size(), -1);
         plan_.norm_in_products.assign(g.nodes().size(), false);
         plan_.epilogue_pair.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
@@ -69,8 +72,11 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i), epilogue_roots);
         }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks where every other kernel runs
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
+        }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
+            if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
         }
         return std::move(plan_);
     }
@@ -126,12 +132,14 @@ private:
         if (at == p.shape[1]) plan_.column_slices[static_cast<size_t>(id)] = std::move(slices);
     }
 
+    // The one reader of a node that is no root, or -1.
+    int32_t only_reader(int32_t id) const {
+        const auto& readers = consumers_[static_cast<size_t>(id)];
+        return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
+    }
+
     // `stored`: a product's column slice, or an unsliced product of two dims.
     void try_store_heads_split(int32_t stored) {
-        const auto only_reader = [&](int32_t id) {
-            const auto& readers = consumers_[static_cast<size_t>(id)];
-            return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
-        };
         if (g_.node(stored).shape.size() != 2) return;
         std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
         int32_t permute = only_reader(stored);
@@ -402,6 +410,97 @@ private:
         return last ? static_cast<int32_t>(g_.nodes().size()) : k;
     }
 
+    // Whether every reader of the old contents of the target of `assign` (an assignment of a SliceScatter of it),
+    // through its views, is emitted before node `writer`'s place: the assignment and the SliceScatter aside.
+    bool old_contents_read_before(int32_t assign, int32_t writer) const {
+        const int32_t target = g_.node(assign).inputs[0], value = g_.node(assign).inputs[1];
+        std::vector<int32_t> views{target};
+        while (!views.empty()) {
+            const int32_t at = views.back();
+            views.pop_back();
+            for (int32_t r : consumers_[static_cast<size_t>(at)]) {
+                if (r == assign || r == value) continue;
+                if (g_.node(r).op == Op::Reshape) {
+                    views.push_back(r);
+                } else if (emitted_at(r) >= writer) {
+                    return false;  // it would read the new rows
+                }
+            }
+        }
+        return true;
+    }
+
+    // See fusion.hpp: a one-row product's column slices that its GEMV rotates or writes into a cache itself. Each
+    // slice is one part: a plain one, or through its reshapes to [1, heads, 1, head_dim] read by a RoPE alone (which
+    // may store into a cache, rope_into_cache) or by a cache's write in place alone. All of one head dim, their
+    // positions, frequencies and start lowered before the product, which is where the cache rows are now written.
+    void try_rows_in_gemv(int32_t product) {
+        const std::vector<int32_t>& slices = plan_.column_slices[static_cast<size_t>(product)];
+        if (g_.node(product).shape[0] != 1 || g_.node(product).dtype != DType::F32) return;
+        const auto before_product = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
+        struct Part {
+            int32_t rope = -1, scatter = -1;
+            std::vector<int32_t> chain;  // the reshapes
+        };
+        std::vector<Part> parts;
+        int64_t head_dim = 0;
+        int32_t positions = -1, inv_freq = -1, start = -1;
+        const auto same = [](int32_t& seen, int32_t n) {  // the first of its kind, or the same node as that
+            if (seen < 0) seen = n;
+            return seen == n;
+        };
+        for (int32_t slice : slices) {
+            Part part;
+            int32_t at = slice;
+            for (int32_t r = only_reader(at); r >= 0 && g_.node(r).op == Op::Reshape; r = only_reader(at)) part.chain.push_back(at = r);
+            const Shape& view = g_.node(at).shape;
+            const int32_t next = only_reader(at);
+            if (!part.chain.empty() && view.size() == 4 && view[0] == 1 && view[2] == 1 && next >= 0) {
+                const Node& n = g_.node(next);
+                if (n.op == Op::Rope && n.inputs[0] == at && plan_.heads_merged_into[static_cast<size_t>(next)] < 0) {
+                    part.rope = next;
+                    part.scatter = plan_.rope_into_cache[static_cast<size_t>(next)];
+                } else if (n.op == Op::SliceScatter && n.inputs[1] == at && plan_.in_place_of[static_cast<size_t>(next)] >= 0) {
+                    part.scatter = next;
+                }
+            }
+            if (part.rope >= 0 || part.scatter >= 0) {
+                if (head_dim && view[3] != head_dim) return;
+                head_dim = view[3];
+            }
+            if (part.rope >= 0) {
+                const Node& rope = g_.node(part.rope);
+                if (numel(g_.node(rope.inputs[1]).shape) != 1 || !same(positions, rope.inputs[1]) || !same(inv_freq, rope.inputs[2])) return;
+            }
+            if (part.scatter >= 0) {
+                const Node& scatter = g_.node(part.scatter);
+                if (scatter.ints[0] != 2 || !same(start, scatter.inputs[2]) ||
+                    !old_contents_read_before(consumers_[static_cast<size_t>(part.scatter)][0], product)) {
+                    return;
+                }
+            }
+            parts.push_back(std::move(part));
+        }
+        if (head_dim == 0 || head_dim % 2 != 0) return;
+        for (int32_t n : {positions, inv_freq, start}) {
+            if (n >= 0 && !before_product(n)) return;
+        }
+        for (int32_t slice : slices) {
+            if (g_.node(slice).shape[1] % head_dim != 0) return;  // every part whole heads: the GEMV's column pairs
+        }
+        for (size_t i = 0; i < slices.size(); ++i) {
+            const Part& part = parts[i];
+            if (part.rope < 0 && part.scatter < 0) continue;
+            plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = part.rope;
+            plan_.cache_in_gemv[static_cast<size_t>(slices[i])] = part.scatter;
+            for (int32_t n : part.chain) plan_.in_gemv[static_cast<size_t>(n)] = product;
+            for (int32_t n : {part.rope, part.scatter}) {
+                if (n >= 0) plan_.in_gemv[static_cast<size_t>(n)] = product;
+            }
+            if (part.rope >= 0) plan_.rope_into_cache[static_cast<size_t>(part.rope)] = -1;
+        }
+    }
+
     // See fusion.hpp: assign(x, slice_scatter(x, src, axis, start)) writes src's rows into x in place, when the
     // assignment alone reads the slice_scatter and every other reader of x's old contents runs in an earlier kernel.
     void try_write_rows_in_place(int32_t assign) {
@@ -412,23 +511,7 @@ private:
             consumers_[static_cast<size_t>(value)] != std::vector<int32_t>{assign}) {
             return;
         }
-        // Whether every other reader of the target (through its views) is emitted before node `writer`'s place.
-        const auto old_read_before = [&](int32_t writer) {
-            std::vector<int32_t> views{target};
-            while (!views.empty()) {
-                const int32_t at = views.back();
-                views.pop_back();
-                for (int32_t r : consumers_[static_cast<size_t>(at)]) {
-                    if (r == assign || r == value) continue;
-                    if (g_.node(r).op == Op::Reshape) {
-                        views.push_back(r);
-                    } else if (emitted_at(r) >= writer) {
-                        return false;  // it would read the new rows
-                    }
-                }
-            }
-            return true;
-        };
+        const auto old_read_before = [&](int32_t writer) { return old_contents_read_before(assign, writer); };
         if (!old_read_before(value)) return;
         plan_.in_place_of[static_cast<size_t>(value)] = target;
         plan_.assign_elided[static_cast<size_t>(assign)] = true;

@@ -51,6 +51,15 @@
 // RoPE that nothing else reads (a model's rotated keys) and x's old contents are read before it too, the RoPE's
 // kernel stores its rows into x itself and the slice_write goes: a dispatch and a level per layer of a decode step.
 //
+// A one-row f32 product whose column slices are a decode step's q, k and v (optimize/'s sibling fusion), each viewed
+// as [1, heads, 1, head_dim] by reshapes that it alone reads, computes what their RoPEs and cache writes would: a
+// slice read by a RoPE alone is stored rotated (the RoPE's value), one whose RoPE or itself a cache's write in place
+// alone reads is stored into the cache at the start (the write's value). The GEMV computes each head's pairs of
+// columns (j, j + head_dim / 2) together (codegen::ColumnPart::rope, cache_rows): two RoPE kernels, the
+// slice_write and their level go, per layer of a decode step. When every other reader of a cache's old contents
+// runs before the product (the rows are written there now), and the RoPEs' positions and frequencies and the
+// writes' start are lowered before it.
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -102,6 +111,11 @@ struct FusionPlan {
     // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores
     // them into, so that the SliceScatter is no kernel; or -1.
     std::vector<int32_t> rope_into_cache;
+    // per Slice node of column_slices (see above): the RoPE whose value its product stores, rotated, and the in-place
+    // SliceScatter whose rows (the RoPE's or its own) the product stores into the cache; or -1, -1.
+    std::vector<int32_t> rope_in_gemv, cache_in_gemv;
+    // per Reshape, Rope and SliceScatter node that such a product computes for a slice: the product; else -1.
+    std::vector<int32_t> in_gemv;
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;

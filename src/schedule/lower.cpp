@@ -69,12 +69,27 @@ int32_t Lowering::view_for(int32_t id, int32_t target) {
     return v;
 }
 
-// The value a product stores for `node` (itself, or one of its column slices): the node's own, or where the
+// The value a product stores for `node` (itself, or one of its column slices): the node's own; where the
 // product stores the split of the heads, the permute's (FusionPlan::heads_split_stored; neither the node nor
-// its reshapes get a value).
+// its reshapes get a value); where its GEMV rotates the slice, the RoPE's, or writes it into a cache, the
+// cache write's, a view of the cache (FusionPlan::rope_in_gemv, cache_in_gemv).
 int32_t Lowering::product_output(int32_t node, DType dtype) {
+    const int32_t rope = fusion_.rope_in_gemv[static_cast<size_t>(node)];
+    const int32_t scatter = fusion_.cache_in_gemv[static_cast<size_t>(node)];
+    // The leaves the GEMV reads for them, which a model may declare after the product (the others come before it).
+    std::vector<int32_t> leaves;
+    if (rope >= 0) leaves = {g_.node(rope).inputs[1], g_.node(rope).inputs[2]};
+    if (scatter >= 0) leaves.insert(leaves.end(), {fusion_.in_place_of[static_cast<size_t>(scatter)], g_.node(scatter).inputs[2]});
+    for (int32_t leaf : leaves) {
+        if (op_info(g_.node(leaf).op).archetype == Archetype::Leaf) lower(leaf);
+    }
+    if (scatter >= 0) {
+        const int32_t v = view_for(scatter, value_of(fusion_.in_place_of[static_cast<size_t>(scatter)]));
+        s_.node_value[static_cast<size_t>(scatter)] = v;
+        return v;
+    }
     const int32_t permute = fusion_.heads_split_stored[static_cast<size_t>(node)];
-    const int32_t stored = permute >= 0 ? permute : node;
+    const int32_t stored = permute >= 0 ? permute : rope >= 0 ? rope : node;
     const int32_t v = new_value(g_.node(stored).shape, dtype, Storage::Transient, stored);
     s_.node_value[static_cast<size_t>(stored)] = v;
     return v;
@@ -115,6 +130,7 @@ void Lowering::lower(int32_t id) {
         return;
     }
     if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
+    if (fusion_.in_gemv[static_cast<size_t>(id)] >= 0) return;  // its product's GEMV stored it (product_output)
     if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) {  // lowered in its epilogue's place
         if (fusion_.epilogue_keeps[static_cast<size_t>(id)]) {   // which stores its value too
             s_.node_value[static_cast<size_t>(id)] = new_value(n.shape, n.dtype, Storage::Transient, id);

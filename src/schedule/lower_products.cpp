@@ -78,18 +78,15 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
                              .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
                              .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps,
                              .b2 = gemv.b2};
-    // A split of heads is the value of the permute it stands for (FusionPlan::heads_split_stored); an
-    // epilogue's root may be of another rank than the product (a reshape between them), and is no part.
-    const auto heads_split = [&](int32_t o) { return value(o).node >= 0 && g_.node(value(o).node).op == Op::Permute; };
-    if (outs.size() > 1 || heads_split(outs[0])) {
-        for (int32_t o : outs) {  // [rows, width], or a split of heads [batch, heads, seq, head_dim]
-            const Shape& s = value(o).shape;
-            spec.column_parts.push_back(heads_split(o) ? codegen::ColumnPart{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]}
-                                                       : codegen::ColumnPart{.width = s[1]});
-        }
+    // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
+    std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
+    int32_t start = -1;
+    if (outs.size() > 1 || (value(outs[0]).node >= 0 && g_.node(value(outs[0]).node).op == Op::Permute)) {
+        for (int32_t o : outs) spec.column_parts.push_back(column_part(o, extra, start));
     }
+    if (start >= 0) extra.push_back(start);
+    extra.insert(extra.end(), epilogue_inputs.begin(), epilogue_inputs.end());
     if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
-    std::vector<int32_t> extra = epilogue_inputs;
     // A GEMV's second W (bound last) is read in B's dtype: both f16 or neither.
     const int32_t b16 = f16_weight(n.inputs[1], b);
     const int32_t w2_16 = b16 >= 0 && gemv.b2 ? f16_weight(gemv.b2_node, extra.back()) : -1;
@@ -98,6 +95,27 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         if (gemv.b2) extra.back() = w2_16;
     }
     emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, extra);
+}
+
+// The column part that `out`, one of a product's outputs (product_output), is: [rows, width]; a split of heads
+// [batch, heads, seq, head_dim], the value of the permute it stands for; a RoPE's rows, or a cache's at its start,
+// [1, heads, 1 (or the cache's rows), head_dim], whose positions and frequencies it sets in `rope_inputs` (empty or
+// the same for every part) and start in `start`.
+codegen::ColumnPart Lowering::column_part(int32_t out, std::vector<int32_t>& rope_inputs, int32_t& start) const {
+    const Shape& s = value(out).shape;
+    const Node* n = value(out).node >= 0 ? &g_.node(value(out).node) : nullptr;
+    if (!n || (n->op != Op::Permute && n->op != Op::Rope && n->op != Op::SliceScatter)) return {.width = s[1]};
+    codegen::ColumnPart part{.width = s[1] * s[3], .head_dim = s[3], .seq = s[2]};
+    if (n->op == Op::SliceScatter) {
+        part.seq = 1, part.cache_rows = s[2];
+        start = value_of(n->inputs[2]);
+        n = &g_.node(n->inputs[1]);  // the rows: a RoPE's, or a view of the product's
+    }
+    if (n->op == Op::Rope) {
+        part.rope = true, part.rope_inverse = n->flag;
+        rope_inputs = {value_of(n->inputs[1]), value_of(n->inputs[2])};
+    }
+    return part;
 }
 
 // A matmul or convolution product of a and b into outs (its value, or its column parts), through f32

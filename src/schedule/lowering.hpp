@@ -84,6 +84,7 @@ private:
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                       const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
                       const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv);
+    codegen::ColumnPart column_part(int32_t out, std::vector<int32_t>& rope_inputs, int32_t& start) const;
     void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs);
     void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
