@@ -301,6 +301,52 @@ void expect_backward_matches_reference(const Case& c, uint64_t seed) {
 
 TEST_P(AttentionBackward, MatchesReference) { expect_backward_matches_reference(GetParam(), 31); }
 
+// A model's heads: q, k and v split from [batch, len, heads * dim] (reshape, permute {0, 2, 1, 3}), out merged back;
+// the loss's gradients with respect to the unsplit tensors. The forward stores out merged though its gradients read
+// it too (through the delta kernel), and dQ, dK and dV are stored merged by their kernels (FusionPlan::
+// heads_merged_into): no copy reads what an attention kernel stores. Whole sweeps and split into 3 chunks (the
+// forward's combine, the gradients' sums); `options` fast for the cooperative kernels.
+void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileOptions& options, double tolerance) {
+    for (const char* splits : {"", "3"}) {
+        SCOPED_TRACE(std::string("splits '") + splits + "'");
+        const ScopedEnv forced("MEGANEURA_ATTENTION_SPLITS", splits);
+        Graph g;
+        const auto heads = [&](const char* name, int64_t len, int64_t count) {
+            const Tensor x = g.parameter(name, {c.batch, len, count * c.dim});
+            return std::pair{x, g.permute(g.reshape(x, {c.batch, len, count, c.dim}), {0, 2, 1, 3})};
+        };
+        const auto [xq, q] = heads("xq", c.q_len, c.q_heads);
+        const auto [xk, k] = heads("xk", c.kv_len, c.kv_heads);
+        const auto [xv, v] = heads("xv", c.kv_len, c.kv_heads);
+        AttentionOptions o{.causal = c.causal, .scale = c.scale, .window = c.window};
+        if (c.start) o.query_start = g.input("start", {}, DType::I32);
+        const Tensor merged = g.reshape(g.permute(g.attention(q, k, v, o), {0, 2, 1, 3}), {c.batch, c.q_len, c.q_heads * c.dim});
+        g.output("merged", merged);
+        const std::vector<Tensor> grads = grad(g.sum(merged * g.input("w", merged.shape())), {xq, xk, xv});
+        for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
+        std::vector<int32_t> roots;
+        for (const auto& output : g.outputs()) roots.push_back(output.second);
+        sched::Tuning tuning = sched::tune_for(device().context()->caps(), options.precision);
+        const sched::Schedule s = sched::lower(g, roots, tuning);
+        std::map<int32_t, std::string> stored_by;  // value (root) -> the label of the kernel that stores it
+        for (const sched::Step& step : s.steps) {
+            for (size_t b = 0; b < step.values.size(); ++b) {
+                if (step.kernel.iface.bindings[b].writes) stored_by[s.root(step.values[b])] = step.kernel.label;
+            }
+        }
+        for (const sched::Step& step : s.steps) {
+            if (step.kernel.label == "copy") EXPECT_NE(stored_by[s.root(step.values[0])].rfind("attention", 0), 0u) << "a copy of an attention's output";
+        }
+        ref::Feeds feeds = random_feeds(g, 17, {-0.5, 0.5});
+        if (c.start) feeds["start"] = {{}, {static_cast<double>(*c.start)}};
+        expect_matches_reference(g, feeds, tolerance, options);
+    }
+}
+
+TEST_P(AttentionBackward, MergedGradientsAreStoredWithoutACopy) {
+    expect_merged_gradients_stored_without_a_copy(GetParam(), {}, 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Attention, AttentionBackward, ::testing::ValuesIn(kGpuGradCases), case_name);
 
 // The defaults give problems of 16 rows or more to the blocked kernels and the rest to the row-wise
@@ -450,6 +496,15 @@ TEST_P(AttentionFastBackward, MatchesReference) {
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_kv_coop"), coop_device() ? 1 : 0);
     if (!coop_device()) GTEST_SKIP() << "no cooperative matrices: the f32 backward, tested by AttentionBackward";
     expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
+}
+
+// The same on the cooperative backward (two cases: see FastMergedHeadsAreStoredWithoutACopy).
+TEST_F(AttentionGpu, FastMergedGradientsAreStoredWithoutACopy) {
+    if (!coop_device()) GTEST_SKIP() << "no cooperative matrices: the f32 backward, tested by AttentionBackward";
+    for (const Case& c : {kFastGradCases[1], kFastGradCases[4]}) {
+        SCOPED_TRACE(c.name);
+        expect_merged_gradients_stored_without_a_copy(c, fast(), fast_tolerance());
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, AttentionFastBackward, ::testing::ValuesIn(kFastGradCases), case_name);

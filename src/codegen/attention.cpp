@@ -266,7 +266,7 @@ void main() {
         }
     }
     if (!live) return;
-    uint obase = (head * ROWS + r) * D;
+    uint obase = out_row(head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
@@ -348,7 +348,7 @@ void main() {
         }
     }
     if (!live) return;
-    uint obase = (head * TK + j) * D;
+    uint obase = kv_row(head * TK + j) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) {
@@ -459,8 +459,9 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
 }  // namespace
 
 std::string out_row_glsl(const AttentionSpec& s) {
-    if (!s.merged_out) return "uint out_row(uint f) { return f; }\n";
-    return heads_row_fn("out_row", std::to_string(s.q_len) + "u", std::to_string(s.q_heads) + "u");
+    if (!s.merged_out) return "uint out_row(uint f) { return f; }\nuint kv_row(uint f) { return f; }\n";
+    return heads_row_fn("out_row", std::to_string(s.q_len) + "u", std::to_string(s.q_heads) + "u") +
+           heads_row_fn("kv_row", std::to_string(s.kv_len) + "u", std::to_string(s.kv_heads) + "u");
 }
 
 namespace {
@@ -608,9 +609,30 @@ std::vector<CoopView> grad_views(const AttentionSpec& s, const std::vector<Bindi
     return views;
 }
 
+// A thread per V elements (4 where the head dim allows: 16-byte accesses) of a chunk's record, dq or [dk, dv]
+// (P, OUT and DV: the bindings p, dq or dk, and dv, or their vec4 views):
+// the chunks' partials added in chunk order, stored at the row's place (ROW: out_row or kv_row, the heads
+// merged where AttentionSpec::merged_out).
+const char* const kGradSum = R"(
+void main() {
+    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (i >= RECORD / V) return;
+    VEC sum = VEC(0.0);
+    for (uint q = 0u; q < SPLITS; ++q) sum += P.d[q * (RECORD / V) + i];
+    uint e = i * V % EACH, at = ROW(e / D) * D + e % D;
+#if KV
+    if (i * V >= EACH) {
+        DV.d[at / V] = STOREV(sum);
+        return;
+    }
+#endif
+    OUT.d[at / V] = STOREV(sum);
+}
+)";
+
 // The f32 partials of a backward kernel whose sweep is split into `split.splits` chunks, and the kernel
 // that adds them in chunk order (deterministic: no atomics) into dq, or into dk and dv (the two halves
-// of each chunk's record, as column parts of one row).
+// of each chunk's record).
 AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec& s, bool kv, const KeySplit& split,
                                        uint32_t max_groups) {
     AttentionGradKernels out{std::move(product)};
@@ -619,10 +641,33 @@ AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec
     const int64_t record = kv ? 2 * each : each;
     out.partial_elements = record * split.splits;
     checked_u32(out.partial_elements, "attention gradient partials");
-    out.sum = matmul_detail::split_sum_kernel(s.dtype, record, split.splits, max_groups, nullptr,
-                                              kv ? std::vector<ColumnPart>{{.width = each}, {.width = each}} : std::vector<ColumnPart>{});
-    out.sum->label = kv ? "attention_grad_kv_sum" : "attention_grad_q_sum";
-    out.sum->choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
+    KernelSource& k = out.sum.emplace();
+    k.label = kv ? "attention_grad_kv_sum" : "attention_grad_q_sum";
+    k.iface.local_size = 256;
+    k.iface.spec_constants = {"RECORD", "EACH", "D", "SPLITS"};
+    k.spec_values = {checked_u32(record, "attention gradient size"), checked_u32(each, "attention gradient size"),
+                     checked_u32(s.head_dim, "attention head dim"), split.splits};
+    const uint32_t v = s.head_dim % 4 == 0 ? 4 : 1;
+    const std::string vec = v == 4 ? "vec4" : "float", stored = v == 4 ? (s.dtype == DType::F16 ? "f16vec4" : "vec4") : storage_type(s.dtype);
+    k.iface.bindings = {{"p", DType::F32}};
+    if (kv) {
+        k.iface.bindings.insert(k.iface.bindings.end(), {{"dk", s.dtype, true}, {"dv", s.dtype, true}});
+    } else {
+        k.iface.bindings.push_back({"dq", s.dtype, true});
+    }
+    // With V = 4, the bindings again as vec4 views named <binding>4, which the kernel uses (P, OUT, DV).
+    std::string views;
+    const std::string suffix = v == 4 ? "4" : "";
+    for (size_t b = 0; v == 4 && b < k.iface.bindings.size(); ++b) {
+        const std::string& name = k.iface.bindings[b].name;
+        views += "layout(std430, set = 0, binding = " + std::to_string(b) + ") " + (b == 0 ? "readonly" : "writeonly") +
+                 " buffer B_" + name + "4 { " + (b == 0 ? vec : stored) + " d[]; } " + name + "4;\n";
+    }
+    k.glsl = glsl_preamble(k.iface) + views + kFlatGroupId + out_row_glsl(s) + "#define V " + std::to_string(v) + "u\n#define VEC " +
+             vec + "\n#define STOREV " + stored + "\n#define KV " + (kv ? "1" : "0") + "\n#define ROW " + (kv ? "kv_row" : "out_row") +
+             "\n#define P p" + suffix + "\n#define OUT " + (kv ? "dk" : "dq") + suffix + "\n#define DV dv" + suffix + "\n" + kGradSum;
+    k.groups = grid_for((static_cast<uint64_t>(record / v) + 255) / 256, max_groups);
+    k.choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
     return out;
 }
 
@@ -704,7 +749,7 @@ void main() {
     uint lid = gl_LocalInvocationID.x, lane = lid % TPR, r = mn_group_id() * (WG / TPR) + lid / TPR;
     float s = 0.0;
     if (r < ROWS) {
-        for (uint d = lane; d < D; d += TPR) s += float(o.d[r * D + d]) * float(dout.d[r * D + d]);
+        for (uint d = lane; d < D; d += TPR) s += float(o.d[out_row(r) * D + d]) * float(dout.d[r * D + d]);
     }
     sums[lid] = s;
     barrier();
@@ -716,7 +761,9 @@ void main() {
 }
 )";
 
-KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch) {
+KernelSource attention_delta_kernel(const AttentionSpec& s, const Launch& launch) {
+    const DType dtype = s.dtype;
+    const int64_t rows = s.batch * s.q_heads * s.q_len, head_dim = s.head_dim;
     KernelSource k;
     k.label = "attention_delta";
     k.iface.local_size = std::bit_floor(launch.local_size);
@@ -726,7 +773,7 @@ KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim,
     checked_u32(rows * head_dim, "attention tensor size");
     k.iface.bindings = {{"o", dtype}, {"dout", dtype}, {"delta", DType::F32, true}};
     k.glsl = glsl_preamble(k.iface) + "#extension GL_EXT_control_flow_attributes : require\n#define TPR " +
-             std::to_string(per_row) + "u\n" + kFlatGroupId + kAttentionDelta;
+             std::to_string(per_row) + "u\n" + kFlatGroupId + out_row_glsl(s) + kAttentionDelta;
     k.groups = grid_for(blocks_of(rows, k.iface.local_size / per_row), launch.max_groups);
     return k;
 }

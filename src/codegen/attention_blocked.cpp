@@ -218,7 +218,7 @@ void main() {
             // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
             if (d < D) part.d[(split * HEADS * ROWS + r) * D + d] = acc[c][i] * scale();
 #else
-            if (d < D) dq.d[r * D + d] = STORE(acc[c][i] * scale());
+            if (d < D) dq.d[out_row(r) * D + d] = STORE(acc[c][i] * scale());
 #endif
         }
     }
@@ -317,7 +317,7 @@ void main() {
             }
         }
 #else
-        uint at = (head * TK + key[i]) * D;
+        uint at = kv_row(head * TK + key[i]) * D;
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
             if (d < D) {

@@ -196,8 +196,10 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
     }
 
 // The subgroup's 16 x DH accumulators acc times `factor` into dst4's rows from `first` (those from
-// `valid` on not stored), BT columns at a time through its rows of Ws.
-#define STORE_ROWS(dst4, acc, factor, first, valid) \
+// `valid` on not stored), BT columns at a time through its rows of Ws; row f at ROW(f) (flat_row, or
+// out_row / kv_row: the heads merged where AttentionSpec::merged_out).
+uint flat_row(uint f) { return f; }
+#define STORE_ROWS(dst4, acc, factor, first, valid, ROW) \
     [[unroll]] for (uint c0 = 0u; c0 < DH; c0 += BT) { \
         subgroupBarrier(); /* every earlier read of the subgroup's rows of Ws is done */ \
         [[unroll]] for (uint dn = c0 / 16u; dn < min(c0 + BT, DH) / 16u; ++dn) \
@@ -207,7 +209,7 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
         [[unroll]] for (uint t = 0u; t < OG; ++t) { \
             uint col = (side + 2u * t) * 8u; \
             if (rr < (valid) && col >= c0 && col < c0 + BT) { \
-                uint a = (((first) + rr) * DH + col) / 4u, at = srow + col - c0; \
+                uint a = (ROW((first) + rr) * DH + col) / 4u, at = srow + col - c0; \
                 dst4.d[a] = vec4(Ws[at], Ws[at + 1u], Ws[at + 2u], Ws[at + 3u]) * (factor); \
                 dst4.d[a + 1u] = vec4(Ws[at + 4u], Ws[at + 5u], Ws[at + 6u], Ws[at + 7u]) * (factor); \
             } \

@@ -96,9 +96,9 @@ void main() {
     if (!rows_here) return;
 #ifdef SPLIT
     // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
-    STORE_ROWS(part4, acc, scale() / g_scale, split * HEADS * ROWS + head * ROWS + w0, ROWS - w0)
+    STORE_ROWS(part4, acc, scale() / g_scale, split * HEADS * ROWS + head * ROWS + w0, ROWS - w0, flat_row)
 #else
-    STORE_ROWS(dq4, acc, scale() / g_scale, head * ROWS + w0, ROWS - w0)
+    STORE_ROWS(dq4, acc, scale() / g_scale, head * ROWS + w0, ROWS - w0, out_row)
 #endif
 }
 )";
@@ -194,11 +194,11 @@ void main() {
     if (!keys_here) return;
 #ifdef SPLIT
     // The chunk's partial sums, [SPLITS][dK, dV][HEADS * TK][D], which the sum kernel adds in chunk order.
-    STORE_ROWS(part4, dk, 1.0 / g_scale, 2u * split * HEADS * TK + head * TK + k0, TK - k0)
-    STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0)
+    STORE_ROWS(part4, dk, 1.0 / g_scale, 2u * split * HEADS * TK + head * TK + k0, TK - k0, flat_row)
+    STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0, flat_row)
 #else
-    STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0)
-    STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0)
+    STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0, kv_row)
+    STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0, kv_row)
 #endif
 }
 )";

@@ -280,9 +280,9 @@ struct AttentionForwardKernels {
     int64_t partial_elements = 0;
 };
 AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, const Launch& launch);
-// delta[r] = d_out[r, :] . out[r, :] for each of `rows` rows (f32), the backward's row correction.
-// Bindings: out, d_out, delta.
-KernelSource attention_delta_kernel(DType dtype, int64_t rows, int64_t head_dim, const Launch& launch);
+// delta[r] = d_out[r, :] . out[r, :] for each row r of [batch, q_heads, q_len] (f32), the backward's row
+// correction; out read with its heads merged where spec.merged_out (the forward stored it so). Bindings: out, d_out, delta.
+KernelSource attention_delta_kernel(const AttentionSpec& spec, const Launch& launch);
 // The backward kernels run on cooperative matrices where tiles.coop_subgroup is set and the problem
 // suits them (attention_coop_backward.cpp); their choice names the variant and why that one declined.
 // Where their workgroups would leave the device idle (few heads), each splits its sweep as the forward

@@ -59,7 +59,8 @@ public:
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
-            if (live_[i] && (g_.nodes()[i].op == Op::Attention || g_.nodes()[i].op == Op::Rope)) {
+            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||
+                                                               op == Op::AttentionGradK || op == Op::AttentionGradV)) {
                 try_merge_heads(static_cast<int32_t>(i));
             }
             for (int32_t slice : plan_.column_slices[i]) try_store_heads_split(slice);
@@ -158,19 +159,47 @@ private:
         for (int32_t r : reshapes) plan_.heads_split_stored[static_cast<size_t>(r)] = permute;
     }
 
+    // The Permute {0, 2, 1, 3} that is the one reader of `id` (a merge of the heads), or -1. An attention's output
+    // may be read by its gradients too, which read it through the delta kernel in either layout.
+    int32_t merge_of(int32_t id) const {
+        const auto is_merge = [&](int32_t p) {
+            return g_.node(p).op == Op::Permute && g_.node(p).ints == std::vector<int64_t>{0, 2, 1, 3} &&
+                   plan_.heads_split_by[static_cast<size_t>(p)] < 0;
+        };
+        const auto is_gradient = [&](int32_t r) {
+            const Op op = g_.node(r).op;
+            return (op == Op::AttentionGradQ || op == Op::AttentionGradK || op == Op::AttentionGradV) && g_.node(r).inputs[3] == id;
+        };
+        if (is_root_[static_cast<size_t>(id)]) return -1;
+        int32_t merge = -1;
+        for (int32_t r : consumers_[static_cast<size_t>(id)]) {
+            if (merge < 0 && is_merge(r)) {
+                merge = r;
+            } else if (g_.node(id).op != Op::Attention || !is_gradient(r)) {
+                return -1;
+            }
+        }
+        return merge;
+    }
+
+    // An Attention, RoPE or attention gradient whose one reader merges its heads. The kernel that computes an
+    // attention's logsumexp too, or dK and dV together, stores both of its own outputs from the one that is
+    // lowered first: an attention lowered before its logsumexp (whose layout stays), a dK or dV whose sibling
+    // is merged too.
     void try_merge_heads(int32_t id) {
-        const auto& readers = consumers_[static_cast<size_t>(id)];
-        if (is_root_[static_cast<size_t>(id)] || readers.size() != 1) return;
-        const Node& p = g_.node(readers[0]);
-        if (p.op != Op::Permute || p.ints != std::vector<int64_t>{0, 2, 1, 3} || plan_.heads_split_by[static_cast<size_t>(readers[0])] >= 0) {
-            return;
-        }
+        const int32_t permute = merge_of(id);
+        if (permute < 0) return;
         const Node& n = g_.node(id);
-        for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // its logsumexp, computed by the same kernel
+        for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // the kernel's other output
             const Node& other = g_.node(c);
-            if (other.op == Op::AttentionLse && other.inputs == n.inputs && other.ints == n.ints) return;
+            if (other.inputs != n.inputs || other.ints != n.ints || other.data != n.data) continue;
+            if (n.op == Op::Attention && other.op == Op::AttentionLse && c < id) return;
+            if ((n.op == Op::AttentionGradK && other.op == Op::AttentionGradV) ||
+                (n.op == Op::AttentionGradV && other.op == Op::AttentionGradK)) {
+                if (merge_of(c) < 0) return;
+            }
         }
-        plan_.heads_merged_into[static_cast<size_t>(id)] = readers[0];
+        plan_.heads_merged_into[static_cast<size_t>(id)] = permute;
     }
 
     // A node of a smaller shape that its consumer broadcasts (a per-channel scale, a row's rsqrt, a scalar) is

@@ -19,8 +19,10 @@
 // value there as well (training's GroupNorm + SiLU, whose backward reads the norm; a SwiGLU's gate, which
 // stores its SiLU, and up product, which stores the two's product, both read by the backward).
 //
-// An attention whose one reader merges its heads back (permute {0, 2, 1, 3}) stores its output in that
-// layout itself, and the permute is its value: a copy kernel and its barrier go. Likewise a RoPE whose
+// An attention whose one reader merges its heads back (permute {0, 2, 1, 3}; in training its gradients read it
+// too, through the delta kernel, which reads either layout) stores its output in that layout itself, and the
+// permute is its value: a copy kernel and its barrier go. So do the gradients dQ, and dK with dV, of a model's
+// split of the heads (the backward merges them back before the products' gradients). Likewise a RoPE whose
 // input is a split of the heads, read by it alone, reads the unsplit tensor itself, and one read only
 // by such a permute (the backward's) stores in its layout.
 //
@@ -90,10 +92,10 @@ struct FusionPlan {
     // per product with an epilogue: the second product of the same row its GEMV computes for the epilogue (whose
     // epilogue_of is the same root), or -1
     std::vector<int32_t> epilogue_pair;
-    // per Attention or Rope node: the Permute {0, 2, 1, 3} that is its one reader (a model's merge of the
-    // heads; in a backward, the gradient of its split), whose layout the kernel stores directly, so the
-    // permute is no copy; or -1. Not an attention whose logsumexp is live too (training: the backward
-    // reads out in the attention's layout).
+    // per Attention, Rope or attention gradient node: the Permute {0, 2, 1, 3} that is its one reader (a model's
+    // merge of the heads; in a backward, the gradient of its split; an attention's gradients aside), whose layout
+    // the kernel stores directly, so the permute is no copy; or -1. Not an attention lowered after its logsumexp,
+    // nor a dK or dV whose sibling is not merged (one kernel stores each pair in one layout).
     std::vector<int32_t> heads_merged_into;
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.

@@ -149,7 +149,7 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     // where it splits its sweep.
     auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs) {
         emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements,
-                              cat({in(0), in(1), in(2), in(4), in(5), attention_delta(in(3), in(4))}, start), outs);
+                              cat({in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))}, start), outs);
     };
     if (n.op == Op::AttentionGradQ) {
         return emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {out});
@@ -162,7 +162,8 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK.
     const bool first = n.op == Op::Attention || n.op == Op::AttentionGradK;
     const Shape& q = g_.node(n.inputs[0]).shape;
-    const Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
+    Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
+    if (backward && merged_out) sibling_shape = {n.shape[0], n.shape[2], n.shape[1], n.shape[3]};  // both merged
     const DType sibling_dtype = n.op == Op::Attention ? DType::F32 : spec.dtype;
     const int32_t sibling = new_value(sibling_shape, sibling_dtype);
     attention_siblings_[key] = sibling;
@@ -190,15 +191,14 @@ codegen::AttentionTiles Lowering::attention_tiles(bool backward) const {
     return tiles;
 }
 
-// delta = rowsum(d_out * out), once per (out, d_out) pair.
-int32_t Lowering::attention_delta(int32_t out, int32_t d_out) {
+// delta = rowsum(d_out * out), once per (out, d_out) pair, for the backward of `spec`; out is read with its heads
+// merged where the forward stored it so (its value stands for the merge's permute, FusionPlan::heads_merged_into).
+int32_t Lowering::attention_delta(codegen::AttentionSpec spec, int32_t out, int32_t d_out) {
     const auto [it, fresh] = attention_deltas_.try_emplace({out, d_out}, -1);
     if (!fresh) return it->second;
-    const Shape shape = s_.values[static_cast<size_t>(out)].shape;  // a copy: new values may reallocate
-    it->second = new_value({shape[0], shape[1], shape[2]}, DType::F32);
-    emit(codegen::attention_delta_kernel(s_.values[static_cast<size_t>(out)].dtype, shape[0] * shape[1] * shape[2],
-                                         shape[3], t_.pointwise),
-         {out, d_out, it->second});
+    spec.merged_out = value(out).node >= 0 && g_.node(value(out).node).op == Op::Permute;
+    it->second = new_value({spec.batch, spec.q_heads, spec.q_len}, DType::F32);
+    emit(codegen::attention_delta_kernel(spec, t_.pointwise), {out, d_out, it->second});
     return it->second;
 }
 

@@ -112,7 +112,7 @@ private:
     void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr);
     void lower_attention(const Node& n, int32_t out, bool merged_out = false);
     codegen::AttentionTiles attention_tiles(bool backward) const;
-    int32_t attention_delta(int32_t out, int32_t d_out);
+    int32_t attention_delta(codegen::AttentionSpec spec, int32_t out, int32_t d_out);
 
     const Graph& g_;
     const Tuning& t_;
