@@ -274,15 +274,18 @@ Tensor Graph::linear(Tensor x, Tensor weight, std::optional<Tensor> bias) {
     }
     Tensor flat = xs.size() == 2 ? x : reshape(x, {-1, xs.back()});
     Tensor y = matmul(flat, weight, false, true);
-    if (bias) {
-        const Shape bs = node(*bias).shape;
-        if (bs != Shape{ws[0]}) fail("linear", "bias is " + shape_str(bs) + ", expected (" + std::to_string(ws[0]) + ")");
-        y = add(y, *bias);
+    if (xs.size() != 2) {
+        Shape out(xs.begin(), xs.end() - 1);
+        out.push_back(ws[0]);
+        y = reshape(y, out);
     }
-    if (xs.size() == 2) return y;
-    Shape out(xs.begin(), xs.end() - 1);
-    out.push_back(ws[0]);
-    return reshape(y, out);
+    if (!bias) return y;
+    // The bias after the reshape back: an activation that follows is then one pointwise tree with it, which the
+    // product stores as its epilogue (schedule/fusion.hpp), where a bias before the reshape was that epilogue alone
+    // and the activation a kernel of its own (Whisper's fc1 and GELU).
+    const Shape bs = node(*bias).shape;
+    if (bs != Shape{ws[0]}) fail("linear", "bias is " + shape_str(bs) + ", expected (" + std::to_string(ws[0]) + ")");
+    return add(y, *bias);
 }
 
 // ---- reductions ----
