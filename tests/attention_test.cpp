@@ -304,11 +304,12 @@ TEST_P(AttentionBackward, MatchesReference) { expect_backward_matches_reference(
 // A model's heads: q, k and v split from [batch, len, heads * dim] (reshape, permute {0, 2, 1, 3}), out merged back;
 // the loss's gradients with respect to the unsplit tensors. The forward stores out merged though its gradients read
 // it too (through the delta kernel), and dQ, dK and dV are stored merged by their kernels (FusionPlan::
-// heads_merged_into): no copy reads what an attention kernel stores. Whole sweeps and split into 3 chunks (the
-// forward's combine, the gradients' sums); `options` fast for the cooperative kernels.
+// heads_merged_into): no copy reads what an attention kernel stores. With k rotated by RoPE too (SmolLM2's), dK is
+// read by the inverse RoPE, which merges it itself, and dV alone is stored merged. Whole sweeps and split into 3
+// chunks (the forward's combine, the gradients' sums); `options` fast for the cooperative kernels.
 void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileOptions& options, double tolerance) {
-    for (const char* splits : {"", "3"}) {
-        SCOPED_TRACE(std::string("splits '") + splits + "'");
+    for (const auto& [splits, rope_k] : {std::pair{"", false}, {"3", false}, {"", true}, {"3", true}}) {
+        SCOPED_TRACE(std::string("splits '") + splits + "', k rotated " + std::to_string(rope_k));
         const ScopedEnv forced("MEGANEURA_ATTENTION_SPLITS", splits);
         Graph g;
         const auto heads = [&](const char* name, int64_t len, int64_t count) {
@@ -316,8 +317,9 @@ void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileO
             return std::pair{x, g.permute(g.reshape(x, {c.batch, len, count, c.dim}), {0, 2, 1, 3})};
         };
         const auto [xq, q] = heads("xq", c.q_len, c.q_heads);
-        const auto [xk, k] = heads("xk", c.kv_len, c.kv_heads);
+        auto [xk, k] = heads("xk", c.kv_len, c.kv_heads);
         const auto [xv, v] = heads("xv", c.kv_len, c.kv_heads);
+        if (rope_k) k = g.rope(k, g.input("positions", {c.kv_len}, DType::I32), 100.0);
         AttentionOptions o{.causal = c.causal, .scale = c.scale, .window = c.window};
         if (c.start) o.query_start = g.input("start", {}, DType::I32);
         const Tensor merged = g.reshape(g.permute(g.attention(q, k, v, o), {0, 2, 1, 3}), {c.batch, c.q_len, c.q_heads * c.dim});
@@ -339,6 +341,10 @@ void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileO
         }
         ref::Feeds feeds = random_feeds(g, 17, {-0.5, 0.5});
         if (c.start) feeds["start"] = {{}, {static_cast<double>(*c.start)}};
+        if (rope_k) {
+            feeds["positions"].data.clear();
+            for (int64_t t = 0; t < c.kv_len; ++t) feeds["positions"].data.push_back(static_cast<double>(3 * t % 11));
+        }
         expect_matches_reference(g, feeds, tolerance, options);
     }
 }

@@ -348,12 +348,12 @@ void main() {
         }
     }
     if (!live) return;
-    uint obase = kv_row(head * TK + j) * D;
+    uint dk_at = kv_row(head * TK + j) * D, dv_at = dv_row(head * TK + j) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
         if (d < D) {
-            dk.d[obase + d] = STORE(dk_acc[c]);
-            dv.d[obase + d] = STORE(dv_acc[c]);
+            dk.d[dk_at + d] = STORE(dk_acc[c]);
+            dv.d[dv_at + d] = STORE(dv_acc[c]);
         }
     }
 }
@@ -459,9 +459,12 @@ void check_loop_limit(const AttentionTiles& t, int64_t dim, int64_t stream_rows,
 }  // namespace
 
 std::string out_row_glsl(const AttentionSpec& s) {
-    if (!s.merged_out) return "uint out_row(uint f) { return f; }\nuint kv_row(uint f) { return f; }\n";
-    return heads_row_fn("out_row", std::to_string(s.q_len) + "u", std::to_string(s.q_heads) + "u") +
-           heads_row_fn("kv_row", std::to_string(s.kv_len) + "u", std::to_string(s.kv_heads) + "u");
+    const auto row_fn = [](const char* fn, bool merged, int64_t len, int64_t heads) {
+        return merged ? heads_row_fn(fn, std::to_string(len) + "u", std::to_string(heads) + "u")
+                      : "uint " + std::string(fn) + "(uint f) { return f; }\n";
+    };
+    return row_fn("out_row", s.merged_out, s.q_len, s.q_heads) + row_fn("kv_row", s.merged_out, s.kv_len, s.kv_heads) +
+           row_fn("dv_row", s.merged_dv, s.kv_len, s.kv_heads);
 }
 
 namespace {
@@ -611,22 +614,22 @@ std::vector<CoopView> grad_views(const AttentionSpec& s, const std::vector<Bindi
 
 // A thread per V elements (4 where the head dim allows: 16-byte accesses) of a chunk's record, dq or [dk, dv]
 // (P, OUT and DV: the bindings p, dq or dk, and dv, or their vec4 views):
-// the chunks' partials added in chunk order, stored at the row's place (ROW: out_row or kv_row, the heads
-// merged where AttentionSpec::merged_out).
+// the chunks' partials added in chunk order, stored at the row's place (ROW: out_row or kv_row, and dv_row for
+// dv: the heads merged where AttentionSpec says).
 const char* const kGradSum = R"(
 void main() {
     uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
     if (i >= RECORD / V) return;
     VEC sum = VEC(0.0);
     for (uint q = 0u; q < SPLITS; ++q) sum += P.d[q * (RECORD / V) + i];
-    uint e = i * V % EACH, at = ROW(e / D) * D + e % D;
+    uint e = i * V % EACH;
 #if KV
     if (i * V >= EACH) {
-        DV.d[at / V] = STOREV(sum);
+        DV.d[(dv_row(e / D) * D + e % D) / V] = STOREV(sum);
         return;
     }
 #endif
-    OUT.d[at / V] = STOREV(sum);
+    OUT.d[(ROW(e / D) * D + e % D) / V] = STOREV(sum);
 }
 )";
 

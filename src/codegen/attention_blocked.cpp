@@ -317,12 +317,12 @@ void main() {
             }
         }
 #else
-        uint at = kv_row(head * TK + key[i]) * D;
+        uint dk_at = kv_row(head * TK + key[i]) * D, dv_at = dv_row(head * TK + key[i]) * D;
         [[unroll]] for (uint c = 0u; c < ON; ++c) {
             uint d = tx + c * NT;
             if (d < D) {
-                dk.d[at + d] = STORE(dk_acc[c][i]);
-                dv.d[at + d] = STORE(dv_acc[c][i]);
+                dk.d[dk_at + d] = STORE(dk_acc[c][i]);
+                dv.d[dv_at + d] = STORE(dv_acc[c][i]);
             }
         }
 #endif

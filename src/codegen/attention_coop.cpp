@@ -197,7 +197,7 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
 
 // The subgroup's 16 x DH accumulators acc times `factor` into dst4's rows from `first` (those from
 // `valid` on not stored), BT columns at a time through its rows of Ws; row f at ROW(f) (flat_row, or
-// out_row / kv_row: the heads merged where AttentionSpec::merged_out).
+// out_row, kv_row or dv_row: the heads merged where AttentionSpec says).
 uint flat_row(uint f) { return f; }
 #define STORE_ROWS(dst4, acc, factor, first, valid, ROW) \
     [[unroll]] for (uint c0 = 0u; c0 < DH; c0 += BT) { \

@@ -198,7 +198,7 @@ void main() {
     STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0, flat_row)
 #else
     STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0, kv_row)
-    STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0, kv_row)
+    STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0, dv_row)
 #endif
 }
 )";

@@ -246,8 +246,9 @@ struct AttentionSpec {
     int64_t query_start = 0;
     // The forward stores out as [batch, q_len, q_heads, head_dim], the heads merged back next to each
     // other (what a model's merge of the heads, permute {0, 2, 1, 3}, would copy it into); lse stays
-    // [batch, q_heads, q_len].
-    bool merged_out = false;
+    // [batch, q_heads, q_len]. So do the dQ kernel its dq and the dK/dV kernel its dk ([batch, kv_len,
+    // kv_heads, head_dim]); merged_dv: the dK/dV kernel its dv (each as the gradient's reader takes it).
+    bool merged_out = false, merged_dv = false;
 };
 struct AttentionTiles {
     uint32_t rows = 16;            // rows a workgroup owns: query rows, key rows in the dK/dV kernel

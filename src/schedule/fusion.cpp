@@ -183,20 +183,17 @@ private:
     }
 
     // An Attention, RoPE or attention gradient whose one reader merges its heads. The kernel that computes an
-    // attention's logsumexp too, or dK and dV together, stores both of its own outputs from the one that is
-    // lowered first: an attention lowered before its logsumexp (whose layout stays), a dK or dV whose sibling
-    // is merged too.
+    // attention's logsumexp too stores both from the one lowered first: not an attention lowered after its
+    // logsumexp (whose layout stays). dK and dV each take the layout their reader does (lower_attention).
     void try_merge_heads(int32_t id) {
         const int32_t permute = merge_of(id);
         if (permute < 0) return;
         const Node& n = g_.node(id);
         for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // the kernel's other output
             const Node& other = g_.node(c);
-            if (other.inputs != n.inputs || other.ints != n.ints || other.data != n.data) continue;
-            if (n.op == Op::Attention && other.op == Op::AttentionLse && c < id) return;
-            if ((n.op == Op::AttentionGradK && other.op == Op::AttentionGradV) ||
-                (n.op == Op::AttentionGradV && other.op == Op::AttentionGradK)) {
-                if (merge_of(c) < 0) return;
+            if (n.op == Op::Attention && other.op == Op::AttentionLse && other.inputs == n.inputs && other.ints == n.ints &&
+                other.data == n.data && c < id) {
+                return;
             }
         }
         plan_.heads_merged_into[static_cast<size_t>(id)] = permute;

@@ -94,8 +94,7 @@ struct FusionPlan {
     std::vector<int32_t> epilogue_pair;
     // per Attention, Rope or attention gradient node: the Permute {0, 2, 1, 3} that is its one reader (a model's
     // merge of the heads; in a backward, the gradient of its split; an attention's gradients aside), whose layout
-    // the kernel stores directly, so the permute is no copy; or -1. Not an attention lowered after its logsumexp,
-    // nor a dK or dV whose sibling is not merged (one kernel stores each pair in one layout).
+    // the kernel stores directly, so the permute is no copy; or -1. Not an attention lowered after its logsumexp.
     std::vector<int32_t> heads_merged_into;
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.

@@ -159,11 +159,22 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
         s_.values[static_cast<size_t>(out)].view_of = it->second;
         return;
     }
-    // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK.
+    // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK, each of dK and dV in the
+    // layout its reader takes (FusionPlan::heads_merged_into), the merged one's shape that of its permute.
     const bool first = n.op == Op::Attention || n.op == Op::AttentionGradK;
     const Shape& q = g_.node(n.inputs[0]).shape;
     Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
-    if (backward && merged_out) sibling_shape = {n.shape[0], n.shape[2], n.shape[1], n.shape[3]};  // both merged
+    if (backward) {
+        const Op sibling_op = first ? Op::AttentionGradV : Op::AttentionGradK;
+        const auto& nodes = g_.nodes();
+        const auto it = std::find_if(nodes.begin(), nodes.end(), [&](const Node& m) {
+            return m.op == sibling_op && m.inputs == n.inputs && m.ints == n.ints && m.data == n.data;
+        });
+        const bool sibling_merged = it != nodes.end() && fusion_.heads_merged_into[static_cast<size_t>(it - nodes.begin())] >= 0;
+        if (sibling_merged) sibling_shape = {n.shape[0], n.shape[2], n.shape[1], n.shape[3]};
+        spec.merged_out = first ? merged_out : sibling_merged;  // dK's layout
+        spec.merged_dv = first ? sibling_merged : merged_out;
+    }
     const DType sibling_dtype = n.op == Op::Attention ? DType::F32 : spec.dtype;
     const int32_t sibling = new_value(sibling_shape, sibling_dtype);
     attention_siblings_[key] = sibling;
