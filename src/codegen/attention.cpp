@@ -37,7 +37,6 @@
 #include "codegen/attention_coop.hpp"
 #include "codegen/attention_decode.hpp"
 #include "codegen/families.hpp"
-#include "codegen/matmul_common.hpp"
 
 namespace mn::codegen {
 
