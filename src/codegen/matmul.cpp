@@ -252,33 +252,36 @@ std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPar
         return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
                "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";
     }
-    // The part widths PART0.. (and a split of heads' head dim and sequence, HEAD_DIMp and SEQp) as constants;
-    // the row's columns walked part by part. The parts after c are c_1, c_2, ...: c4 is c's 4-wide view
-    // (common_glsl), which a fifth part named c4 redeclared (SmolVLA's 16 stacked projections of its VLM
-    // context did not compile).
-    std::string row = "0u", body;
-    for (size_t p = 0; p < parts.size(); ++p) {
-        const std::string n = std::to_string(p), width = "PART" + n, name = p ? "c_" + n : "c";
-        const auto constant = [&](const std::string& constant_name, int64_t value) {
-            k.iface.spec_constants.push_back(constant_name);
+    // The row's columns walked part by part, a split of heads' head dim and sequence (HEAD_DIMp, SEQp) constants too.
+    std::string row = "0u";
+    for (size_t p = 0; p < parts.size(); ++p) row += " + PART" + std::to_string(p);
+    const std::string body = column_part_walk(k, dtype, parts, [&](size_t p, const std::string& name) {
+        const std::string n = std::to_string(p), width = "PART" + n;
+        if (parts[p].head_dim == 0) return name + ".d[row * " + width + " + col] = STORE(v);";
+        for (const auto& [constant, value] : {std::pair{"HEAD_DIM", parts[p].head_dim}, {"SEQ", parts[p].seq}}) {
+            k.iface.spec_constants.push_back(constant + n);
             k.spec_values.push_back(checked_u32(value, "matmul column part"));
-        };
-        constant(width, parts[p].width);
-        if (p) k.iface.bindings.push_back({name, dtype, true});
-        row += " + " + width;
-        std::string at = "row * " + width + " + col";
-        if (parts[p].head_dim > 0) {  // [rows / seq, heads, seq, head_dim]
-            constant("HEAD_DIM" + n, parts[p].head_dim);
-            constant("SEQ" + n, parts[p].seq);
-            at = "((row / SEQ" + n + ") * (" + width + " / HEAD_DIM" + n + ") + col / HEAD_DIM" + n + ") * (SEQ" + n +
-                 " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n;
         }
-        body += "    if (col < " + width + ") { " + name + ".d[" + at + "] = STORE(v); return; }\n"
-                "    col -= " + width + ";\n";
-    }
+        // [rows / seq, heads, seq, head_dim]
+        return name + ".d[((row / SEQ" + n + ") * (" + width + " / HEAD_DIM" + n + ") + col / HEAD_DIM" + n + ") * (SEQ" + n +
+               " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n + "] = STORE(v);";
+    });
     return "void store_c(uint i, float v) {\n    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body +
            "}\n"
            "void store_c4(uint i, vec4 v) { store_c(i, v.x); store_c(i + 1u, v.y); store_c(i + 2u, v.z); store_c(i + 3u, v.w); }\n";
+}
+
+std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts,
+                             const std::function<std::string(size_t, const std::string&)>& store) {
+    std::string body;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const std::string width = "PART" + std::to_string(p), name = p ? "c_" + std::to_string(p) : "c";
+        k.iface.spec_constants.push_back(width);
+        k.spec_values.push_back(checked_u32(parts[p].width, "matmul column part"));
+        if (p) k.iface.bindings.push_back({name, dtype, true});
+        body += "    if (col < " + width + ") { " + store(p, name) + " return; }\n    col -= " + width + ";\n";
+    }
+    return body;
 }
 
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {

@@ -2,6 +2,7 @@
 // Pieces the matmul kernels share (matmul.cpp chooses among them): the interface every matmul
 // kernel has (bindings a, b, c; shapes and batch strides as specialization constants), the batch
 // decomposition, and the loader that stages 4 contiguous elements of an operand at a time.
+#include <functional>
 #include <string>
 
 #include "codegen/families.hpp"
@@ -132,5 +133,12 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
 // this adds to k. Call it after c's binding and before the epilogue's; STORE, STORE4 and c4 defined before
 // the text. A kernel that stores split-K partial products passes no parts.
 std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts);
+
+// The walk over a row's column parts that store_glsl and the GEMV's column pairs share: each part's width PART<p> as a
+// spec constant (then whatever `store` adds), the parts after c bound as c_1, c_2, ... (not c4: common_glsl's 4-wide
+// view of c, which a fifth part of that name redeclared: SmolVLA's 16 stacked projections did not compile), and for
+// part p, `if (col < PART<p>) { <store(p, its binding's name)> return; } col -= PART<p>;`.
+std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts,
+                             const std::function<std::string(size_t, const std::string&)>& store);
 
 }  // namespace mn::codegen::matmul_detail

@@ -160,18 +160,13 @@ int64_t pair_half(const MatmulSpec& spec) {
 // store_pair(j, a, b): columns j and j + HALF of the one row into the part that holds them (rotated, or at the cache's
 // row, as the part says); binds the parts after c, then positions and inv_freq (a part rotates), then start (a cache).
 std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
-    std::string body;
     bool rope = false, cache = false;
-    for (size_t p = 0; p < parts.size(); ++p) {
-        const std::string n = std::to_string(p), width = "PART" + n, name = p ? "c_" + n : "c";
-        k.iface.spec_constants.push_back(width);
-        k.spec_values.push_back(checked_u32(parts[p].width, "matmul column part"));
-        if (p) k.iface.bindings.push_back({name, dtype, true});
-        body += "    if (col < " + width + ") {\n";
+    const std::string body = column_part_walk(k, dtype, parts, [&](size_t p, const std::string& name) {
+        std::string store;
         if (parts[p].rope) {
             rope = true;
-            body += std::string("        rope_rotate(a, b, float(positions.d[0]), float(inv_freq.d[col % (2u * HALF)]), ") +
-                    (parts[p].rope_inverse ? "-1.0" : "1.0") + ");\n";
+            store = std::string("rope_rotate(a, b, float(positions.d[0]), float(inv_freq.d[col % (2u * HALF)]), ") +
+                    (parts[p].rope_inverse ? "-1.0" : "1.0") + "); ";
         }
         std::string at = "col";
         if (parts[p].cache_rows > 0) {
@@ -179,9 +174,8 @@ std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<Colu
             const std::string rows = std::to_string(checked_u32(parts[p].cache_rows, "cache rows")) + "u";
             at = "(col / (2u * HALF) * " + rows + " + uint(clamp(start.d[0], 0, int(" + rows + ") - 1))) * (2u * HALF) + col % (2u * HALF)";
         }
-        body += "        uint at = " + at + ";\n        " + name + ".d[at] = STORE(a);\n        " + name +
-                ".d[at + HALF] = STORE(b);\n        return;\n    }\n    col -= " + width + ";\n";
-    }
+        return store + "uint at = " + at + "; " + name + ".d[at] = STORE(a); " + name + ".d[at + HALF] = STORE(b);";
+    });
     if (rope) k.iface.bindings.insert(k.iface.bindings.end(), {{"positions", DType::I32}, {"inv_freq", dtype}});
     if (cache) k.iface.bindings.push_back({"start", DType::I32});
     return (rope ? std::string(kRopeRotate) : "") + "void store_pair(uint col, float a, float b) {\n" + body + "}\n";
