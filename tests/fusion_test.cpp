@@ -675,8 +675,10 @@ Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, 
 // each in its own kernel (the graph's assignments unnamed). The projection's update stays its gradient
 // product's epilogue, but Adam's: its L2 decay, added to the gradient that both moments read, is a value
 // the kernel stores too, and the product's kernel would bind 17 buffers, over the fused limit of 16. The
-// frozen parameter is left as it was.
+// frozen parameter is left as it was. (Updates are the epilogue of any product here, MEGANEURA_UPDATES=epilogue,
+// as the unnamed ones are: by default only a split product's, UpdatesStayInSplitSumsOnly.)
 TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
+    const ScopedEnv anywhere("MEGANEURA_UPDATES", "epilogue");
     constexpr int64_t C = 129;
     Graph g;
     Tensor h = g.input("x", {4, 3, C}) * g.parameter("scale", {3, C}, Init::uniform(0.5, 1.5));
@@ -742,6 +744,31 @@ TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
         }
         const std::vector<float> frozen_after = a.get("frozen");
         EXPECT_EQ(std::memcmp(frozen_before.data(), frozen_after.data(), frozen_before.size() * sizeof(float)), 0) << name;
+    }
+}
+
+// By default (Tuning::UpdatesInProducts::SplitSums) an optimizer's update is batched rather than the epilogue of
+// its gradient's product, unless the product's K is split: the split sum applies it. Here dW sums over 96 rows;
+// SGD with momentum, whose update and gradient fit a product's bindings on lavapipe too (AdamW's do not here).
+TEST_F(FusionTest, UpdatesStayInSplitSumsOnly) {
+    Graph g;
+    const Tensor x = g.input("x", {96, 24});
+    const Tensor y = g.matmul(x, g.parameter("w", {24, 20}, Init::uniform(-0.5, 0.5)));
+    const Tensor loss = g.mean(y * y);
+    const CompileOptions options{.loss = loss, .optimizer = SGD{.lr = 0.1, .momentum = 0.9}};
+    for (const char* splits : {"1", "3"}) {
+        SCOPED_TRACE(std::string("MEGANEURA_MATMUL_SPLITS=") + splits);
+        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+        Graph step = g;
+        compiler::append_training(step, step.handle(loss.id), options);
+        std::vector<std::string> labels;
+        for (const auto& k : compiler::program_kernels(step, device().context()->caps(), {})) labels.push_back(k.label);
+        const bool split = std::string(splits) != "1";
+        const auto update_in_sum = std::find_if(labels.begin(), labels.end(), [](const std::string& l) {
+            return l.rfind("matmul_split_sum+", 0) == 0 && l.ends_with("+sub");
+        });
+        EXPECT_EQ(update_in_sum != labels.end(), split);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "sgd x 1 tensor"), split ? 0 : 1);
     }
 }
 

@@ -329,7 +329,7 @@ std::multiset<std::string> product_labels(const Graph& g, const sched::Tuning& t
 
 // The fast precision's policy (Tuning::fast_gradients, MEGANEURA_FAST_GRADIENTS): forward products
 // take f16 cooperative matrices; of the gradient products mn::grad appends, by default (auto) those of
-// convolutions and of matmuls of 2^27 multiply-adds or more do, their operands scaled into f16's range
+// convolutions and of matmuls of 2^24 multiply-adds or more do, their operands scaled into f16's range
 // (gradients underflow f16); f16 puts all of them there, f32 none.
 TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     Graph g;
@@ -353,7 +353,7 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
         backward.insert(forward.begin(), forward.end());
         return backward;
     };
-    // Backward: the linear layer's dx and dW (matmuls under 2^27 multiply-adds: f32 by default), the 1x1's
+    // Backward: the linear layer's dx and dW (matmuls under 2^24 multiply-adds: f32 by default), the 1x1's
     // input and weight gradients (matmuls, but a convolution's), the 3x3's.
     EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul_coop_scaled", "matmul_coop_scaled",
                                             "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
@@ -370,14 +370,14 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
                                                                    "matmul", "matmul", "matmul", "conv2d_grad_input",
                                                                    "conv2d_grad_weight"}));
-    // A matmul's gradient products from 2^27 multiply-adds on (product_precision.cpp's kScaledGradientWork): the
-    // linear layer above (2 rows) kept them f32; one of 2^17 rows and a 32 x 32 weight puts them scaled.
+    // A matmul's gradient products from 2^24 multiply-adds on (product_precision.cpp's kScaledGradientWork): the
+    // linear layer above (2 rows) kept them f32; one of 2^14 rows and a 32 x 32 weight puts them scaled.
     tuning.split_forward = false;
     tuning.fast_gradients = FG::Auto;
     Graph big;
-    Tensor rows = big.parameter("x", {int64_t(1) << 17, 32});
+    Tensor rows = big.parameter("x", {int64_t(1) << 14, 32});
     Tensor wide = big.parameter("w", {32, 32});
-    Tensor l = big.mean(big.linear(rows, wide));  // dx and dW: 2^17 x 32 x 32 = 2^27 multiply-adds each
+    Tensor l = big.mean(big.linear(rows, wide));  // dx and dW: 2^14 x 32 x 32 = 2^24 multiply-adds each
     for (const Tensor& t : grad(l, {rows, wide})) big.output("grad" + std::to_string(t.id), t);
     EXPECT_EQ(product_labels(big, tuning), (std::multiset<std::string>{"matmul_coop_scaled", "matmul_coop_scaled"}));
 }

@@ -224,7 +224,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
     k.iface.bindings = b.bindings;
     binding_keys = b.keys;
     // Member m runs workgroups [E<m-1>, E<m>) (E<-1> = 0) over its N<m> elements.
-    std::string funcs, pick;
+    std::string funcs;
     uint64_t groups = 0;
     for (size_t m = 0; m < batch.members.size(); ++m) {
         const PointwiseBatch::Member& member = batch.members[m];
@@ -246,13 +246,21 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         }
         stores += "    " + b.name(member.out_keys[0]) + ".d[i] = " + storage_type(spec.out_dtype) + "(r" +
                   std::to_string(spec.program.size() - 1) + ");\n";
-        funcs += "void member" + ms + "(uint i) {\n" + body + stores + "}\n";
         const std::string first = m == 0 ? "0u" : "E" + std::to_string(m - 1);
-        pick += "    if (g < E" + ms + ") {\n        uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
-                "        if (i < N" + ms + ") member" + ms + "(i);\n        return;\n    }\n";
+        funcs += "void member" + ms + "(uint g) {\n    uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
+                 "    if (i >= N" + ms + ") return;\n" + body + stores + "}\n";
     }
+    // The workgroup's member, by binary search over the members' last workgroups (a chain of tests took
+    // SmolLM2-135M's 253 AdamW updates a mean of 127 comparisons a thread, for 28 bytes of traffic).
+    const auto pick = [&](const auto& self, size_t lo, size_t hi, const std::string& indent) -> std::string {
+        if (hi - lo == 1) return indent + "member" + std::to_string(lo) + "(g);\n";
+        const size_t mid = (lo + hi) / 2;
+        return indent + "if (g < E" + std::to_string(mid - 1) + ") {\n" + self(self, lo, mid, indent + "    ") + indent +
+               "} else {\n" + self(self, mid, hi, indent + "    ") + indent + "}\n";
+    };
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs + "void main() {\n    uint g = mn_group_id();\n" +
-             pick + "}\n";
+             "    if (g >= E" + std::to_string(batch.members.size() - 1) + ") return;\n" +
+             pick(pick, 0, batch.members.size(), "    ") + "}\n";
     k.groups = grid_for(groups, launch.max_groups);
     return k;
 }

@@ -11,8 +11,10 @@ bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::
 
 class Planner {
 public:
-    Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs)
-        : g_(g), live_(live), max_inputs_(max_inputs), consumers_(g.nodes().size()), is_root_(g.nodes().size(), false) {
+    Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
+            bool updates_in_products, const std::vector<bool>& split_k)
+        : g_(g), live_(live), max_inputs_(max_inputs), updates_in_products_(updates_in_products), split_k_(split_k),
+          consumers_(g.nodes().size()), is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
         for (size_t i = 0; i < live.size(); ++i) {
             if (!live[i]) continue;
@@ -280,6 +282,15 @@ private:
         return leaves;
     }
 
+    // Whether `root` is the value of a named assignment (an optimizer's update: compiler/training.cpp).
+    bool is_named_update(int32_t root) const {
+        const auto& readers = consumers_[static_cast<size_t>(root)];
+        return std::any_of(readers.begin(), readers.end(), [&](int32_t c) {
+            const Node& cn = g_.node(c);
+            return cn.op == Op::Assign && cn.inputs[1] == root && !cn.name.empty();
+        });
+    }
+
     void try_store_in_reader(int32_t root) {
         const Node& r = g_.node(root);
         // Readers of the value, and of an assignment of it (which reads as the value).
@@ -326,6 +337,7 @@ private:
     void try_epilogue(int32_t root) {
         const Node& r = g_.node(root);
         if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
+        const bool update = !updates_in_products_ && is_named_update(root);
         bool decides = false;
         std::set<int32_t> leaves;
         walk(root, [&](int32_t n) {
@@ -351,6 +363,7 @@ private:
                 product = p, keeps = false;
             }
         }
+        if (update && (product < 0 || split_k_.empty() || !split_k_[static_cast<size_t>(product)])) return;
         if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + (keeps ? 1 : 0) +
                                     g_.node(product).inputs.size() <= max_inputs_) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
@@ -582,6 +595,8 @@ private:
     const Graph& g_;
     const std::vector<bool>& live_;
     const uint32_t max_inputs_;
+    const bool updates_in_products_;
+    const std::vector<bool>& split_k_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
@@ -591,8 +606,8 @@ private:
 }  // namespace
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
-                       uint32_t max_inputs) {
-    return Planner(g, live, roots, max_inputs).run();
+                       uint32_t max_inputs, bool updates_in_products, const std::vector<bool>& split_k) {
+    return Planner(g, live, roots, max_inputs, updates_in_products, split_k).run();
 }
 
 }  // namespace mn::sched

@@ -67,7 +67,8 @@
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
 // runs with the others of its name in one dispatch, after every other kernel (codegen::
 // pointwise_batch_kernel): what it reads is computed by then, and what it writes no later kernel reads, so
-// moving it there changes no value. The updates stored by their gradient's product stay there (no dispatch).
+// moving it there changes no value. Such an update is a product's epilogue only where `updates_in_products`, or
+// where the product is a matmul whose K is split (`split_k`, by node; empty: none): Tuning::updates_in_products.
 #include <cstdint>
 #include <vector>
 
@@ -123,6 +124,6 @@ struct FusionPlan {
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
-                       uint32_t max_inputs);
+                       uint32_t max_inputs, bool updates_in_products, const std::vector<bool>& split_k);
 
 }  // namespace mn::sched

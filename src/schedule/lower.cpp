@@ -18,10 +18,13 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         if (!live[i]) continue;
         for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
     }
-    fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs);
+    if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
+    const std::vector<bool> split_k = t_.updates_in_products == Tuning::UpdatesInProducts::SplitSums && g_.has_gradients()
+                                          ? split_k_products(live)
+                                          : std::vector<bool>{};
+    fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs, t_.updates_in_products == Tuning::UpdatesInProducts::All, split_k);
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
-    if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
     std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
     for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
     for (size_t i = 0; i < live.size(); ++i) {

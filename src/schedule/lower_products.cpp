@@ -60,11 +60,7 @@ int32_t Lowering::weight_in_octets(int32_t w16) {
 }
 
 // The norm's weight and the second W (gemv) are the last of epilogue_inputs.
-void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
-                            const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
-                            const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
-    const Shape sa = s_.values[static_cast<size_t>(a)].shape;  // copies: f16_weight adds values
-    const Shape sb = s_.values[static_cast<size_t>(b)].shape;
+codegen::MatmulSpec Lowering::matmul_spec(const Node& n, const Shape& sa, const Shape& sb) const {
     const Shape batch(n.shape.begin(), n.shape.end() - 2);
     auto batch_strides = [&](const Shape& s) {
         const Shape sb_(s.begin(), s.end() - 2);
@@ -73,11 +69,29 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         for (auto& v : st) v *= mat;
         return st;
     };
-    codegen::MatmulSpec spec{.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(),
-                             .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(), .trans_a = n.ints[0] != 0,
-                             .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
-                             .b_batch_strides = batch_strides(sb), .epilogue = epilogue, .a_rms_eps = gemv.a_rms_eps,
-                             .b2 = gemv.b2};
+    return {.dtype = n.dtype, .m = n.shape[n.shape.size() - 2], .n = n.shape.back(), .k = n.ints[0] ? sa[sa.size() - 2] : sa.back(),
+            .trans_a = n.ints[0] != 0, .trans_b = n.ints[1] != 0, .batch = batch, .a_batch_strides = batch_strides(sa),
+            .b_batch_strides = batch_strides(sb)};
+}
+
+std::vector<bool> Lowering::split_k_products(const std::vector<bool>& live) const {
+    std::vector<bool> split(g_.nodes().size(), false);
+    for (size_t i = 0; i < split.size(); ++i) {
+        const Node& n = g_.nodes()[i];
+        if (!live[i] || n.op != Op::MatMul) continue;
+        const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
+        split[i] = codegen::matmul_kernels(spec, product_tuning(g_, static_cast<int32_t>(i), t_, split_)).sum.has_value();
+    }
+    return split;
+}
+
+void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
+                            const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
+                            const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
+    codegen::MatmulSpec spec = matmul_spec(n, s_.values[static_cast<size_t>(a)].shape, s_.values[static_cast<size_t>(b)].shape);
+    spec.epilogue = epilogue;
+    spec.a_rms_eps = gemv.a_rms_eps;
+    spec.b2 = gemv.b2;
     // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
     std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
     int32_t start = -1;

@@ -17,10 +17,11 @@ namespace mn::sched {
 namespace {
 
 // Tuning::FastGradients::Auto puts a matmul's gradient products on the scaled cooperative kernels from
-// this size on: below it they are latency-bound, and the scaled kernel's extra barrier per slice cost
-// more than f16 saved (H200: SmolLM2-135M's fast training 10.4 ms with its 128-row products f32, 11.1
-// scaled; Whisper's 1500-row ones 5.64 f32, 5.11 scaled).
-constexpr double kScaledGradientWork = double(int64_t(1) << 27);
+// this size on: below it they are latency-bound. Measured on the H200: at 2^27, SmolLM2-135M's 128-row
+// products stayed f32 (2026-12-02: its fast training 10.4 ms f32, 11.1 scaled); since the scales come
+// from the fetch registers and the updates are batched (2026-12-03), scaled they take its fast training
+// from 7.80 to 7.39 ms and SmolVLA's 50-row ones 4.05 to 3.89 (bench/results/2026-12-03-h200-session20.md).
+constexpr double kScaledGradientWork = double(int64_t(1) << 24);
 
 bool piecewise_gradient(Op op) {
     return op == Op::Relu || op == Op::MaxPool2d || op == Op::Abs || op == Op::Maximum || op == Op::Minimum;
@@ -61,7 +62,7 @@ codegen::MatmulTuning product_tuning(const Graph& g, int32_t id, const Tuning& t
         t.coop_subgroup = 0;
         t.coop_declined = tuning.fast_gradients == FG::F32
                               ? "a gradient product, kept f32 (MEGANEURA_FAST_GRADIENTS=f32)"
-                              : "a gradient product under 2^27 multiply-adds, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
+                              : "a gradient product under 2^24 multiply-adds, kept f32 (MEGANEURA_FAST_GRADIENTS=auto)";
     }
     return t;
 }

@@ -68,11 +68,22 @@ struct Tuning {
     // per stage, at most 1024 (a function per member in its shader). A GPU's 1024 take SmolLM2-135M's 62 updates
     // (258 bindings with AdamW) and ResNet-50's 107 (436) in one dispatch; lavapipe's 32 take 6 AdamW updates.
     uint32_t max_batch_bindings = 1024;
+    // Which products an optimizer's update may be the epilogue of (where its tree fits); the others are batched
+    // with the others of their optimizer (FusionPlan::batched_update). SplitSums, the default: only matmuls whose
+    // K is split, whose split sum (a bandwidth-bound kernel that reads the partials anyway) applies it. Measured
+    // on the H200 (bench/results/2026-12-03-h200-session20.md), batched against every product's epilogue:
+    // SmolLM2-135M's AdamW step 9.65 -> 8.95 ms in fast precision and 10.99 -> 10.31 in strict, SmolVLA's
+    // 5.25 -> 4.86 (their products are not split: an epilogue reading and writing three tensors per element
+    // lengthened them, more so on the cooperative kernels), ResNet-50 and the U-Net unchanged; but Whisper's,
+    // whose weight gradients are split over 1,500 rows, 3.70 -> 3.78 (fast) and 7.23 -> 7.42 (strict).
+    // MEGANEURA_UPDATES=auto|batched|epilogue (SplitSums, None, All).
+    enum class UpdatesInProducts { None, SplitSums, All };
+    UpdatesInProducts updates_in_products = UpdatesInProducts::SplitSums;
     // Which gradient products (the matmuls and convolutions mn::grad appends) take the cooperative
     // kernels, with their operands scaled into f16's range (MatmulTuning::coop_scaled); the others stay
     // f32. MEGANEURA_FAST_GRADIENTS=f32|f16|auto. Auto, the default, is what measured faster on the
     // H200 (README, Precision): the gradients of convolutions (1x1 ones too), and matmul gradient
-    // products of 2^27 multiply-adds or more (product_precision.cpp's kScaledGradientWork).
+    // products of 2^24 multiply-adds or more (product_precision.cpp's kScaledGradientWork).
     enum class FastGradients { F32, Auto, F16 };
     FastGradients fast_gradients = FastGradients::Auto;
     // Precision fast: a matmul or convolution operand that depends on parameters alone (a weight, ResNet-50's

@@ -168,6 +168,14 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
         t.matmul.forced_splits = static_cast<uint32_t>(v);
     }
+    if (const char* e = std::getenv("MEGANEURA_UPDATES"); e && *e) {
+        using U = Tuning::UpdatesInProducts;
+        const std::string v = e;
+        if (v != "auto" && v != "batched" && v != "epilogue") {
+            throw Error("MEGANEURA_UPDATES must be auto, batched or epilogue, got '" + v + "'");
+        }
+        t.updates_in_products = v == "auto" ? U::SplitSums : v == "batched" ? U::None : U::All;
+    }
     if (const char* e = std::getenv("MEGANEURA_FAST_GRADIENTS"); e && *e) {
         using FG = Tuning::FastGradients;
         const std::string v = e;
