@@ -109,7 +109,7 @@ void Lowering::add_to_batch(const std::string& name, codegen::PointwiseSpec spec
     (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));
 }
 
-// The batch's members in order, as few dispatches as fit the device's bindings. A member that writes what an
+// The batch's members in order, as few dispatches as fit the device's bindings (and Tuning::max_batch_members). A member that writes what an
 // earlier one in the dispatch reads, or reads what it writes, starts the next: their workgroups run in no order.
 void Lowering::emit_batches(const std::string& name, const std::vector<Batched>& members) {
     codegen::PointwiseBatch batch;
@@ -140,7 +140,7 @@ void Lowering::emit_batches(const std::string& name, const std::vector<Batched>&
             std::any_of(m.out_keys.begin(), m.out_keys.end(), [&](int32_t k) { return reads.count(k) || writes.count(k); }) ||
             std::any_of(m.in_keys.begin(), m.in_keys.end(), [&](int32_t k) { return writes.count(k) > 0; });
         batch.members.push_back(m);
-        if (conflict || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
+        if (conflict || batch.members.size() > t_.max_batch_members || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
             batch.members.pop_back();
             flush();
             batch.members.push_back(m);

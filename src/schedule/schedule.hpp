@@ -68,6 +68,12 @@ struct Tuning {
     // per stage, at most 1024 (a function per member in its shader). A GPU's 1024 take SmolLM2-135M's 62 updates
     // (258 bindings with AdamW) and ResNet-50's 107 (436) in one dispatch; lavapipe's 32 take 6 AdamW updates.
     uint32_t max_batch_bindings = 1024;
+    // Members of one batch dispatch at most. SmolLM2-135M's 253 AdamW updates in one shader (a function each) took
+    // its training step's cold compile on the H200 from 1.3 to 3.5 s (glslang and the driver, one shader: nothing
+    // to run in parallel; bench/results/2026-12-03-h200-session20.md). Dispatches of at most 64 compile in parallel,
+    // and those of the same programs and bindings are the same GLSL (the sizes are specialization constants),
+    // compiled once (SmolLM2: 5 dispatches, 3 shaders; the cold compile not yet measured on the H200 with it).
+    uint32_t max_batch_members = 64;
     // Which products an optimizer's update may be the epilogue of (where its tree fits); the others are batched
     // with the others of their optimizer (FusionPlan::batched_update). SplitSums, the default: only matmuls whose
     // K is split, whose split sum (a bandwidth-bound kernel that reads the partials anyway) applies it. Measured
