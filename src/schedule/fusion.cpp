@@ -12,9 +12,9 @@ bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::
 class Planner {
 public:
     Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
-            bool updates_in_products, const std::vector<bool>& split_k)
-        : g_(g), live_(live), max_inputs_(max_inputs), updates_in_products_(updates_in_products), split_k_(split_k),
-          consumers_(g.nodes().size()), is_root_(g.nodes().size(), false) {
+            const std::function<bool(int32_t)>& takes_update)
+        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), consumers_(g.nodes().size()),
+          is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
         for (size_t i = 0; i < live.size(); ++i) {
             if (!live[i]) continue;
@@ -337,7 +337,6 @@ private:
     void try_epilogue(int32_t root) {
         const Node& r = g_.node(root);
         if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
-        const bool update = !updates_in_products_ && is_named_update(root);
         bool decides = false;
         std::set<int32_t> leaves;
         walk(root, [&](int32_t n) {
@@ -363,9 +362,9 @@ private:
                 product = p, keeps = false;
             }
         }
-        if (update && (product < 0 || split_k_.empty() || !split_k_[static_cast<size_t>(product)])) return;
         if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + (keeps ? 1 : 0) +
-                                    g_.node(product).inputs.size() <= max_inputs_) {
+                                    g_.node(product).inputs.size() <= max_inputs_ &&
+            (!is_named_update(root) || takes_update_(product))) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
             plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
             if (!keeps) try_pair(product, root, leaves);
@@ -595,8 +594,7 @@ private:
     const Graph& g_;
     const std::vector<bool>& live_;
     const uint32_t max_inputs_;
-    const bool updates_in_products_;
-    const std::vector<bool>& split_k_;
+    const std::function<bool(int32_t)>& takes_update_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
@@ -606,8 +604,8 @@ private:
 }  // namespace
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
-                       uint32_t max_inputs, bool updates_in_products, const std::vector<bool>& split_k) {
-    return Planner(g, live, roots, max_inputs, updates_in_products, split_k).run();
+                       uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update) {
+    return Planner(g, live, roots, max_inputs, takes_update).run();
 }
 
 }  // namespace mn::sched

@@ -67,9 +67,10 @@
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
 // runs with the others of its name in one dispatch, after every other kernel (codegen::
 // pointwise_batch_kernel): what it reads is computed by then, and what it writes no later kernel reads, so
-// moving it there changes no value. Such an update is a product's epilogue only where `updates_in_products`, or
-// where the product is a matmul whose K is split (`split_k`, by node; empty: none): Tuning::updates_in_products.
+// moving it there changes no value. Such an update is a product's epilogue only where `takes_update(product)`
+// (the lowering's Tuning::updates_in_products), asked only of the products an update would fit.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "meganeura/graph.hpp"
@@ -124,6 +125,6 @@ struct FusionPlan {
 };
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
-                       uint32_t max_inputs, bool updates_in_products, const std::vector<bool>& split_k);
+                       uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update);
 
 }  // namespace mn::sched

@@ -19,10 +19,10 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
     }
     if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
-    const std::vector<bool> split_k = t_.updates_in_products == Tuning::UpdatesInProducts::SplitSums && g_.has_gradients()
-                                          ? split_k_products(live)
-                                          : std::vector<bool>{};
-    fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs, t_.updates_in_products == Tuning::UpdatesInProducts::All, split_k);
+    fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs, [&](int32_t product) {
+        using U = Tuning::UpdatesInProducts;
+        return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && splits_k(product));
+    });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
     std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue

@@ -109,8 +109,9 @@ void Lowering::add_to_batch(const std::string& name, codegen::PointwiseSpec spec
     (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));
 }
 
-// The batch's members in order, as few dispatches as fit the device's bindings (and Tuning::max_batch_members). A member that writes what an
-// earlier one in the dispatch reads, or reads what it writes, starts the next: their workgroups run in no order.
+// The batch's members in order, as few dispatches as fit the device's bindings and Tuning::max_batch_members. A
+// member that writes what an earlier one in the dispatch reads, or reads what it writes, starts the next: their
+// workgroups run in no order.
 void Lowering::emit_batches(const std::string& name, const std::vector<Batched>& members) {
     codegen::PointwiseBatch batch;
     std::vector<const Batched*> in_batch;

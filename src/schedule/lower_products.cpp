@@ -74,15 +74,11 @@ codegen::MatmulSpec Lowering::matmul_spec(const Node& n, const Shape& sa, const 
             .b_batch_strides = batch_strides(sb)};
 }
 
-std::vector<bool> Lowering::split_k_products(const std::vector<bool>& live) const {
-    std::vector<bool> split(g_.nodes().size(), false);
-    for (size_t i = 0; i < split.size(); ++i) {
-        const Node& n = g_.nodes()[i];
-        if (!live[i] || n.op != Op::MatMul) continue;
-        const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
-        split[i] = codegen::matmul_kernels(spec, product_tuning(g_, static_cast<int32_t>(i), t_, split_)).sum.has_value();
-    }
-    return split;
+bool Lowering::splits_k(int32_t id) const {
+    const Node& n = g_.node(id);
+    if (n.op != Op::MatMul) return false;
+    const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
+    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).sum.has_value();
 }
 
 void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
