@@ -276,6 +276,7 @@ INSTANTIATE_TEST_SUITE_P(Attention, AttentionGrad, ::testing::ValuesIn(kSmallGra
 const std::vector<Case> kGpuGradCases = {
     {"causal_gqa_33_d64", 1, 4, 2, 33, 33, 64, true},
     {"full_cross_7_of_50_d80", 2, 2, 2, 7, 50, 80},
+    {"full_gqa_20_of_36_d32", 1, 6, 2, 20, 36, 32},
     {"window_dynamic_start_gqa_d32", 1, 3, 1, 33, 50, 32, true, 9, 17},
     {"causal_50_d128", 1, 1, 1, 50, 50, 128, true},
     {"decode_gqa_d64", 1, 6, 2, 1, 33, 64, true},
@@ -346,6 +347,29 @@ void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileO
             for (int64_t t = 0; t < c.kv_len; ++t) feeds["positions"].data.push_back(static_cast<double>(3 * t % 11));
         }
         expect_matches_reference(g, feeds, tolerance, options);
+    }
+}
+
+// Where the dK/dV kernel is the blocked f32 one and nothing is masked, it stores dS and dQ is a matmul of it
+// (codegen::grad_q_from_scores); MEGANEURA_ATTENTION_GRAD_Q=kernel keeps dQ's own kernel. Both against the reference.
+TEST_F(AttentionGpu, GradQIsAMatmulOfTheStoredScoresOrItsOwnKernel) {
+    for (const Case& c : {kGpuGradCases[1], kGpuGradCases[2], kGpuGradCases[0]}) {
+        for (const char* how : {"matmul", "kernel"}) {
+            SCOPED_TRACE(c.name + " " + how);
+            const ScopedEnv forced("MEGANEURA_ATTENTION_GRAD_Q", how);
+            Loss l = loss_of(c, 43);
+            Graph& g = with_backward_outputs(l);
+            std::vector<int32_t> roots;
+            for (const auto& output : g.outputs()) roots.push_back(output.second);
+            const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
+            const auto has = [&](const std::string& label) {
+                return std::any_of(s.steps.begin(), s.steps.end(), [&](const sched::Step& st) { return st.kernel.label == label; });
+            };
+            const bool from_scores = std::string(how) == "matmul" && !c.causal;
+            EXPECT_EQ(has("attention_grad_q"), !from_scores);
+            EXPECT_EQ(has("matmul"), from_scores);
+            expect_matches_reference(g, l.feeds);
+        }
     }
 }
 
@@ -462,7 +486,8 @@ TEST_F(AttentionGpu, FastForwardTrainsThroughTheF32Backward) {
         const Graph& g = with_backward_outputs(l);
         const std::vector<std::string> labels = fast_labels(g);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_coop"), coop_device() ? 1 : 0);
-        EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_q"), 1);
+        // Unmasked, dQ is a matmul of the dS the dK/dV kernel stores (codegen::grad_q_from_scores).
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_q"), c.causal ? 1 : 0);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "attention_grad_kv"), 1);
         expect_matches_reference(g, l.feeds, fast_tolerance(), fast());
     }
@@ -605,11 +630,16 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
          "cooperative: 512 rows per kv head, 64 per workgroup, 32-key tiles, keys in 3 chunks of 192: 256" + underfill,
          "cooperative: 512 keys per kv head, 64 per workgroup, 32-row query tiles, query rows in 3 chunks of 192: 256" +
              underfill},
-        {{"d33", 1, 2, 1, 64, 64, 33},
+        {{"d33_causal", 1, 2, 1, 64, 64, 33, true},
          "blocked: 128 rows per kv head, keys in 2 chunks of 32: 2" + underfill +
              "; cooperative declined: head dim 33 is not a multiple of 16",
          "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 1 workgroup would underfill 132 compute units; "
          "cooperative declined: head dim 33 is not a multiple of 16"},
+        // Unmasked on the f32 kernels: dQ is a matmul of the dS the dK/dV kernel stores (no dQ kernel: "").
+        {{"d33", 1, 2, 1, 64, 64, 33},
+         "",
+         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 1 workgroup would underfill 132 compute units; "
+         "cooperative declined: head dim 33 is not a multiple of 16; stores dS for dQ's matmul"},
         {{"one_query", 2, 5, 1, 1, 33, 48, true},
          "row-wise: 5 rows per kv head; cooperative declined: 5 rows per kv head, fewer than a subgroup's 16",
          "cooperative: 33 keys per kv head, 16 per workgroup, 16-row query tiles; query rows not split: 5 query rows are "
@@ -635,10 +665,10 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
             EXPECT_LE(needs.shared_bytes, 48u * 1024);
             for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
         }
+        EXPECT_EQ(choices.size(), e.dq.empty() ? 1u : 2u);
         const bool coop_q = e.dq.rfind("cooperative", 0) == 0, coop_kv = e.dkv.rfind("cooperative", 0) == 0;
         EXPECT_EQ(choices[coop_q ? "attention_grad_q_coop" : "attention_grad_q"], e.dq);
         EXPECT_EQ(choices[coop_kv ? "attention_grad_kv_coop" : "attention_grad_kv"], e.dkv);
-        EXPECT_EQ(choices.size(), 2u);
         EXPECT_EQ(sums, int(e.dq.find(" chunks of ") != std::string::npos) + int(e.dkv.find(" chunks of ") != std::string::npos));
         // Strict, and fast with MEGANEURA_FAST_GRADIENTS=f32, keep the f32 kernels.
         for (const bool strict : {true, false}) {

@@ -126,7 +126,9 @@ TEST(CapsProfiles, FastAttentionBackwardsAreCooperativeOnTheH200) {
             const int coop = p == Precision::Fast ? layers : 0;
             EXPECT_EQ(count["attention_grad_q_coop"], coop);
             EXPECT_EQ(count["attention_grad_kv_coop"], coop);
-            EXPECT_EQ(count["attention_grad_q"] + count["attention_grad_kv"], 2 * (layers - coop));
+            EXPECT_EQ(count["attention_grad_kv"], layers - coop);
+            // Whisper's encoder masks nothing: its f32 dQ is a matmul of the dS the dK/dV kernel stores.
+            EXPECT_EQ(count["attention_grad_q"], std::string(name) == "whisper" ? 0 : layers - coop);
         }
     }
 }

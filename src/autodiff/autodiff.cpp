@@ -251,7 +251,8 @@ Tensor slice_vjp(Graph& g, const Node& n, Shape in_shape, Tensor gy) {
 
 // Attention: the forward's per-row logsumexp (a companion node the forward kernel writes too)
 // lets the backward kernels recompute the probabilities tile by tile instead of storing them.
-// dK and dV come from one kernel; query_start gets no gradient.
+// dK and dV come from one kernel; query_start gets no gradient. dK and dV are appended before dQ: lowered in
+// graph order, their kernel comes first, and where it stores dS, dQ is a matmul of it (codegen::grad_q_from_scores).
 Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool>& need) {
     const Shape& q = g.node(n.inputs[0]).shape;
     const Tensor lse = g.emit({.op = Op::AttentionLse, .inputs = n.inputs, .shape = {q[0], q[1], q[2]},
@@ -260,7 +261,7 @@ Grads attention_vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::v
     if (n.inputs.size() == 4) inputs.push_back(n.inputs[3]);
     Grads out(n.inputs.size());
     const Op ops[] = {Op::AttentionGradQ, Op::AttentionGradK, Op::AttentionGradV};
-    for (size_t k = 0; k < 3; ++k) {
+    for (size_t k : {1, 2, 0}) {
         if (!need[k]) continue;
         const Node& x = g.node(n.inputs[k]);
         out[k] = g.emit({.op = ops[k], .inputs = inputs, .shape = x.shape, .dtype = x.dtype, .ints = n.ints, .data = n.data});

@@ -700,10 +700,26 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     return with_partial_sums(std::move(k), s, kv, split, max_groups);
 }
 
+// At most this many bytes of dS (f32) are stored for dQ's matmul (grad_q_from_scores): Whisper-tiny's encoder
+// stores 54 MB a layer (6 heads of 1,500 x 1,500).
+constexpr uint64_t kMaxStoredScores = uint64_t(256) << 20;
+
+// The binding through which the blocked dK/dV kernel stores dS times the scale (bound after delta), and its GLSL:
+// STORE_SCORES, and a vec4 view of it where whole rows are vec4s.
+Binding scores_binding() { return {"scores", DType::F32, true}; }
+std::string scores_glsl(const AttentionSpec& s) {
+    std::string g = "#define STORE_SCORES\n";
+    if (s.kv_len % 4 == 0) {
+        g += "#define SCORES4\nlayout(std430, set = 0, binding = " + std::to_string(grad_inputs(s).size()) +
+             ") writeonly buffer B_scores4 { vec4 d[]; } scores4;\n";
+    }
+    return g;
+}
+
 // The f32 kernels of dQ or dK/dV: blocked for many rows, their sweep split as the cooperative ones';
-// row-wise otherwise, whole.
+// row-wise otherwise, whole. store_scores: the dK/dV kernel stores dS too (grad_q_from_scores).
 AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups,
-                                      const std::string& coop_declined) {
+                                      const std::string& coop_declined, bool store_scores = false) {
     const bool kv = kind == CoopKind::GradKV;
     const int64_t group = s.q_heads / s.kv_heads, own = kv ? s.kv_len : s.q_len * group, sweep = grad_sweep(s, kv);
     const int64_t stream = kv ? s.q_len : s.kv_len;  // rows of the streamed operand per head
@@ -719,11 +735,16 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
         check_loop_limit(t, s.head_dim, (steps + split.splits - 1) / split.splits * t.tile, 1);
     }
     const bool chunks = split.splits > 1;
-    const char* body = kv ? (blocked ? kBlockedGradKV : kGradKV) : (blocked ? kBlockedGradQ : kGradQ);
-    KernelSource k = tiled_kernel(kv ? "attention_grad_kv" : "attention_grad_q", s, t, blocked, grad_inputs(s),
+    if (store_scores && !(kv && blocked)) throw Error("[attention] only the blocked dK/dV kernel stores dS");
+    std::vector<Binding> inputs = grad_inputs(s);
+    if (store_scores) inputs.push_back(scores_binding());
+    const std::string body = (store_scores ? scores_glsl(s) : "") +
+                             (kv ? (blocked ? kBlockedGradKV : kGradKV) : (blocked ? kBlockedGradQ : kGradQ));
+    KernelSource k = tiled_kernel(kv ? "attention_grad_kv" : "attention_grad_q", s, t, blocked, inputs,
                                   grad_outputs(s, kv, chunks), body, groups * split.splits, max_groups, chunks ? split.splits : 0);
     k.choice = f32_choice(blocked, own, kv ? " keys per kv head" : " rows per kv head", sweep, kv ? " query rows" : " keys",
-                          tiles, coop_declined, blocked && own >= kBlockedMinRows ? split_words(split, kv ? "query rows" : "keys") : "");
+                          tiles, coop_declined, blocked && own >= kBlockedMinRows ? split_words(split, kv ? "query rows" : "keys") : "") +
+               (store_scores ? "; stores dS for dQ's matmul" : "");
     return with_partial_sums(std::move(k), s, kv, split, max_groups);
 }
 
@@ -735,10 +756,25 @@ AttentionGradKernels attention_grad_q_kernels(const AttentionSpec& s, const Atte
     return f32_grad_kernels(CoopKind::GradQ, s, tiles, max_groups, coop_declined);
 }
 
-AttentionGradKernels attention_grad_kv_kernels(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups) {
+AttentionGradKernels attention_grad_kv_kernels(const AttentionSpec& s, const AttentionTiles& tiles, uint32_t max_groups,
+                                               bool store_scores) {
     std::string coop_declined;
+    if (store_scores && !grad_q_from_scores(s, tiles)) throw Error("[attention] this dK/dV kernel does not store dS");
     if (auto k = coop_grad_kernels(CoopKind::GradKV, s, tiles, max_groups, &coop_declined)) return std::move(*k);
-    return f32_grad_kernels(CoopKind::GradKV, s, tiles, max_groups, coop_declined);
+    return f32_grad_kernels(CoopKind::GradKV, s, tiles, max_groups, coop_declined, store_scores);
+}
+
+// dQ = scale * dS K recomputes S and dP tile by tile, as the dK/dV kernel did (a third of the backward's
+// multiply-adds more, and on the H200 Whisper-tiny's dQ kernels took 1.33 ms of its strict step's 7.2). Where dS
+// is small enough to store and the dK/dV kernel is the blocked f32 one, that kernel stores it and dQ is one
+// batched matmul. Causal and windowed problems keep the dQ kernel: the dK/dV kernel skips the tiles they mask, so
+// it would leave dS unwritten there.
+bool grad_q_from_scores(const AttentionSpec& s, const AttentionTiles& tiles) {
+    AttentionTiles coop = tiles;
+    if (!tiles.grad_q_from_scores || s.causal || s.dtype != DType::F32) return false;
+    if (tiles.coop_subgroup && fit_coop(CoopKind::GradKV, s, coop).empty()) return false;
+    const uint64_t scores = static_cast<uint64_t>(s.batch * s.q_heads * s.q_len * s.kv_len);
+    return use_blocked(tiles, s.kv_len, grad_sweep(s, true)) && 4 * scores <= kMaxStoredScores && scores <= UINT32_MAX;
 }
 
 // TPR threads a row (a power of two; 4 elements each at head dim 64), reading it together, their sums

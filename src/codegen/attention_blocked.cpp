@@ -233,6 +233,27 @@ shared float Ot[DP * KS];
 shared vec4 Pt[BT * R4];
 shared vec4 St[BT * R4];
 
+#ifdef STORE_SCORES
+// The tile's dS (St: its query rows by the block's keys) times the scale, into scores [HEADS * ROWS][TK] from row
+// `row` (those of queries before `end`), from which dQ = dS K is a matmul (grad_q_from_scores). Consecutive threads
+// store consecutive keys of a row: the BR keys of the block as whole vec4s where TK is a multiple of 4 (a thread's
+// own 4 keys of 16 rows took a quarter of the kernel's time more on the H200, Whisper-tiny's encoder).
+void store_scores(uint row, uint t0, uint end, uint j0) {
+    [[unroll]] for (uint u = 0u; u < BT * RG / WG; ++u) {
+        uint e = gl_LocalInvocationID.x + u * WG, i = e / RG, key = j0 + (e % RG) * 4u;
+        if (t0 + i >= end) continue;
+        vec4 v = St[i * R4 + e % RG] * scale();
+#ifdef SCORES4
+        if (key < TK) scores4.d[((row + i) * TK + key) / 4u] = v;
+#else
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+            if (key + c < TK) scores.d[(row + i) * TK + key + c] = v[c];
+        }
+#endif
+    }
+}
+#endif
+
 void main() {
     BLOCK_THREAD
     KEY_BLOCK
@@ -295,6 +316,9 @@ void main() {
             St[i * R4 + rg] = ds;
         }
         barrier();
+#ifdef STORE_SCORES
+        store_scores(rbase, t0, queries.y, j0);
+#endif
         [[unroll]] for (uint i = 0u; i < BT; ++i) {
             vec4 p = Pt[i * R4 + rg], ds = St[i * R4 + rg];
             [[unroll]] for (uint c = 0u; c < ON; ++c) {

@@ -268,6 +268,8 @@ struct AttentionTiles {
     // where the matmuls run on cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
     uint32_t coop_subgroup = 0;
     const char* coop_declined = "precision strict";
+    // dQ as a matmul of the dS the dK/dV kernel stores, where grad_q_from_scores allows (MEGANEURA_ATTENTION_GRAD_Q).
+    bool grad_q_from_scores = true;
 };
 // The forward: one kernel writing out and lse (f32 [B, Hq, Tq]), bindings q, k, v, [query_start],
 // out, lse; on cooperative matrices where tiles.coop_subgroup is set and the problem suits them
@@ -297,8 +299,15 @@ struct AttentionGradKernels {
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
 AttentionGradKernels attention_grad_q_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
 // One workgroup per block of keys of one kv head, looping over every query row of its group, so
-// dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [query_start], d_k, d_v.
-AttentionGradKernels attention_grad_kv_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
+// dK and dV need no atomics. Bindings: q, k, v, d_out, lse, delta, [scores], [query_start], d_k, d_v.
+// store_scores (only where grad_q_from_scores): it also stores dS times the scale into `scores`, f32
+// [B * Hkv, G * Tq, Tk] (the query rows of a kv head as the forward stacks them), so that
+// dQ = scores @ k, as [B * Hkv, G * Tq, D] = [B, Hq, Tq, D], is a batched matmul (sched::lower).
+AttentionGradKernels attention_grad_kv_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups,
+                                               bool store_scores = false);
+// Whether dQ is that matmul: non-causal f32 problems on the blocked dK/dV kernel whose dS fits 256 MiB, unless
+// tiles.grad_q_from_scores is off (attention.cpp says why).
+bool grad_q_from_scores(const AttentionSpec& spec, const AttentionTiles& tiles);
 
 }  // namespace mn::codegen
 

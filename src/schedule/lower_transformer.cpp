@@ -145,16 +145,19 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     std::vector<int32_t> start;
     if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
     auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
-    // A backward kernel's inputs, then its outputs (dq, or dk and dv), through f32 partials and their sum
-    // where it splits its sweep.
-    auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs) {
-        emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements,
-                              cat({in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))}, start), outs);
+    // A backward kernel's inputs (and `scores`, where the dK/dV kernel stores dS), then its outputs (dq, or dk and
+    // dv), through f32 partials and their sum where it splits its sweep.
+    auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs, std::vector<int32_t> scores = {}) {
+        std::vector<int32_t> inputs = {in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))};
+        emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements, cat(cat(inputs, scores), start), outs);
     };
+    const AttentionKey key{n.inputs, n.ints, n.data, backward};
     if (n.op == Op::AttentionGradQ) {
+        if (const auto it = attention_scores_.find(key); it != attention_scores_.end()) {
+            return grad_q_from_scores(spec, it->second, in(1), out);
+        }
         return emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {out});
     }
-    const AttentionKey key{n.inputs, n.ints, n.data, backward};
     if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
         s_.values[static_cast<size_t>(out)].view_of = it->second;
         return;
@@ -165,12 +168,8 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     const Shape& q = g_.node(n.inputs[0]).shape;
     Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
     if (backward) {
-        const Op sibling_op = first ? Op::AttentionGradV : Op::AttentionGradK;
-        const auto& nodes = g_.nodes();
-        const auto it = std::find_if(nodes.begin(), nodes.end(), [&](const Node& m) {
-            return m.op == sibling_op && m.inputs == n.inputs && m.ints == n.ints && m.data == n.data;
-        });
-        const bool sibling_merged = it != nodes.end() && fusion_.heads_merged_into[static_cast<size_t>(it - nodes.begin())] >= 0;
+        const int32_t other = attention_member(n, first ? Op::AttentionGradV : Op::AttentionGradK);
+        const bool sibling_merged = other >= 0 && fusion_.heads_merged_into[static_cast<size_t>(other)] >= 0;
         if (sibling_merged) sibling_shape = {n.shape[0], n.shape[2], n.shape[1], n.shape[3]};
         spec.merged_out = first ? merged_out : sibling_merged;  // dK's layout
         spec.merged_dv = first ? sibling_merged : merged_out;
@@ -184,7 +183,44 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
         emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
                               cat({in(0), in(1), in(2)}, start), pair);
     } else {
-        emit_grad(codegen::attention_grad_kv_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), pair);
+        // dQ, lowered after this pair (autodiff appends it last), is a matmul of the dS this kernel stores where
+        // grad_q_from_scores allows.
+        const codegen::AttentionTiles tiles = attention_tiles(true);
+        const bool store_scores = attention_member(n, Op::AttentionGradQ) >= 0 && codegen::grad_q_from_scores(spec, tiles);
+        std::vector<int32_t> scores;
+        if (store_scores) {
+            scores.push_back(new_value({spec.batch * spec.kv_heads, spec.q_len * (spec.q_heads / spec.kv_heads), spec.kv_len}, DType::F32));
+            attention_scores_[key] = scores[0];
+        }
+        emit_grad(codegen::attention_grad_kv_kernels(spec, tiles, t_.pointwise.max_groups, store_scores), pair, scores);
+    }
+}
+
+// The node of `op` over n's operands and attributes (n's sibling, or the dQ of n's dK/dV), or -1 where the graph has none.
+int32_t Lowering::attention_member(const Node& n, Op op) const {
+    const auto& nodes = g_.nodes();
+    const auto it = std::find_if(nodes.begin(), nodes.end(), [&](const Node& m) {
+        return m.op == op && m.inputs == n.inputs && m.ints == n.ints && m.data == n.data;
+    });
+    return it == nodes.end() ? -1 : static_cast<int32_t>(it - nodes.begin());
+}
+
+// dQ = scores @ k for each kv head (codegen::grad_q_from_scores: scores holds dS times the scale), as
+// [B * Hkv, G * Tq, D], which is dQ's [B, Hq, Tq, D]; stored through a copy where out merges the heads
+// ([B, Tq, Hq, D]: the matmul's output rows are the heads'). The product is f32, as the attention's gradients are.
+void Lowering::grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out) {
+    const int64_t heads = s.batch * s.kv_heads, rows = s.q_len * (s.q_heads / s.kv_heads);
+    const codegen::MatmulSpec spec{.dtype = s.dtype, .m = rows, .n = s.head_dim, .k = s.kv_len, .batch = {heads},
+                                   .a_batch_strides = {rows * s.kv_len}, .b_batch_strides = {s.kv_len * s.head_dim}};
+    codegen::MatmulTuning tuning = t_.matmul;
+    tuning.coop_subgroup = 0;
+    tuning.coop_declined = "the gradient of an f32 attention";
+    const Shape dims = {s.batch, s.q_heads, s.q_len, s.head_dim};
+    const int32_t dq = s.merged_out ? new_value(dims, s.dtype) : out;
+    emit_product(codegen::matmul_kernels(spec, tuning), scores, k, {dq}, {});
+    if (s.merged_out) {
+        copy(dq, out, {.dims = dims, .in_strides = contiguous_strides(dims),
+                       .out_strides = {s.q_len * s.q_heads * s.head_dim, s.head_dim, s.q_heads * s.head_dim, 1}});
     }
 }
 

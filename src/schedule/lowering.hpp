@@ -115,6 +115,8 @@ private:
     codegen::AttentionSpec attention_spec(const Node& n) const;
     void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr);
     void lower_attention(const Node& n, int32_t out, bool merged_out = false);
+    int32_t attention_member(const Node& n, Op op) const;
+    void grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out);
     codegen::AttentionTiles attention_tiles(bool backward) const;
     int32_t attention_delta(codegen::AttentionSpec spec, int32_t out, int32_t d_out);
 
@@ -129,6 +131,7 @@ private:
     std::map<int32_t, int32_t> octet_copies_;      // f16 copy -> the same stored in octets (weight_in_octets)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<AttentionKey, int32_t> attention_siblings_;
+    std::map<AttentionKey, int32_t> attention_scores_;  // a dK/dV kernel's stored dS (grad_q_from_scores), for its dQ
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
 };
 

@@ -115,6 +115,13 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         }
         t.attention.forced_splits = static_cast<uint32_t>(v);
     }
+    // MEGANEURA_ATTENTION_GRAD_Q=kernel keeps dQ on its own kernel where it would be a matmul of the stored dS
+    // (codegen::grad_q_from_scores; matmul, the default).
+    if (const char* e = std::getenv("MEGANEURA_ATTENTION_GRAD_Q"); e && *e) {
+        const std::string v = e;
+        if (v != "matmul" && v != "kernel") throw Error("MEGANEURA_ATTENTION_GRAD_Q must be matmul or kernel, got '" + v + "'");
+        t.attention.grad_q_from_scores = v == "matmul";
+    }
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
                 .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
