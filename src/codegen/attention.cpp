@@ -135,13 +135,29 @@ uvec2 query_range(uint j0, uint j1) {
     bool live = r < ROWS; \
     int position = query_start() + int(r % TQ); \
     uvec2 keys = chunk_of(key_range(r0, min(r0 + BR, ROWS) - 1u), split);
-// Stages the key and value rows j0..j0+BT of `head` into Ks and Vs (zeros past TK).
+// Stages the key and value rows j0..j0+BT of `head` into Ks and Vs (zeros past TK), up to 16 elements of each a
+// thread at a time, all loaded before any is stored. A loop of load-then-store waited out the memory latency once
+// per element: a decode step's chunk of 32 keys is 16 of each a thread, and the chunk kernel took ~16 us a layer on
+// the H200 for 16 KB; SmolLM2-135M's decode at 4K positions went from 1.49 to 1.38 ms a token with rounds of 8, and
+// to 1.33 with 16 and the combine's loads in flight (bench/results/2026-12-03-h200-session21.md).
+const uint KV_PER = (BT * D + WG - 1u) / WG;  // elements of each a thread stages
+const uint KV_ROUND = KV_PER < 16u ? KV_PER : 16u;
 #define STAGE_KV(j0) \
-    for (uint e = lid; e < BT * D; e += WG) { \
-        uint jj = e / D, at = (head * TK + j0) * D + e; \
-        bool in_range = j0 + jj < TK; \
-        Ks[jj * DS + e % D] = in_range ? float(k.d[at]) : 0.0; \
-        Vs[jj * DS + e % D] = in_range ? float(v.d[at]) : 0.0; \
+    for (uint u0 = 0u; u0 < KV_PER; u0 += KV_ROUND) { \
+        float kr[KV_ROUND], vr[KV_ROUND]; \
+        [[unroll]] for (uint u = 0u; u < KV_ROUND; ++u) { \
+            uint e = lid + (u0 + u) * WG, at = (head * TK + (j0)) * D + e; \
+            bool in_range = e < BT * D && (j0) + e / D < TK; \
+            kr[u] = in_range ? float(k.d[at]) : 0.0; \
+            vr[u] = in_range ? float(v.d[at]) : 0.0; \
+        } \
+        [[unroll]] for (uint u = 0u; u < KV_ROUND; ++u) { \
+            uint e = lid + (u0 + u) * WG; \
+            if (e < BT * D) { \
+                Ks[e / D * DS + e % D] = kr[u]; \
+                Vs[e / D * DS + e % D] = vr[u]; \
+            } \
+        } \
     }
 )";
 

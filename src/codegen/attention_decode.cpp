@@ -68,7 +68,10 @@ void main() {
     float l = 0.0;
     float acc[DPT];
     [[unroll]] for (uint i = 0u; i < DPT; ++i) acc[i] = 0.0;
-    for (uint s = lane; s < SPLITS; s += LANES) {
+    // Unrolled (the trip count is a constant once specialized), so a lane's loads of every chunk are in flight at once.
+    [[unroll]] for (uint s0 = 0u; s0 < SPLITS; s0 += LANES) {
+        uint s = s0 + lane;
+        if (s >= SPLITS) break;
         uint at = base + s * E;
         float ms = part.d[at + D];
         float w = ms == NEG_INF ? 0.0 : exp(ms - m);  // then the chunk's sums are 0 too
