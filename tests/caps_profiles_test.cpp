@@ -9,6 +9,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "codegen/device_fit.hpp"
 #include "codegen/spirv_khr.hpp"
@@ -235,6 +236,32 @@ TEST(CapsProfiles, TheCooperativePathFollowsTheCapsAndMeganeuraCoop) {
     }
     const ScopedEnv bad("MEGANEURA_COOP", "KHR");
     EXPECT_EQ(error_of([] { sched::choose_coop(profile("nvidia-h200")); }), "MEGANEURA_COOP must be nv, khr or off, got 'KHR'");
+}
+
+// The tuning variables (schedule/env.hpp): a value outside a word list or a count's range is an error naming the
+// variable and what it takes; the values it takes are read.
+TEST(CapsProfiles, TuningVariablesOutsideTheirValuesAreNamed) {
+    const DeviceCaps& h200 = profile("nvidia-h200");
+    const auto tuned = [&] { return sched::tune_for(h200, Precision::Fast); };
+    for (const auto& [name, value, message] : std::vector<std::tuple<const char*, const char*, std::string>>{
+             {"MEGANEURA_ATTENTION_GRAD_Q", "yes", "must be matmul or kernel, got 'yes'"},
+             {"MEGANEURA_UPDATES", "fused", "must be auto, batched or epilogue, got 'fused'"},
+             {"MEGANEURA_FAST_GRADIENTS", "bf16", "must be f32, f16 or auto, got 'bf16'"},
+             {"MEGANEURA_ATTENTION_SPLITS", "0", "must be a count from 1 to 65535, got '0'"},
+             {"MEGANEURA_ATTENTION_SPLITS", "70000", "must be a count from 1 to 65535, got '70000'"},
+             {"MEGANEURA_MATMUL_SPLITS", "-2", "must be a positive count, got '-2'"},
+             {"MEGANEURA_MATMUL_SPLITS", "3x", "must be a positive count, got '3x'"}}) {
+        const ScopedEnv bad(name, value);
+        EXPECT_EQ(error_of(tuned), name + (" " + message));
+    }
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3"), grad_q("MEGANEURA_ATTENTION_GRAD_Q", "kernel"),
+        updates("MEGANEURA_UPDATES", "batched");
+    const sched::Tuning t = tuned();
+    EXPECT_EQ(t.matmul.forced_splits, 3u);
+    EXPECT_FALSE(t.attention.grad_q_from_scores);
+    EXPECT_EQ(t.updates_in_products, sched::Tuning::UpdatesInProducts::None);
+    const ScopedEnv unset("MEGANEURA_MATMUL_SPLITS", "");
+    EXPECT_EQ(tuned().matmul.forced_splits, 0u);
 }
 
 // A device with KHR cooperative matrices only (RDNA 3) gets the cooperative product as KHR SPIR-V, which

@@ -1,23 +1,19 @@
 #include "compiler/program_kernels.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include <vulkan/vulkan.h>
 
 #include "codegen/device_fit.hpp"
 #include "compiler/training.hpp"
+#include "schedule/env.hpp"
 
 namespace mn::compiler {
 
 Graph optimize_program(const Graph& graph, const CompileOptions& options, optimize::Stats* stats) {
     if (!options.optimize) return graph;
     optimize::Options o{.saturate = options.saturate};
-    if (const char* e = std::getenv("MEGANEURA_OPTIMIZE"); e && *e) {
-        const std::string mode = e;
-        if (mode != "greedy" && mode != "saturate") throw Error("MEGANEURA_OPTIMIZE must be greedy or saturate, got '" + mode + "'");
-        o.saturate = mode == "saturate";
-    }
+    if (const auto mode = env_choice("MEGANEURA_OPTIMIZE", {"greedy", "saturate"})) o.saturate = *mode == "saturate";
     if (options.saturate_nodes) o.budget.nodes = options.saturate_nodes;
     if (options.saturate_ms > 0) o.budget.ms = options.saturate_ms;
     return optimize::optimize(graph, o, stats);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "schedule/env.hpp"
 #include "schedule/schedule.hpp"
 
 namespace mn::sched {
@@ -23,10 +24,7 @@ bool has_f16_16x16x16(const std::vector<rt::CoopMatrixShape>& shapes) {
 }  // namespace
 
 CoopChoice choose_coop(const rt::DeviceCaps& caps) {
-    const char* e = std::getenv("MEGANEURA_COOP");
-    const std::string wanted = e ? e : "";
-    if (!wanted.empty() && wanted != "nv" && wanted != "khr" && wanted != "off")
-        throw Error("MEGANEURA_COOP must be nv, khr or off, got '" + wanted + "'");
+    const std::string wanted = env_choice("MEGANEURA_COOP", {"nv", "khr", "off"}).value_or("");
     const bool nv = has_f16_16x16x16(caps.coop_nv), khr = has_f16_16x16x16(caps.coop_khr);
     CoopChoice c;
     if (wanted == "off") {
@@ -107,21 +105,10 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     }
     // MEGANEURA_ATTENTION_SPLITS=<n> splits a forward's keys into n chunks (1: never), as
     // MEGANEURA_MATMUL_SPLITS does K (tests, tuning on a new device).
-    if (const char* e = std::getenv("MEGANEURA_ATTENTION_SPLITS"); e && *e) {
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(e, &end, 10);
-        if (*end || v == 0 || v > 65535) {
-            throw Error(std::string("MEGANEURA_ATTENTION_SPLITS must be a count from 1 to 65535, got '") + e + "'");
-        }
-        t.attention.forced_splits = static_cast<uint32_t>(v);
-    }
+    t.attention.forced_splits = env_count("MEGANEURA_ATTENTION_SPLITS", 65535, "a count from 1 to 65535");
     // MEGANEURA_ATTENTION_GRAD_Q=kernel keeps dQ on its own kernel where it would be a matmul of the stored dS
     // (codegen::grad_q_from_scores; matmul, the default).
-    if (const char* e = std::getenv("MEGANEURA_ATTENTION_GRAD_Q"); e && *e) {
-        const std::string v = e;
-        if (v != "matmul" && v != "kernel") throw Error("MEGANEURA_ATTENTION_GRAD_Q must be matmul or kernel, got '" + v + "'");
-        t.attention.grad_q_from_scores = v == "matmul";
-    }
+    if (const auto v = env_choice("MEGANEURA_ATTENTION_GRAD_Q", {"matmul", "kernel"})) t.attention.grad_q_from_scores = *v == "matmul";
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
                 .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
@@ -131,18 +118,10 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         else t.matmul.coop_subgroup = caps.subgroup_size;
     }
     t.f16_weights = t.matmul.coop_subgroup != 0;
-    if (const char* e = std::getenv("MEGANEURA_F16_WEIGHTS"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") throw Error("MEGANEURA_F16_WEIGHTS must be 0 or 1, got '" + v + "'");
-        t.f16_weights = v == "1" && precision == Precision::Fast;
-    }
+    if (const auto v = env_choice("MEGANEURA_F16_WEIGHTS", {"0", "1"})) t.f16_weights = *v == "1" && precision == Precision::Fast;
     if (training) t.f16_weights = false;  // the weights change every step
     t.split_forward = t.matmul.coop_subgroup != 0;
-    if (const char* e = std::getenv("MEGANEURA_FAST_FORWARD"); e && *e) {
-        const std::string v = e;
-        if (v != "split" && v != "f16") throw Error("MEGANEURA_FAST_FORWARD must be split or f16, got '" + v + "'");
-        t.split_forward = t.split_forward && v == "split";
-    }
+    if (const auto v = env_choice("MEGANEURA_FAST_FORWARD", {"split", "f16"})) t.split_forward = t.split_forward && *v == "split";
     // MEGANEURA_MATMUL_TILE=<height>[x<width>][/<K-slice>][:<stages>] forces one tile geometry of the
     // tiled kernel (tests, tuning on a new device): 128, 128x64, 64/32, 128/16:2.
     if (const char* env = std::getenv("MEGANEURA_MATMUL_TILE"); env && *env) {
@@ -169,27 +148,14 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         t.matmul.forced_stages = stages;
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
-    if (const char* e = std::getenv("MEGANEURA_MATMUL_SPLITS"); e && *e) {
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(e, &end, 10);
-        if (*end || v == 0) throw Error(std::string("MEGANEURA_MATMUL_SPLITS must be a positive count, got '") + e + "'");
-        t.matmul.forced_splits = static_cast<uint32_t>(v);
-    }
-    if (const char* e = std::getenv("MEGANEURA_UPDATES"); e && *e) {
+    t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
+    if (const auto v = env_choice("MEGANEURA_UPDATES", {"auto", "batched", "epilogue"})) {
         using U = Tuning::UpdatesInProducts;
-        const std::string v = e;
-        if (v != "auto" && v != "batched" && v != "epilogue") {
-            throw Error("MEGANEURA_UPDATES must be auto, batched or epilogue, got '" + v + "'");
-        }
-        t.updates_in_products = v == "auto" ? U::SplitSums : v == "batched" ? U::None : U::All;
+        t.updates_in_products = *v == "auto" ? U::SplitSums : *v == "batched" ? U::None : U::All;
     }
-    if (const char* e = std::getenv("MEGANEURA_FAST_GRADIENTS"); e && *e) {
+    if (const auto v = env_choice("MEGANEURA_FAST_GRADIENTS", {"f32", "f16", "auto"})) {
         using FG = Tuning::FastGradients;
-        const std::string v = e;
-        if (v != "f16" && v != "f32" && v != "auto") {
-            throw Error("MEGANEURA_FAST_GRADIENTS must be f32, f16 or auto, got '" + v + "'");
-        }
-        t.fast_gradients = v == "f16" ? FG::F16 : v == "f32" ? FG::F32 : FG::Auto;
+        t.fast_gradients = *v == "f16" ? FG::F16 : *v == "f32" ? FG::F32 : FG::Auto;
     }
     // MEGANEURA_COOP_TILE=bm,bn,wm,wn,bk,stages forces the cooperative kernels' tile (tuning on a new
     // device); the kernel generator checks that it divides evenly.
