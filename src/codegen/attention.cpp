@@ -2,11 +2,8 @@
 //
 // The query heads of one kv head are taken together: q viewed as [B*Hkv, ROWS = G*Tq, D] (row
 // r = g*Tq + t is query t of head kv*G + g), so one staged K/V tile serves the whole group. A
-// workgroup owns BR rows, TPR threads per row; each thread owns the columns d = lane + c*TPR of its
-// row (neighbouring threads touch neighbouring shared words). The other operand streams through
-// shared memory BT rows at a time. Per tile, each thread computes the scores of its row for the
-// tile entries jj = lane + n*TPR into shared memory; after a barrier every thread of the row reads
-// the whole score row back, so no cross-thread reduction is needed.
+// workgroup owns BR rows; the other operand streams through shared memory BT rows at a time
+// (the row-wise kernels: attention_rowwise.cpp; the register-blocked ones: attention_blocked.cpp).
 //
 //   forward: rows = query rows; online softmax (running max m, sum l, rescaled accumulator) over
 //            key tiles; writes out and the row's logsumexp m + log(l) for the backward.
@@ -36,6 +33,7 @@
 #include "codegen/attention_blocked.hpp"
 #include "codegen/attention_coop.hpp"
 #include "codegen/attention_decode.hpp"
+#include "codegen/attention_rowwise.hpp"
 #include "codegen/families.hpp"
 
 namespace mn::codegen {
@@ -159,219 +157,6 @@ const uint KV_ROUND = KV_PER < 16u ? KV_PER : 16u;
             } \
         } \
     }
-)";
-
-const char* const kForward = R"(
-shared float Qs[BR * DS];
-shared float Ks[BT * DS];
-shared float Vs[BT * DS];
-shared float Ss[BR * SS];
-
-void main() {
-    QUERY_BLOCK
-
-    uint qbase = (head * ROWS + r0) * D;
-    for (uint e = lid; e < BR * D; e += WG) {
-        uint i = e / D;
-        Qs[i * DS + e % D] = r0 + i < ROWS ? float(q.d[qbase + e]) * scale() : 0.0;
-    }
-    float acc[DPT];
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
-    float m = NEG_INF, l = 0.0;
-    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();  // the previous tile is consumed (and Qs staged, on the first pass)
-        STAGE_KV(j0)
-        barrier();
-        for (uint jj = lane; jj < BT; jj += TPR) {
-            uint j = j0 + jj;
-            float s = NEG_INF;
-            if (live && j < keys.y && sees(position, j)) {
-                s = 0.0;
-                HEAD_DIM(d) s += Qs[row * DS + d] * Ks[jj * DS + d];
-            }
-            Ss[row * SS + jj] = s;
-        }
-        barrier();
-        float tile_max = NEG_INF;
-        [[unroll]] for (uint jj = 0u; jj < BT; ++jj) tile_max = max(tile_max, Ss[row * SS + jj]);
-        float m_new = max(m, tile_max);
-        if (m_new == NEG_INF) continue;  // nothing seen yet: acc and l stay 0
-        float alpha = exp(m - m_new);
-        l *= alpha;
-        [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] *= alpha;
-        for (uint jj = 0u; jj < BT; ++jj) {
-            float p = exp(Ss[row * SS + jj] - m_new);
-            l += p;
-            [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-                uint d = lane + c * TPR;
-                if (d < D) acc[c] += p * Vs[jj * DS + d];
-            }
-        }
-        m = m_new;
-    }
-    if (!live) return;
-#ifdef SPLIT
-    // The chunk's record for the combine kernel: unnormalized sums, then m and l.
-    uint pbase = ((head * ROWS + r) * SPLITS + split) * (D + 2u);
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-        uint d = lane + c * TPR;
-        if (d < D) part.d[pbase + d] = acc[c];
-    }
-    if (lane == 0u) {
-        part.d[pbase + D] = m;
-        part.d[pbase + D + 1u] = l;
-    }
-#else
-    float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
-    uint obase = out_row(head * ROWS + r) * D;
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-        uint d = lane + c * TPR;
-        if (d < D) o.d[obase + d] = STORE(acc[c] * inv);
-    }
-    if (lane == 0u) lse.d[head * ROWS + r] = l > 0.0 ? m + log(l) : NEG_INF;
-#endif
-}
-)";
-
-const char* const kGradQ = R"(
-shared float Qs[BR * DS];
-shared float Os[BR * DS];
-shared float Ks[BT * DS];
-shared float Vs[BT * DS];
-shared float Ss[BR * SS];
-
-void main() {
-    QUERY_BLOCK
-    float row_lse = live ? lse.d[head * ROWS + r] : 0.0;
-    float row_delta = live ? delta.d[head * ROWS + r] : 0.0;
-
-    uint qbase = (head * ROWS + r0) * D;
-    for (uint e = lid; e < BR * D; e += WG) {
-        uint i = e / D;
-        bool in_range = r0 + i < ROWS;
-        Qs[i * DS + e % D] = in_range ? float(q.d[qbase + e]) * scale() : 0.0;
-        Os[i * DS + e % D] = in_range ? float(dout.d[qbase + e]) : 0.0;
-    }
-    float acc[DPT];
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) acc[c] = 0.0;
-    for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        barrier();
-        STAGE_KV(j0)
-        barrier();
-        for (uint jj = lane; jj < BT; jj += TPR) {
-            uint j = j0 + jj;
-            float ds = 0.0;
-            if (live && j < keys.y && sees(position, j)) {
-                float s = 0.0, dp = 0.0;
-                HEAD_DIM(d) {
-                    s += Qs[row * DS + d] * Ks[jj * DS + d];
-                    dp += Os[row * DS + d] * Vs[jj * DS + d];
-                }
-                ds = exp(s - row_lse) * (dp - row_delta);
-            }
-            Ss[row * SS + jj] = ds;
-        }
-        barrier();
-        for (uint jj = 0u; jj < BT; ++jj) {
-            float ds = Ss[row * SS + jj];
-            [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-                uint d = lane + c * TPR;
-                if (d < D) acc[c] += ds * Ks[jj * DS + d];
-            }
-        }
-    }
-    if (!live) return;
-    uint obase = out_row(head * ROWS + r) * D;
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-        uint d = lane + c * TPR;
-        if (d < D) dq.d[obase + d] = STORE(acc[c] * scale());
-    }
-}
-)";
-
-const char* const kGradKV = R"(
-shared float Ks[BR * DS];
-shared float Vs[BR * DS];
-shared float Qs[BT * DS];
-shared float Os[BT * DS];
-shared float Ls[BT];
-shared float Dl[BT];
-shared float Ps[BR * SS];
-shared float Gs[BR * SS];
-
-void main() {
-    uint lid = gl_LocalInvocationID.x, row = lid / TPR, lane = lid % TPR;
-    uint blocks = (TK + BR - 1u) / BR;
-    uint g = mn_group_id();
-    if (g >= HEADS * blocks) return;
-    uint head = g / blocks, j0 = (g % blocks) * BR, j = j0 + row;
-    bool live = j < TK;
-    int s0 = query_start();
-    uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
-
-    uint kbase = (head * TK + j0) * D;
-    for (uint e = lid; e < BR * D; e += WG) {
-        uint jj = e / D;
-        bool in_range = j0 + jj < TK;
-        Ks[jj * DS + e % D] = in_range ? float(k.d[kbase + e]) : 0.0;
-        Vs[jj * DS + e % D] = in_range ? float(v.d[kbase + e]) : 0.0;
-    }
-    float dk_acc[DPT], dv_acc[DPT];
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) { dk_acc[c] = 0.0; dv_acc[c] = 0.0; }
-    for (uint gh = 0u; gh < G; ++gh) {
-        for (uint t0 = queries.x; t0 < queries.y; t0 += BT) {
-            barrier();
-            uint rbase = head * ROWS + gh * TQ + t0;  // the tile's first row
-            for (uint e = lid; e < BT * D; e += WG) {
-                uint i = e / D;
-                bool in_range = t0 + i < queries.y;
-                Qs[i * DS + e % D] = in_range ? float(q.d[rbase * D + e]) * scale() : 0.0;
-                Os[i * DS + e % D] = in_range ? float(dout.d[rbase * D + e]) : 0.0;
-            }
-            for (uint i = lid; i < BT; i += WG) {
-                bool in_range = t0 + i < queries.y;
-                Ls[i] = in_range ? lse.d[rbase + i] : 0.0;
-                Dl[i] = in_range ? delta.d[rbase + i] : 0.0;
-            }
-            barrier();
-            for (uint i = lane; i < BT; i += TPR) {
-                uint t = t0 + i;
-                float p = 0.0, ds = 0.0;
-                if (live && t < queries.y && sees(s0 + int(t), j)) {
-                    float s = 0.0, dp = 0.0;
-                    HEAD_DIM(d) {
-                        s += Qs[i * DS + d] * Ks[row * DS + d];
-                        dp += Os[i * DS + d] * Vs[row * DS + d];
-                    }
-                    p = exp(s - Ls[i]);
-                    ds = p * (dp - Dl[i]);
-                }
-                Ps[row * SS + i] = p;
-                Gs[row * SS + i] = ds;
-            }
-            barrier();
-            for (uint i = 0u; i < BT; ++i) {
-                float p = Ps[row * SS + i], ds = Gs[row * SS + i];
-                [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-                    uint d = lane + c * TPR;
-                    if (d < D) {
-                        dv_acc[c] += p * Os[i * DS + d];
-                        dk_acc[c] += ds * Qs[i * DS + d];  // Qs holds scale * q
-                    }
-                }
-            }
-        }
-    }
-    if (!live) return;
-    uint dk_at = kv_row(head * TK + j) * D, dv_at = dv_row(head * TK + j) * D;
-    [[unroll]] for (uint c = 0u; c < DPT; ++c) {
-        uint d = lane + c * TPR;
-        if (d < D) {
-            dk.d[dk_at + d] = STORE(dk_acc[c]);
-            dv.d[dv_at + d] = STORE(dv_acc[c]);
-        }
-    }
-}
 )";
 
 uint32_t pow2_at_least(int64_t v) {
@@ -587,13 +372,13 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
         const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
         const KeySplit split = choose_key_split(s.kv_len, "keys", t, heads * blocks_of(rows, t.rows), kLongSweep);
         if (split.splits > 1) {
-            emit("attention", t, false, kForward, split, "");
+            emit("attention", t, false, kRowwiseForward, split, "");
             out.forward.choice = "row-wise, " + row_count + split_words(split, "keys", " (flash-decoding)") + not_coop;
             return out;
         }
         not_split = split_words(split, "keys");
         if (!use_blocked(tiles, rows, s.kv_len)) {
-            emit("attention", t, false, kForward, split, "");
+            emit("attention", t, false, kRowwiseForward, split, "");
             out.forward.choice = f32_choice(false, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined, not_split);
             return out;
         }
@@ -755,7 +540,7 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
     std::vector<Binding> inputs = grad_inputs(s);
     if (store_scores) inputs.push_back(scores_binding());
     const std::string body = (store_scores ? scores_glsl(s) : "") +
-                             (kv ? (blocked ? kBlockedGradKV : kGradKV) : (blocked ? kBlockedGradQ : kGradQ));
+                             (kv ? (blocked ? kBlockedGradKV : kRowwiseGradKV) : (blocked ? kBlockedGradQ : kRowwiseGradQ));
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv" : "attention_grad_q", s, t, blocked, inputs,
                                   grad_outputs(s, kv, chunks), body, groups * split.splits, max_groups, chunks ? split.splits : 0);
     k.choice = f32_choice(blocked, own, kv ? " keys per kv head" : " rows per kv head", sweep, kv ? " query rows" : " keys",

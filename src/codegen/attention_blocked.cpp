@@ -1,5 +1,5 @@
 // The register-blocked attention kernels, for problems with many rows (prefill, training). Same
-// algorithms as the row-wise kernels of attention.cpp (online-softmax forward, dQ, dK+dV without
+// algorithms as the row-wise kernels of attention_rowwise.cpp (online-softmax forward, dQ, dK+dV without
 // atomics), but each tile step is two small matrix products computed from registers:
 //
 //   a workgroup owns BR rows in groups of 4; NT threads share a group. Thread (rg, tx) keeps

@@ -4,7 +4,7 @@
 // (A prefill of few heads is too: Whisper-tiny's 6 of 1500 rows, about one workgroup per compute
 // unit. Every forward kernel, row-wise, blocked or cooperative, splits its keys the same way, and the
 // backward kernels their sweeps: attention.cpp.)
-// So the keys are split: workgroup (head, block, chunk) runs the row-wise forward (attention.cpp,
+// So the keys are split: workgroup (head, block, chunk) runs the row-wise forward (attention_rowwise.cpp,
 // SPLIT) over one chunk of the keys its rows can see, every query head of the kv head still sharing
 // each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
 // The combine kernel here merges a row's chunks exactly: with M = max m_i,

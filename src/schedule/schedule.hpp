@@ -72,7 +72,8 @@ struct Tuning {
     // its training step's cold compile on the H200 from 1.3 to 3.5 s (glslang and the driver, one shader: nothing
     // to run in parallel; bench/results/2026-12-03-h200-session20.md). Dispatches of at most 64 compile in parallel,
     // and those of the same programs and bindings are the same GLSL (the sizes are specialization constants),
-    // compiled once (SmolLM2: 5 dispatches, 3 shaders; the cold compile not yet measured on the H200 with it).
+    // compiled once (SmolLM2: 5 dispatches, 3 shaders; its step's cold compile on the H200 1.04 s strict, 1.24 fast:
+    // bench/results/2026-12-03-h200-session21-protocol-whisper-smollm2.md).
     uint32_t max_batch_members = 64;
     // Which products an optimizer's update may be the epilogue of (where its tree fits); the others are batched
     // with the others of their optimizer (FusionPlan::batched_update). SplitSums, the default: only matmuls whose
