@@ -36,7 +36,23 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
         EXPECT_EQ(count(dir, ".metal"), kernels);
         EXPECT_NE(out.find("mlp " + std::string(program) + " for Apple M2 (profile): " + std::to_string(kernels) + " kernels"),
                   std::string::npos) << out;
+        // dispatches.txt: a line per dispatch (as many as the summary says), the kernel's number, grid and
+        // workgroup size, label, and its family's choice (the matmuls': tiled, as an M2 has no cooperative matrices).
+        std::ifstream list(dir / "dispatches.txt");
+        size_t dispatches = 0, matmuls = 0;
+        for (std::string line; std::getline(list, line); ++dispatches) {
+            EXPECT_LT(std::stoul(line.substr(0, 3)), kernels) << line;
+            EXPECT_NE(line.find(" x "), std::string::npos) << line;
+            if (line.find("  matmul:") != std::string::npos || line.find("  matmul+") != std::string::npos) {
+                ++matmuls;
+                EXPECT_NE(line.find(": tiled f32 (cooperative declined: "), std::string::npos) << line;
+            }
+        }
+        EXPECT_GT(matmuls, 0u);
+        EXPECT_NE(out.find(std::to_string(kernels) + " kernels (" + std::to_string(dispatches) + " dispatches)"), std::string::npos)
+            << out;
         for (const auto& e : fs::directory_iterator(dir)) {
+            if (e.path().filename() == "dispatches.txt") continue;
             // Labels with spaces ("sgd x 2 tensors", the batched updates of training) are written with underscores.
             EXPECT_EQ(e.path().filename().string().find(' '), std::string::npos) << e.path();
             std::ifstream in(e.path(), std::ios::binary);

@@ -46,6 +46,16 @@ size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt
     for (const auto& k : kernels) compiler::require_fit(k, *spirv[index.at(k.glsl)], caps);
     if (std::error_code e; !std::filesystem::create_directories(dir, e) && e)
         throw Error("--out " + dir.string() + ": cannot create it: " + e.message());
+    // dispatches.txt: every dispatch in order, its kernel's file, grid and workgroup size, and the choice its
+    // family made (KernelSource::choice: the variant, and why the others declined).
+    std::string list;
+    for (const auto& k : kernels) {
+        char line[96];
+        std::snprintf(line, sizeof line, "%03zu %ux%ux%u x %u  ", index.at(k.glsl), k.groups[0], k.groups[1], k.groups[2],
+                      k.iface.local_size);
+        list += line + k.label + (k.choice.empty() ? "" : ": " + k.choice) + "\n";
+    }
+    write(dir / "dispatches.txt", list.data(), list.size());
     for (size_t i = 0; i < sources.size(); ++i) {
         char stem[16];
         std::snprintf(stem, sizeof stem, "%03zu-", i);
@@ -102,7 +112,9 @@ const Command shaders_command = {
         "training/, one NNN-label.spv per kernel), specialized for the device here or for a device\n"
         "profile; with --msl also each as Metal Shading Language (NNN-label.metal, through SPIRV-Cross,\n"
         "as MoltenVK would translate it). Shapes stay specialization constants (Metal function\n"
-        "constants). Device profiles (--caps):" + profile_list(),
+        "constants). dispatches.txt lists every dispatch: its kernel's number, grid x workgroup size,\n"
+        "label and the variant its family chose, with why the others declined. Device profiles (--caps):" +
+        profile_list(),
     .options = {{"model", "", "NAME", "a model of the registry (meganeura models; required)"},
                 {"size", "full", "SIZE", "tiny (the test configuration) or full (the published one)"},
                 {"config", "", "FILE", "a Hugging Face config.json, overriding --size's configuration"},
