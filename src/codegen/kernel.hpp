@@ -62,6 +62,9 @@ extern const char* const kFlatGroupId;
 // (a, b) rotated by the angle position * inv_freq (sign -1: the inverse rotation), the one arithmetic of rope_kernel
 // and of a GEMV that rotates its q and k rows (MatmulSpec's ColumnPart::rope).
 extern const char* const kRopeRotate;
+// GLSL `uint cache_start(uint rows, uint len)`: the first of `len` rows a kernel writes into a cache of `rows` rows,
+// binding `start` (i32) clamped so that they fit: what the RoPE's, the GEMV's and slice_write's cache stores share.
+extern const char* const kCacheStart;
 
 uint32_t checked_u32(int64_t v, const char* what);
 

@@ -172,13 +172,14 @@ std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<Colu
         if (parts[p].cache_rows > 0) {
             cache = true;
             const std::string rows = std::to_string(checked_u32(parts[p].cache_rows, "cache rows")) + "u";
-            at = "(col / (2u * HALF) * " + rows + " + uint(clamp(start.d[0], 0, int(" + rows + ") - 1))) * (2u * HALF) + col % (2u * HALF)";
+            at = "(col / (2u * HALF) * " + rows + " + cache_start(" + rows + ", 1u)) * (2u * HALF) + col % (2u * HALF)";
         }
         return store + "uint at = " + at + "; " + name + ".d[at] = STORE(a); " + name + ".d[at + HALF] = STORE(b);";
     });
     if (rope) k.iface.bindings.insert(k.iface.bindings.end(), {{"positions", DType::I32}, {"inv_freq", dtype}});
     if (cache) k.iface.bindings.push_back({"start", DType::I32});
-    return (rope ? std::string(kRopeRotate) : "") + "void store_pair(uint col, float a, float b) {\n" + body + "}\n";
+    return (rope ? std::string(kRopeRotate) : "") + (cache ? kCacheStart : "") + "void store_pair(uint col, float a, float b) {\n" +
+           body + "}\n";
 }
 
 }  // namespace

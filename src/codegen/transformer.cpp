@@ -204,6 +204,8 @@ void rope_rotate(inout float a, inout float b, float position, float inv_freq, f
 }
 )";
 
+const char* const kCacheStart = "uint cache_start(uint rows, uint len) { return uint(clamp(start.d[0], 0, int(rows) - int(len))); }\n";
+
 KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bool inverse, const Launch& launch,
                          const RopeLayout& layout) {
     const int64_t half = dim / 2;
@@ -219,8 +221,8 @@ KernelSource rope_kernel(DType dtype, int64_t rows, int64_t seq, int64_t dim, bo
     if (layout.cache_rows > 0) {
         k.iface.bindings.push_back({"start", DType::I32});
         const std::string cache = std::to_string(checked_u32(layout.cache_rows, "cache rows")) + "u";
-        out_row = "uint out_row(uint r) { return (r / SEQ) * " + cache + " + uint(clamp(start.d[0], 0, int(" + cache +
-                  " - SEQ))) + r % SEQ; }\n";
+        out_row = kCacheStart + ("uint out_row(uint r) { return (r / SEQ) * " + cache + " + cache_start(" + cache +
+                                 ", SEQ) + r % SEQ; }\n");
     }
     const std::string rows_glsl = (layout.reads_split ? heads_row_fn("in_row", "SEQ", heads) : "uint in_row(uint r) { return r; }\n") +
                                   out_row;
@@ -248,7 +250,7 @@ KernelSource scatter_head(const char* label, int64_t threads, int64_t dim, int64
 }
 const char* const kScatterStart =
     "    if (i >= N) return;\n"
-    "    uint s = uint(clamp(start.d[0], 0, int(DIM - LEN)));\n";
+    "    uint s = cache_start(DIM, LEN);\n";
 
 }  // namespace
 
@@ -256,7 +258,7 @@ KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64
                                   const Launch& launch) {
     KernelSource k = scatter_head("slice_scatter", outer * dim * inner, dim, len, inner, launch);
     k.iface.bindings = {{"x", dtype}, {"src", dtype}, {"start", DType::I32}, {"y", dtype, true}};
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex + kScatterStart +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kCacheStart + "void main() {\n" + kThreadIndex + kScatterStart +
              "    uint c = (i / INNER) % DIM;\n"
              "    y.d[i] = c >= s && c < s + LEN ? src.d[((i / (INNER * DIM)) * LEN + c - s) * INNER + i % INNER] : x.d[i];\n"
              "}\n";
@@ -266,7 +268,7 @@ KernelSource slice_scatter_kernel(DType dtype, int64_t outer, int64_t dim, int64
 KernelSource slice_write_kernel(DType dtype, int64_t outer, int64_t dim, int64_t len, int64_t inner, const Launch& launch) {
     KernelSource k = scatter_head("slice_write", outer * len * inner, dim, len, inner, launch);
     k.iface.bindings = {{"src", dtype}, {"start", DType::I32}, {"y", dtype, true}};
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + "void main() {\n" + kThreadIndex + kScatterStart +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kCacheStart + "void main() {\n" + kThreadIndex + kScatterStart +
              "    uint o = i / (LEN * INNER), r = i % (LEN * INNER);\n"
              "    y.d[(o * DIM + s) * INNER + r] = src.d[i];\n"
              "}\n";
