@@ -18,6 +18,12 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         if (!live[i]) continue;
         for (int32_t in : g_.nodes()[i].inputs) live[static_cast<size_t>(in)] = true;
     }
+    for (size_t i = 0; i < live.size(); ++i) {
+        const Node& n = g_.nodes()[i];
+        if (live[i] && op_info(n.op).archetype == Archetype::Attention) {
+            attention_members_.try_emplace({attention_key(n), n.op}, static_cast<int32_t>(i));
+        }
+    }
     if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
     fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs, [&](int32_t product) {
         using U = Tuning::UpdatesInProducts;

@@ -151,7 +151,7 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
         std::vector<int32_t> inputs = {in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))};
         emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements, cat(cat(inputs, scores), start), outs);
     };
-    const AttentionKey key{n.inputs, n.ints, n.data, backward};
+    const AttentionKey key = attention_key(n);
     if (n.op == Op::AttentionGradQ) {
         if (const auto it = attention_scores_.find(key); it != attention_scores_.end()) {
             return grad_q_from_scores(spec, it->second, in(1), out);
@@ -196,13 +196,13 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     }
 }
 
-// The node of `op` over n's operands and attributes (n's sibling, or the dQ of n's dK/dV), or -1 where the graph has none.
+Lowering::AttentionKey Lowering::attention_key(const Node& n) {
+    return {n.inputs, n.ints, n.data, n.op != Op::Attention && n.op != Op::AttentionLse};
+}
+
 int32_t Lowering::attention_member(const Node& n, Op op) const {
-    const auto& nodes = g_.nodes();
-    const auto it = std::find_if(nodes.begin(), nodes.end(), [&](const Node& m) {
-        return m.op == op && m.inputs == n.inputs && m.ints == n.ints && m.data == n.data;
-    });
-    return it == nodes.end() ? -1 : static_cast<int32_t>(it - nodes.begin());
+    const auto it = attention_members_.find({attention_key(n), op});
+    return it == attention_members_.end() ? -1 : it->second;
 }
 
 // dQ = scores @ k for each kv head (codegen::grad_q_from_scores: scores holds dS times the scale), as

@@ -105,6 +105,7 @@ private:
         bool backward;
         auto operator<=>(const AttentionKey&) const = default;
     };
+    static AttentionKey attention_key(const Node& n);
     bool lower_transformer(const Node& n, int32_t out);
     void slice_scatter(const Node& n, int32_t out, bool in_place);
     void lower_norm(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
@@ -115,6 +116,7 @@ private:
     codegen::AttentionSpec attention_spec(const Node& n) const;
     void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr);
     void lower_attention(const Node& n, int32_t out, bool merged_out = false);
+    // The live node of `op` over n's operands and attributes (n's sibling, or the dQ of n's dK/dV), or -1.
     int32_t attention_member(const Node& n, Op op) const;
     void grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out);
     codegen::AttentionTiles attention_tiles(bool backward) const;
@@ -130,6 +132,7 @@ private:
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::map<int32_t, int32_t> octet_copies_;      // f16 copy -> the same stored in octets (weight_in_octets)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
+    std::map<std::pair<AttentionKey, Op>, int32_t> attention_members_;  // every live attention node (attention_member)
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<AttentionKey, int32_t> attention_scores_;  // a dK/dV kernel's stored dS (grad_q_from_scores), for its dQ
     std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
