@@ -318,7 +318,7 @@ std::string split_words(const KeySplit& split, const std::string& what, const st
 KeySplit blocked_split(int64_t own, int64_t sweep, const std::string& what, const AttentionTiles& t, uint64_t groups,
                        int64_t dim) {
     if (own < kBlockedMinRows) return {};
-    return choose_key_split(sweep, what, t, groups, blocked_long_sweep(t, dim), kMinChunk);
+    return choose_key_split(sweep, what, t, groups, blocked_long_sweep(t, dim), kMinChunk, t.rows / 4 * t.threads_per_row);
 }
 
 // What the f32 kernels of a problem are, for KernelSource::choice: blocked or row-wise, over how many
