@@ -225,6 +225,9 @@ constexpr int64_t kBlockedMinRows = 16, kLongSweep = 4096;
 // chunks of one tile).
 constexpr int64_t kMinChunk = 128;
 
+// A kernel's workgroup: BR rows (blocked: BR / 4 groups of 4), TPR threads each.
+uint32_t workgroup_threads(const AttentionTiles& t, bool blocked) { return (blocked ? t.rows / 4 : t.rows) * t.threads_per_row; }
+
 bool use_blocked(const AttentionTiles& t, int64_t own_rows, int64_t stream_rows) {
     return t.blocked && (own_rows >= kBlockedMinRows || (t.max_loop_iterations && stream_rows > kLongSweep));
 }
@@ -278,7 +281,7 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
-    k.iface.local_size = (blocked ? t.rows / 4 : t.rows) * t.threads_per_row;
+    k.iface.local_size = workgroup_threads(t, blocked);
     k.iface.spec_constants = {"HEADS", "G", "TQ", "TK", "D", "CAUSAL", "WINDOW", "QSTART", "SCALE_BITS"};
     k.spec_values = {checked_u32(s.batch * s.kv_heads, "attention heads"), checked_u32(s.q_heads / s.kv_heads, "attention group"),
                      checked_u32(s.q_len, "attention length"), checked_u32(s.kv_len, "attention length"),
@@ -318,7 +321,7 @@ std::string split_words(const KeySplit& split, const std::string& what, const st
 KeySplit blocked_split(int64_t own, int64_t sweep, const std::string& what, const AttentionTiles& t, uint64_t groups,
                        int64_t dim) {
     if (own < kBlockedMinRows) return {};
-    return choose_key_split(sweep, what, t, groups, blocked_long_sweep(t, dim), kMinChunk, t.rows / 4 * t.threads_per_row);
+    return choose_key_split(sweep, what, t, groups, blocked_long_sweep(t, dim), kMinChunk, workgroup_threads(t, true));
 }
 
 // What the f32 kernels of a problem are, for KernelSource::choice: blocked or row-wise, over how many

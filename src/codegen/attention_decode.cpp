@@ -30,7 +30,8 @@ namespace {
 // gets more: Whisper-tiny's strict dK/dV (128 threads, 282 workgroups unsplit) in 4 chunks of query rows
 // took 1.846 ms on the H200 against 1.978 in the 2 that four workgroups per unit gave (3: 2.03, 6: 1.91;
 // bench/results/2026-12-03-h200-session22.md, call 4). Unknown: a mid-size GPU, as the matmul family
-// assumes, four workgroups per unit whatever their size (a CPU driver's are 16 threads).
+// assumes, four workgroups per unit whatever their size (a CPU driver's are 16 threads). Only the blocked
+// kernels' splits count threads so far; the row-wise and cooperative ones count workgroups.
 constexpr int64_t kGroupsPerUnit = 4, kThreadsPerUnit = 1024, kUnknownUnits = 32;
 // Shorter sweeps stay whole: a workgroup sweeps 256 keys in about the time the combine's extra
 // dispatch and barrier cost (an estimate from the H200's ~1 us per 64-key tile, not a measurement).
@@ -148,7 +149,7 @@ KeySplit choose_key_split(int64_t sweep, const std::string& what, const Attentio
         k.why = "forced: MEGANEURA_ATTENTION_SPLITS=" + std::to_string(t.forced_splits);
         if (want == 1) return k;  // never: a long sweep then takes the blocked kernel under a loop limit
     } else {
-        const int64_t per_unit = t.compute_units ? std::max<int64_t>(1, kThreadsPerUnit / threads) : kGroupsPerUnit;
+        const int64_t per_unit = t.compute_units && threads ? std::max<int64_t>(1, kThreadsPerUnit / threads) : kGroupsPerUnit;
         const auto target = static_cast<uint64_t>(per_unit * units);
         // Fewer workgroups than units (a prefill's or backward's: min_chunk is theirs): tile-sized chunks.
         const bool starved = min_chunk > 0 && groups < static_cast<uint64_t>(units);

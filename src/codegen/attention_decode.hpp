@@ -19,9 +19,9 @@ struct KeySplit {
     uint32_t chunk = 0;  // keys per chunk at the full key length (a multiple of tile)
     std::string why;
 };
-// `threads`: each workgroup's.
+// `threads`: each workgroup's, where the split counts threads (the blocked kernels); 0: it counts workgroups.
 KeySplit choose_key_split(int64_t sweep, const std::string& what, const AttentionTiles& tiles, uint64_t groups,
-                          int64_t long_sweep, int64_t min_chunk = 0, uint32_t threads = 256);
+                          int64_t long_sweep, int64_t min_chunk = 0, uint32_t threads = 0);
 
 // GLSL `uint out_row(uint f)`: the row of out where the forward kernels and the combine store flat row
 // f = (batch * q_heads + head) * q_len + t; f itself unless spec.merged_out (attention.cpp).
