@@ -346,29 +346,31 @@ TEST(MatmulPrecisionPolicy, GradientProductsFollowTheFastGradientsPolicy) {
     tuning.matmul.max_shared_memory = 48 * 1024;
     tuning.matmul.coop_subgroup = 32;  // as on a device with NV cooperative matrices, precision fast
     using FG = sched::Tuning::FastGradients;
-    // Forward: the 3x3 convolution and the 1x1 one (a matmul); the linear layer's output is read by
-    // nothing the outputs need (the mean's gradient does not depend on it).
-    const std::multiset<std::string> forward = {"conv2d_coop", "matmul_coop"};
+    // Forward: the 3x3 convolution, storing its ReLU (whose gradient reads the ReLU's output), and the 1x1
+    // one (a matmul); the linear layer's output is read by nothing the outputs need (the mean's gradient
+    // does not depend on it).
+    const std::multiset<std::string> forward = {"conv2d_coop+relu", "matmul_coop"};
     auto with = [&](std::multiset<std::string> backward) {
         backward.insert(forward.begin(), forward.end());
         return backward;
     };
     // Backward: the linear layer's dx and dW (matmuls under 2^24 multiply-adds: f32 by default), the 1x1's
-    // input and weight gradients (matmuls, but a convolution's), the 3x3's.
-    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul_coop_scaled", "matmul_coop_scaled",
+    // input and weight gradients (matmuls, but a convolution's; the input gradient stores the ReLU's gradient
+    // through its mask), the 3x3's.
+    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul_coop_scaled+greater+mul", "matmul_coop_scaled",
                                             "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
     tuning.fast_gradients = FG::F16;
     EXPECT_EQ(product_labels(g, tuning),
-              with({"matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled",
+              with({"matmul_coop_scaled", "matmul_coop_scaled", "matmul_coop_scaled+greater+mul", "matmul_coop_scaled",
                     "conv2d_grad_input_coop_scaled", "conv2d_grad_weight_coop_scaled"}));
     tuning.fast_gradients = FG::F32;
-    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul", "matmul", "conv2d_grad_input",
+    EXPECT_EQ(product_labels(g, tuning), with({"matmul", "matmul", "matmul+greater+mul", "matmul", "conv2d_grad_input",
                                             "conv2d_grad_weight"}));
     // Tuning::split_forward: of the forward products of a graph with gradients, the 3x3 convolution
     // before the ReLU is split, the 1x1 after it not; the gradient products as before (f32 here).
     tuning.split_forward = true;
-    EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"conv2d_coop_split", "matmul_coop", "matmul",
-                                                                   "matmul", "matmul", "matmul", "conv2d_grad_input",
+    EXPECT_EQ(product_labels(g, tuning), (std::multiset<std::string>{"conv2d_coop_split+relu", "matmul_coop", "matmul",
+                                                                   "matmul", "matmul+greater+mul", "matmul", "conv2d_grad_input",
                                                                    "conv2d_grad_weight"}));
     // A matmul's gradient products from 2^24 multiply-adds on (product_precision.cpp's kScaledGradientWork): the
     // linear layer above (2 rows) kept them f32; one of 2^14 rows and a 32 x 32 weight puts them scaled.

@@ -71,13 +71,13 @@ TEST(Trace, ForwardWithBackwardNamesEveryDispatchByItsGraphNodes) {
     }
     EXPECT_GT(gpu_ms, 0);
     EXPECT_NEAR(gpu_ms, runs[0]["args"]["gpu_ms"].get<double>(), 1e-9 * gpu_ms);
-    // The first layer's product, stored through its bias (the relu is its own kernel: its gradient reads the
-    // sum): the node it writes, with the batch of 3 the inputs file gave.
-    const auto fc1 = std::find_if(dispatches.begin(), dispatches.end(), [](const json& d) { return d["name"] == "fc1: matmul, add"; });
+    // The first layer's product, stored through its bias and ReLU (whose gradient reads the ReLU's output):
+    // the node it writes, with the batch of 3 the inputs file gave.
+    const auto fc1 = std::find_if(dispatches.begin(), dispatches.end(), [](const json& d) { return d["name"] == "fc1: matmul, relu"; });
     ASSERT_NE(fc1, dispatches.end()) << all;
     ASSERT_EQ((*fc1)["args"]["nodes"].size(), 1u);
     const std::string node = (*fc1)["args"]["nodes"][0];
-    EXPECT_NE(node.find(" add (3,256) f32"), std::string::npos) << node;
+    EXPECT_NE(node.find(" relu (3,256) f32"), std::string::npos) << node;
 }
 
 // A split-K product writes partial sums only: it is named after the sum that reads them, as a part of

@@ -76,7 +76,9 @@ Grads vjp(Graph& g, int32_t id, const Node& n, Tensor gy, const std::vector<bool
         case Op::Sqrt: return {gy / (y * 2.0)};
         case Op::Rsqrt: return {gy * (y * y * y) * -0.5};
         case Op::Abs: return {gy * g.sign(in(0))};
-        case Op::Relu: return {gy * g.greater(in(0), c(0))};
+        // The mask from the output (relu(x) > 0 exactly where x > 0): the input then has no reader left after
+        // the forward, so the ReLU fuses into its producer's epilogue (a convolution's, a matmul's).
+        case Op::Relu: return {gy * g.greater(y, c(0))};
         case Op::Sigmoid: return {gy * y * (c(1) - y)};
         case Op::Tanh: return {gy * (c(1) - y * y)};
         case Op::Silu: {

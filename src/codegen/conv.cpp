@@ -44,7 +44,7 @@ float x_at(uint base, uint c, int ih, int iw) {
 )";
 
 // Per mode: GEMM sizes, A(m, k), B(k, n) and C(m, n) of group g: its index c_at in the output, its
-// value c_value (the epilogue, the forward's only) and its store c_put. B is read as
+// value c_value (the epilogue: the forward's and the input gradient's) and its store c_put. B is read as
 // load_b(col_of(g, n), k): Col holds what depends on n only, which the tile loop computes once
 // per thread where a thread's column is the same in every slice (B_K_MAJOR 0).
 const char* const kForward = R"(
@@ -118,7 +118,7 @@ void load_b8(Col col, uint kb, out float v[8]) {
 }
 #endif
 uint c_at(uint g, uint m, uint n) { return ((n / HW) * C + g * CG + m) * HW + n % HW; }
-float c_value(uint i, float v) { return v; }
+float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
 )";
 

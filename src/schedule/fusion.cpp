@@ -331,24 +331,26 @@ private:
     // stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
     // for now: a product read twice keeps a kernel for its reader (not measured either way).
     //
-    // Not under a decision (greater, equal, sign: a ReLU's gradient mask): there the stored product is what
+    // Not a product that a decision (greater, equal, sign) reads: there the stored product is what
     // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
-    // no kernel's fault, from a wrong kernel (compiler/check.cpp).
+    // no kernel's fault, from a wrong kernel (compiler/check.cpp). A decision on another leaf is no such
+    // case: a ReLU's gradient mask reads the ReLU's stored output, and the product of the upstream gradient
+    // (a convolution's or matmul's input gradient) stores the masked gradient through it.
     void try_epilogue(int32_t root) {
         const Node& r = g_.node(root);
         if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
-        bool decides = false;
-        std::set<int32_t> leaves;
+        std::set<int32_t> leaves, decided;
         walk(root, [&](int32_t n) {
             const Op op = g_.node(n).op;
-            decides = decides || op == Op::Greater || op == Op::Equal || op == Op::Sign;
+            if (op == Op::Greater || op == Op::Equal || op == Op::Sign) {
+                walk(n, [](int32_t) {}, [&](int32_t d) { decided.insert(d); });
+            }
         }, [&](int32_t n) { leaves.insert(n); });
-        if (decides) return;
         int32_t product = -1;
         bool keeps = false;
         for (int32_t leaf : leaves) {
             const Node& ln = g_.node(leaf);
-            if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product) continue;
+            if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product || decided.count(leaf)) continue;
             // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
             const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
             const Op op = g_.node(p).op;
@@ -357,8 +359,8 @@ private:
                 if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
                 continue;
             }
-            if ((op == Op::MatMul || op == Op::Conv2d || is_norm(op) || is_norm_grad(op)) && g_.node(p).dtype == r.dtype &&
-                p > product) {
+            if ((op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || is_norm(op) || is_norm_grad(op)) &&
+                g_.node(p).dtype == r.dtype && p > product) {
                 product = p, keeps = false;
             }
         }
