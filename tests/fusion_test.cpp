@@ -185,6 +185,37 @@ TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
     }
 }
 
+// Whisper's q and v products have a bias (and q a scale): the matmul stores its epilogue's value split into heads as
+// it would its own, so no copy moves q or v into the heads' layout; from rows of two dims or, as a linear layer of
+// [batch, seq, features] gives them, three.
+TEST_F(FusionTest, EpiloguesStoreTheSplitOfTheHeads) {
+    for (const bool three_dims : {false, true}) {
+        for (const char* splits : {"1", "3"}) {
+            SCOPED_TRACE(std::string(three_dims ? "3" : "2") + " dims, splits " + splits);
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+            constexpr int64_t batch = 2, seq = 5, heads = 3, head_dim = 8;
+            Graph g;
+            const Tensor x = g.input("x", three_dims ? Shape{batch, seq, 70} : Shape{batch * seq, 70});
+            std::vector<Tensor> weights;
+            auto split = [&](Tensor t) { return g.permute(g.reshape(t, {batch, seq, heads, head_dim}), {0, 2, 1, 3}); };
+            auto linear = [&](const char* name, bool bias) {
+                weights.push_back(g.parameter(std::string("w") + name, {heads * head_dim, 70}));
+                if (!bias) return g.linear(x, weights.back());
+                weights.push_back(g.parameter(std::string("b") + name, {heads * head_dim}));
+                return g.linear(x, weights[weights.size() - 2], weights.back());
+            };
+            const Tensor q = split(linear("q", true) * 0.5), k = split(linear("k", false)), v = split(linear("v", true));
+            const Tensor y = g.reshape(g.permute(g.attention(q, k, v), {0, 2, 1, 3}), {batch * seq, heads * head_dim});
+            g.output("y", y);
+            const sched::Schedule s = sched::lower(g, {g.outputs().front().second}, sched::tune_for(device().context()->caps()));
+            for (const sched::Step& step : s.steps) EXPECT_NE(step.kernel.label, "copy");
+            const std::vector<Tensor> dw = grad(g.sum(y * g.input("dy", y.shape())), weights);
+            for (size_t i = 0; i < dw.size(); ++i) g.output("dw" + std::to_string(i), dw[i]);
+            expect_matches_reference(g, random_feeds(g, 25, FeedRange{-0.3, 0.3}));
+        }
+    }
+}
+
 // SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product
 // of 16 column parts, whose fifth part was named c4 like c's 4-wide view, and no kernel compiled.
 TEST_F(FusionTest, SiblingProductsOfFiveOrMorePartsCompile) {

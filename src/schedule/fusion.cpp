@@ -60,6 +60,7 @@ public:
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
         }
+        const std::vector<int32_t> stored_by = matmuls_storing_alone();
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
             if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||
                                                                op == Op::AttentionGradK || op == Op::AttentionGradV)) {
@@ -69,6 +70,8 @@ public:
             if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) {
                 try_store_heads_split(static_cast<int32_t>(i));
             }
+            // a matmul's epilogue (a bias; a scale) stored split into heads as the matmul's own value would be
+            if (live_[i] && stored_by[i] >= 0) try_store_heads_split(static_cast<int32_t>(i));
         }
         std::set<int32_t> epilogue_roots;
         for (int32_t r : plan_.epilogue_of) if (r >= 0) epilogue_roots.insert(r);
@@ -141,9 +144,27 @@ private:
         return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
     }
 
-    // `stored`: a product's column slice, or an unsliced product of two dims.
+    // Per fused root: the unbatched matmul that stores it through its epilogue, that matmul storing nothing else (no
+    // value of its own, no column slices, no second product); else -1.
+    std::vector<int32_t> matmuls_storing_alone() const {
+        std::vector<int32_t> stored_by(g_.nodes().size(), -1);
+        for (size_t p = 0; p < plan_.epilogue_of.size(); ++p) {
+            const int32_t root = plan_.epilogue_of[p];
+            if (root < 0) continue;
+            const Node& product = g_.nodes()[p];
+            const bool alone = product.op == Op::MatMul && product.shape.size() == 2 && !plan_.epilogue_keeps[p] &&
+                               plan_.epilogue_pair[p] < 0 && plan_.column_slices[p].empty() &&
+                               stored_by[static_cast<size_t>(root)] == -1;
+            stored_by[static_cast<size_t>(root)] = alone ? static_cast<int32_t>(p) : -2;  // -2: a pair's, never
+        }
+        for (int32_t& p : stored_by) p = std::max(p, -1);
+        return stored_by;
+    }
+
+    // `stored`: a product's column slice, an unsliced product of two dims, or a fused root a matmul alone stores.
     void try_store_heads_split(int32_t stored) {
-        if (g_.node(stored).shape.size() != 2) return;
+        const Shape& s = g_.node(stored).shape;  // [rows, heads * head_dim]; an epilogue's may be [batch, seq, ...]
+        if (s.size() != 2 && (s.size() != 3 || g_.node(stored).op == Op::MatMul)) return;
         std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
         int32_t permute = only_reader(stored);
         while (permute >= 0 && g_.node(permute).op == Op::Reshape) {
@@ -154,9 +175,8 @@ private:
             g_.node(permute).ints != std::vector<int64_t>{0, 2, 1, 3} || plan_.heads_split_by[static_cast<size_t>(permute)] >= 0) {
             return;
         }
-        const Shape& rows = g_.node(stored).shape;  // [batch * seq, heads * head_dim]
         const Shape& heads = g_.node(reshapes.back()).shape;
-        if (heads.size() != 4 || heads[0] * heads[1] != rows[0] || heads[2] * heads[3] != rows[1]) return;
+        if (heads.size() != 4 || heads[0] * heads[1] != numel(s) / s.back() || heads[2] * heads[3] != s.back()) return;
         plan_.heads_split_stored[static_cast<size_t>(stored)] = permute;
         for (int32_t r : reshapes) plan_.heads_split_stored[static_cast<size_t>(r)] = permute;
     }

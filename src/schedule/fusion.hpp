@@ -109,11 +109,12 @@ struct FusionPlan {
     std::vector<int32_t> heads_split_by;
     // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
     std::vector<std::vector<int32_t>> column_slices;
-    // per Slice node of column_slices, and per MatMul node of two dims without them: the Permute {0, 2, 1, 3}
-    // that reads it through one reader each of a chain of Reshapes, the last to [batch, seq, heads, head_dim]
-    // (a model's split of the heads after its q, k or v product); the product stores it in the permute's layout
-    // (codegen::ColumnPart), so that neither the reshapes nor the permute is a copy or a view; the same per
-    // Reshape of the chain; else -1. Not a permute that a Rope reads in place (heads_split_by).
+    // per Slice node of column_slices, per MatMul node of two dims without them, and per fused root that such a
+    // matmul alone stores through its epilogue (a bias, a scale): the Permute {0, 2, 1, 3} that reads it through
+    // one reader each of a chain of Reshapes, the last to [batch, seq, heads, head_dim] (a model's split of the
+    // heads after its q, k or v product); the product stores it in the permute's layout (codegen::ColumnPart), so
+    // that neither the reshapes nor the permute is a copy or a view; the same per Reshape of the chain; else -1.
+    // Not a permute that a Rope reads in place (heads_split_by).
     std::vector<int32_t> heads_split_stored;
     // per RmsNorm node: computed by each product that reads it (see above), so never lowered itself.
     std::vector<bool> norm_in_products;

@@ -191,6 +191,9 @@ void Lowering::lower(int32_t id) {
     if (n.op == Op::MatMul && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) {
         return lower_product(id, {product_output(id, n.dtype)});
     }
+    if (fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0 && op_info(n.op).archetype == Archetype::Pointwise) {
+        return fused_pointwise(id, product_output(id, n.dtype));  // its matmul's epilogue stores it split into heads
+    }
     const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
     s_.node_value[static_cast<size_t>(id)] = out;
     if (stored) return;
