@@ -373,34 +373,6 @@ TEST_F(FusionTest, ReluAndItsGradientMaskTrainInTheirProducts) {
     expect_matches_reference(g, random_feeds(g, 18));
 }
 
-// A convolution's gradients store through epilogues too, K whole or split: the input gradient's ReLU mask, and the
-// weight gradient's per-channel scale (a batch norm folded into the convolution: d w = d folded * scale), where the
-// unscaled gradient is read later too (as by the scale's own gradient) and the product stores it as well. The 1x1
-// convolution's weight gradient is a matmul per image whose images the split sum adds, epilogue and all.
-TEST_F(FusionTest, ConvolutionGradientsStoreThroughTheirEpilogues) {
-    for (const int64_t k : {3, 1}) {
-        for (const char* splits : {"", "1", "3"}) {
-            SCOPED_TRACE("kernel " + std::to_string(k) + ", splits '" + splits + "'");
-            const ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
-            Graph g;
-            const std::vector<int64_t> attrs = {1, 1, k / 2, k / 2, 1, 1, 1};
-            Tensor x = g.input("x", {2, 8, 6, 6}), gy = g.input("gy", {2, 4, 6, 6}), y = g.input("y", {2, 8, 6, 6});
-            Tensor w = g.input("w", {4, 8, k, k}), scale = g.input("scale", {4});
-            Tensor gw = g.conv2d_grad_weight(x, gy, {4, 8, k, k}, attrs);
-            g.output("dw", gw * g.reshape(scale, {4, 1, 1, 1}));
-            g.output("gw", g.sum(gw, {1, 2, 3}));
-            g.output("dx", g.conv2d_grad_input(gy, w, {2, 8, 6, 6}, attrs) * g.greater(y, g.scalar(0.0)));
-            std::vector<int32_t> roots;
-            for (const auto& output : g.outputs()) roots.push_back(output.second);
-            const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
-            for (const sched::Step& step : s.steps) {
-                EXPECT_TRUE(step.kernel.label != "mul" && step.kernel.label != "greater+mul") << step.kernel.label;
-            }
-            expect_matches_reference(g, random_feeds(g, 19));
-        }
-    }
-}
-
 size_t occurrences(const std::string& text, const std::string& what) {
     size_t count = 0;
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;

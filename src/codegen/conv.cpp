@@ -44,9 +44,9 @@ float x_at(uint base, uint c, int ih, int iw) {
 )";
 
 // Per mode: GEMM sizes, A(m, k), B(k, n) and C(m, n) of group g: its index c_at in the output, its
-// value c_value (the epilogue) and its store c_put. B is read as load_b(col_of(g, n), k): Col holds
-// what depends on n only, which the tile loop computes once per thread where a thread's column is the
-// same in every slice (B_K_MAJOR 0).
+// value c_value (the epilogue: the forward's and the input gradient's) and its store c_put. B is read as
+// load_b(col_of(g, n), k): Col holds what depends on n only, which the tile loop computes once
+// per thread where a thread's column is the same in every slice (B_K_MAJOR 0).
 const char* const kForward = R"(
 const uint M = OG, N = BATCH * OHW, K = CG * KK, OUT_ELEMS = BATCH * O * OHW;
 #define B_K_MAJOR 0
@@ -140,7 +140,7 @@ Col col_of(uint g, uint n) {
 }
 float load_b(Col col, Row r) { return x_at(r.x + col.base, 0u, r.ih + col.dh, r.iw + col.dw); }
 uint c_at(uint g, uint m, uint n) { return (g * OG + m) * N + n; }
-float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
+float c_value(uint i, float v) { return v; }
 void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 )";
 
@@ -337,10 +337,7 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
     const bool pointwise = conv_is_pointwise(spec.weight, spec.attrs);
     const int64_t batch = spec.x[0], c = spec.x[1], o = spec.weight[0], p = spec.x[2] * spec.x[3];
     if (!pointwise || (spec.mode == ConvMode::GradWeight && batch > 1 && spec.dtype != DType::F32)) return std::nullopt;
-    // A weight gradient of several images is summed by the split-sum pass, which applies the epilogue.
-    const bool summed = spec.mode == ConvMode::GradWeight && batch > 1;
-    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = summed ? nullptr : spec.epilogue,
-                 .a_f16 = spec.weight_f16};
+    MatmulSpec m{.dtype = spec.dtype, .batch = {batch}, .epilogue = spec.epilogue, .a_f16 = spec.weight_f16};
     switch (spec.mode) {
         case ConvMode::Forward:
             m.m = o, m.n = p, m.k = c, m.a_batch_strides = {0}, m.b_batch_strides = {c * p};
@@ -353,11 +350,11 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
             break;
     }
     MatmulKernels k = matmul_kernels(m, t);
-    if (summed) {
+    if (spec.mode == ConvMode::GradWeight && batch > 1) {
         const int64_t splits = k.sum ? k.partial_elements / (batch * o * c) : 1;
         k.partial_elements = splits * batch * o * c;
         k.sum = matmul_detail::split_sum_kernel(spec.dtype, o * c, checked_u32(splits * batch, "conv2d partial count"),
-                                                t.max_groups, spec.epilogue);
+                                                t.max_groups);
     }
     return k;
 }

@@ -347,9 +347,9 @@ private:
     // partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
     // storage buffers.
     //
-    // A norm or product that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; a
-    // SwiGLU's backward its gate; a folded batch norm's scale gradient the unscaled weight gradient; an output)
-    // stores its own value there as one more output, so the tree still costs no kernel of its own.
+    // A norm that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; an output)
+    // stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
+    // for now: a product read twice keeps a kernel for its reader (not measured either way).
     //
     // Not a product that a decision (greater, equal, sign) reads: there the stored product is what
     // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
@@ -376,10 +376,11 @@ private:
             const Op op = g_.node(p).op;
             if (!read_only_by(leaf, root)) {
                 // Read later too (a backward reads a norm, a SwiGLU's gate): stored as well as the tree.
-                if ((is_norm(op) || is_product(op)) && read_here_or_later(leaf, root)) product = p, keeps = true;
+                if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
                 continue;
             }
-            if ((is_product(op) || is_norm(op) || is_norm_grad(op)) && g_.node(p).dtype == r.dtype && p > product) {
+            if ((op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || is_norm(op) || is_norm_grad(op)) &&
+                g_.node(p).dtype == r.dtype && p > product) {
                 product = p, keeps = false;
             }
         }

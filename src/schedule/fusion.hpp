@@ -10,15 +10,15 @@
 // element), an assignment of it aside, is computed in that kernel and written as one more of its
 // outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
 //
-// A matmul, convolution (or either of its gradients), norm or norm's gradient whose one reader is a fused
+// A matmul, convolution (forward or input gradient), norm or norm's gradient whose one reader is a fused
 // root's tree, reading it element for element (directly, or through a reshape that only that tree reads), is
 // computed in that root's place and stores the root's value through the tree (its epilogue: eval batch norm,
 // bias, activation, residual add; a GroupNorm's SiLU; a ReLU's gradient mask): the pointwise kernel, and the
 // product's round trip through memory, go. A norm's one workgroup per row finishes its statistics before it
-// stores anything, so its epilogue sees the row's final values as a product's does. A norm or product that
+// stores anything, so its epilogue sees the row's final values as a product's does. A norm or matmul that
 // later kernels read too stores its own value there as well (training's GroupNorm + SiLU, whose backward
 // reads the norm; a SwiGLU's gate, which stores its SiLU, and up product, which stores the two's product,
-// both read by the backward; a convolution's weight gradient, scaled by its folded batch norm).
+// both read by the backward).
 //
 // An attention whose one reader merges its heads back (permute {0, 2, 1, 3}; in training its gradients read it
 // too, through the delta kernel, which reads either layout) stores its output in that layout itself, and the
@@ -78,11 +78,6 @@
 
 namespace mn::sched {
 
-// The products that store a pointwise epilogue: a matmul, and a convolution or either of its gradients (all
-// matmul tiles, codegen/conv.cpp).
-inline bool is_product(Op op) {
-    return op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || op == Op::Conv2dGradWeight;
-}
 // The norms (one kernel each, norm_kernel) that store a pointwise epilogue as the products do.
 inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || op == Op::GroupNorm; }
 // Their input gradients (norm_grad_kernel), which store one too: a pre-norm block's residual gradient, added to the
