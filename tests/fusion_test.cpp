@@ -352,25 +352,32 @@ TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {
 
 // A ReLU's gradient mask reads the ReLU's output, not its input (autodiff.cpp), so the forward product stores the
 // ReLU through its epilogue; and the product of the gradient upstream of the mask (the second convolution's input
-// gradient) stores the masked gradient through its own: neither the ReLU nor its mask is a kernel.
+// gradient, or with K split its split sum) stores the masked gradient through its own: neither the ReLU nor its
+// mask is a kernel.
 TEST_F(FusionTest, ReluAndItsGradientMaskTrainInTheirProducts) {
-    Graph g;
-    Tensor x = g.input("x", {2, 4, 6, 6});
-    Tensor w1 = g.parameter("w1", {5, 4, 3, 3}), w2 = g.parameter("w2", {3, 5, 3, 3});
-    Tensor h = g.relu(g.conv2d(x, w1, std::nullopt, {.padding = 1}));
-    Tensor loss = g.sum(g.conv2d(h, w2, std::nullopt, {.padding = 1}) * g.input("up", {2, 3, 6, 6}));
-    const std::vector<Tensor> grads = grad(loss, {x, w1, w2});
-    for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
-    std::vector<int32_t> roots;
-    for (const auto& output : g.outputs()) roots.push_back(output.second);
-    const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
-    std::vector<std::string> labels;
-    for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
-    EXPECT_EQ(std::count(labels.begin(), labels.end(), "conv2d+relu"), 1);
-    EXPECT_EQ(std::count(labels.begin(), labels.end(), "conv2d_grad_input+greater+mul"), 1);
-    EXPECT_EQ(std::count(labels.begin(), labels.end(), "relu"), 0);
-    EXPECT_EQ(std::count(labels.begin(), labels.end(), "greater+mul"), 0);
-    expect_matches_reference(g, random_feeds(g, 18));
+    for (const char* splits : {"", "3"}) {
+        SCOPED_TRACE(std::string("splits '") + splits + "'");
+        const ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        Graph g;
+        Tensor x = g.input("x", {2, 4, 6, 6});
+        // K = 8 * 3 * 3 = 72 for the second convolution's input gradient: three pieces of 32 when split
+        Tensor w1 = g.parameter("w1", {5, 4, 3, 3}), w2 = g.parameter("w2", {8, 5, 3, 3});
+        Tensor h = g.relu(g.conv2d(x, w1, std::nullopt, {.padding = 1}));
+        Tensor loss = g.sum(g.conv2d(h, w2, std::nullopt, {.padding = 1}) * g.input("up", {2, 8, 6, 6}));
+        const std::vector<Tensor> grads = grad(loss, {x, w1, w2});
+        for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
+        std::vector<int32_t> roots;
+        for (const auto& output : g.outputs()) roots.push_back(output.second);
+        const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
+        std::vector<std::string> labels;
+        for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
+        const bool split = *splits != 0;
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+relu" : "conv2d+relu"), 1);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+greater+mul" : "conv2d_grad_input+greater+mul"), 1);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "relu"), 0);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), "greater+mul"), 0);
+        expect_matches_reference(g, random_feeds(g, 18));
+    }
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {
