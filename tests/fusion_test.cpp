@@ -18,6 +18,17 @@ class FusionTest : public GpuTest {};
 
 size_t dispatches_of(const Graph& g) { return compile(g, device()).stats().dispatches; }
 
+// The labels of the kernels that compute g's outputs on this device, in the lowering's order.
+std::vector<std::string> kernel_labels(const Graph& g) {
+    std::vector<int32_t> roots;
+    for (const auto& output : g.outputs()) roots.push_back(output.second);
+    std::vector<std::string> labels;
+    for (const sched::Step& step : sched::lower(g, roots, sched::tune_for(device().context()->caps())).steps) {
+        labels.push_back(step.kernel.label);
+    }
+    return labels;
+}
+
 TEST_F(FusionTest, ChainWithBroadcastLeavesIsOneKernel) {
     Graph g;
     Tensor a = g.input("a", {3, 33});
@@ -207,8 +218,7 @@ TEST_F(FusionTest, EpiloguesStoreTheSplitOfTheHeads) {
             const Tensor q = split(linear("q", true) * 0.5), k = split(linear("k", false)), v = split(linear("v", true));
             const Tensor y = g.reshape(g.permute(g.attention(q, k, v), {0, 2, 1, 3}), {batch * seq, heads * head_dim});
             g.output("y", y);
-            const sched::Schedule s = sched::lower(g, {g.outputs().front().second}, sched::tune_for(device().context()->caps()));
-            for (const sched::Step& step : s.steps) EXPECT_NE(step.kernel.label, "copy");
+            for (const std::string& label : kernel_labels(g)) EXPECT_NE(label, "copy");
             const std::vector<Tensor> dw = grad(g.sum(y * g.input("dy", y.shape())), weights);
             for (size_t i = 0; i < dw.size(); ++i) g.output("dw" + std::to_string(i), dw[i]);
             expect_matches_reference(g, random_feeds(g, 25, FeedRange{-0.3, 0.3}));
@@ -339,11 +349,7 @@ TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {
     const std::vector<Tensor> grads = grad(loss, {x, w, b});
     g.output("y", y);
     for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
-    std::vector<int32_t> roots;
-    for (const auto& output : g.outputs()) roots.push_back(output.second);
-    const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
-    std::vector<std::string> labels;
-    for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
+    const std::vector<std::string> labels = kernel_labels(g);
     EXPECT_EQ(labels[0], "group_norm+silu");
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "group_norm"), 0);
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "silu"), 0);
@@ -366,11 +372,7 @@ TEST_F(FusionTest, ReluAndItsGradientMaskTrainInTheirProducts) {
         Tensor loss = g.sum(g.conv2d(h, w2, std::nullopt, {.padding = 1}) * g.input("up", {2, 8, 6, 6}));
         const std::vector<Tensor> grads = grad(loss, {x, w1, w2});
         for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
-        std::vector<int32_t> roots;
-        for (const auto& output : g.outputs()) roots.push_back(output.second);
-        const sched::Schedule s = sched::lower(g, roots, sched::tune_for(device().context()->caps()));
-        std::vector<std::string> labels;
-        for (const sched::Step& step : s.steps) labels.push_back(step.kernel.label);
+        const std::vector<std::string> labels = kernel_labels(g);
         const bool split = *splits != 0;
         EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+relu" : "conv2d+relu"), 1);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+greater+mul" : "conv2d_grad_input+greater+mul"), 1);
