@@ -250,13 +250,26 @@ ref::Feeds llama_feeds(const Graph& g, int64_t vocab, uint64_t seed) {
     return feeds;
 }
 
+// The session's outputs, and the KV caches as their assignments leave them, against the float64 reference of g.
+void expect_outputs_and_caches_match(Session& s, const Graph& g, const ref::Feeds& feeds, const std::string& what) {
+    const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+    for (const auto& [name, id] : g.outputs()) {
+        EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(id)].data), 1e-5) << what << " " << name;
+    }
+    for (size_t id = 0; id < g.nodes().size(); ++id) {
+        if (g.nodes()[id].op != Op::Assign) continue;
+        const std::string& cache = g.node(g.nodes()[id].inputs[0]).name;
+        EXPECT_LE(relative_l2(s.get(cache), want[id].data), 1e-5) << what << " " << cache;
+    }
+}
+
 // In inference, a prefill and a decode step of the tiny SmolLM2, each layer's q, k and v are one product
 // that stores the three: per layer two dispatches fewer per run than the program without the fusion (the
 // same passes otherwise), in the level the three products shared; a decode step's GEMV also rotates q and k
 // and writes k and v into the caches (FusionPlan::rope_in_gemv), so its two RoPEs and the value rows'
 // slice_write go too, with their level; and the stacked weight's three copies
-// (one per weight) run once, hoisted, and again after new weights are set. The outputs, and the KV caches
-// as their assignments leave them, against the float64 reference of the graph as built.
+// (one per weight) run once, hoisted, and again after new weights are set. The outputs and the KV caches
+// against the float64 reference of the graph as built.
 TEST_F(SiblingProductsTest, QkvIsOneProductInInferenceAndDecode) {
     const models::LlamaConfig c = models::LlamaConfig::tiny();
     const std::pair<const char*, models::BuiltModel> programs[] = {
@@ -279,16 +292,29 @@ TEST_F(SiblingProductsTest, QkvIsOneProductInInferenceAndDecode) {
             const ref::Feeds feeds = llama_feeds(g, c.vocab, seed);
             set_feeds(s, g, feeds);
             s.run();
-            const std::vector<ref::Value> want = ref::evaluate(g, feeds);
-            for (const auto& [name, id] : g.outputs()) {
-                EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(id)].data), 1e-5) << what << " " << name;
-            }
-            for (size_t id = 0; id < g.nodes().size(); ++id) {
-                if (g.nodes()[id].op != Op::Assign) continue;
-                const std::string& cache = g.node(g.nodes()[id].inputs[0]).name;
-                EXPECT_LE(relative_l2(s.get(cache), want[id].data), 1e-5) << what << " " << cache;
-            }
+            expect_outputs_and_caches_match(s, g, feeds, what);
         }
+    }
+}
+
+// With Qwen2's biases on q, k and v the three stay apart (siblings.cpp: a bias reads each), and each product stores its
+// bias's value in the layout its reader wants: q and k rotated by RoPEs that read their split of the heads in place,
+// v's split of the heads by the product itself (its epilogue split into heads: no copy), in a decode step's GEMV too.
+TEST_F(SiblingProductsTest, BiasedQkvMatchesTheReferenceInInferenceAndDecode) {
+    models::LlamaConfig c = models::LlamaConfig::tiny();
+    c.qkv_bias = true;
+    const std::pair<const char*, models::BuiltModel> programs[] = {
+        {"inference", models::build_causal_lm(c, {1, 7})},
+        {"prefill", models::build_llama_cached(c, 1, 4, 11)},
+        {"decode", models::build_llama_cached(c, 1, 1, 11)},
+    };
+    for (const auto& [what, model] : programs) {
+        const Graph& g = *model.graph;
+        Session s = compile(g, device());
+        const ref::Feeds feeds = llama_feeds(g, c.vocab, 5);
+        set_feeds(s, g, feeds);
+        s.run();
+        expect_outputs_and_caches_match(s, g, feeds, what);
     }
 }
 

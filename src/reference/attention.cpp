@@ -109,10 +109,12 @@ Value gradient(const Node& node, const Geometry& g, const Value& q, const Value&
             const int64_t kj = kv_row(g, b, h, j);
             const double ds = row.p[j] * (dp[j] - delta);
             for (int64_t d = 0; d < g.dim; ++d) {
-                switch (node.op) {
-                    case Op::AttentionGradQ: grad.data[qi + d] += g.scale * ds * k.data[kj + d]; break;
-                    case Op::AttentionGradK: grad.data[kj + d] += g.scale * ds * q.data[qi + d]; break;
-                    default: grad.data[kj + d] += row.p[j] * d_out.data[qi + d]; break;
+                if (node.op == Op::AttentionGradQ) {
+                    grad.data[qi + d] += g.scale * ds * k.data[kj + d];
+                } else if (node.op == Op::AttentionGradK) {
+                    grad.data[kj + d] += g.scale * ds * q.data[qi + d];
+                } else {  // AttentionGradV
+                    grad.data[kj + d] += row.p[j] * d_out.data[qi + d];
                 }
             }
         }
