@@ -250,6 +250,15 @@ ref::Feeds llama_feeds(const Graph& g, int64_t vocab, uint64_t seed) {
     return feeds;
 }
 
+// The tiny model's inference over 7 tokens, and its prefill of 4 and decode step into a cache of 11.
+std::vector<std::pair<std::string, models::BuiltModel>> llama_programs(const models::LlamaConfig& c) {
+    std::vector<std::pair<std::string, models::BuiltModel>> programs;
+    programs.emplace_back("inference", models::build_causal_lm(c, {1, 7}));
+    programs.emplace_back("prefill", models::build_llama_cached(c, 1, 4, 11));
+    programs.emplace_back("decode", models::build_llama_cached(c, 1, 1, 11));
+    return programs;
+}
+
 // The session's outputs, and the KV caches as their assignments leave them, against the float64 reference of g.
 void expect_outputs_and_caches_match(Session& s, const Graph& g, const ref::Feeds& feeds, const std::string& what) {
     const std::vector<ref::Value> want = ref::evaluate(g, feeds);
@@ -272,18 +281,13 @@ void expect_outputs_and_caches_match(Session& s, const Graph& g, const ref::Feed
 // against the float64 reference of the graph as built.
 TEST_F(SiblingProductsTest, QkvIsOneProductInInferenceAndDecode) {
     const models::LlamaConfig c = models::LlamaConfig::tiny();
-    const std::pair<const char*, models::BuiltModel> programs[] = {
-        {"inference", models::build_causal_lm(c, {1, 7})},
-        {"prefill", models::build_llama_cached(c, 1, 4, 11)},
-        {"decode", models::build_llama_cached(c, 1, 1, 11)},
-    };
-    for (const auto& [what, model] : programs) {
+    for (const auto& [what, model] : llama_programs(c)) {
         const Graph& g = *model.graph;
         optimize::Stats stats;
         const Graph apart = optimize::eliminate_dead_code(optimize::simplify(g, stats), stats);
         const SessionStats unfused = compile(apart, device(), {.optimize = false}).stats();
         Session s = compile(g, device());
-        const bool decode = std::string(what) == "decode";
+        const bool decode = what == "decode";
         EXPECT_EQ(s.stats().dispatches, unfused.dispatches - (decode ? 5 : 2) * c.layers) << what;
         EXPECT_EQ(s.stats().barriers, unfused.barriers - (decode ? c.layers : 0)) << what;
         EXPECT_EQ(s.stats().hoisted_dispatches, unfused.hoisted_dispatches + 3 * c.layers) << what;
@@ -303,12 +307,7 @@ TEST_F(SiblingProductsTest, QkvIsOneProductInInferenceAndDecode) {
 TEST_F(SiblingProductsTest, BiasedQkvMatchesTheReferenceInInferenceAndDecode) {
     models::LlamaConfig c = models::LlamaConfig::tiny();
     c.qkv_bias = true;
-    const std::pair<const char*, models::BuiltModel> programs[] = {
-        {"inference", models::build_causal_lm(c, {1, 7})},
-        {"prefill", models::build_llama_cached(c, 1, 4, 11)},
-        {"decode", models::build_llama_cached(c, 1, 1, 11)},
-    };
-    for (const auto& [what, model] : programs) {
+    for (const auto& [what, model] : llama_programs(c)) {
         const Graph& g = *model.graph;
         Session s = compile(g, device());
         const ref::Feeds feeds = llama_feeds(g, c.vocab, 5);
