@@ -155,7 +155,7 @@ private:
             const bool alone = product.op == Op::MatMul && product.shape.size() == 2 && !plan_.epilogue_keeps[p] &&
                                plan_.epilogue_pair[p] < 0 && plan_.column_slices[p].empty() &&
                                stored_by[static_cast<size_t>(root)] == -1;
-            stored_by[static_cast<size_t>(root)] = alone ? static_cast<int32_t>(p) : -2;  // -2: a pair's, never
+            stored_by[static_cast<size_t>(root)] = alone ? static_cast<int32_t>(p) : -2;  // -2: not alone, or a pair's root
         }
         for (int32_t& p : stored_by) p = std::max(p, -1);
         return stored_by;
