@@ -26,10 +26,8 @@ void Lowering::pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
 // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
 // With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
 void Lowering::fused_pointwise(int32_t root, int32_t out) {
-    // The tree's own shape where `out` is its split into heads (FusionPlan::heads_split_stored), which its product stores.
-    codegen::PointwiseSpec spec{.out_dtype = value(out).dtype,
-                                .out_shape = fusion_.heads_split_stored[static_cast<size_t>(root)] >= 0 ? g_.node(root).shape
-                                                                                                        : value(out).shape};
+    // Over the root's own shape: `out` may be stored in another layout (its split into heads: heads_split_stored).
+    codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = g_.node(root).shape};
     const auto product = epilogue_product_.find(root);
     std::vector<int32_t> bind;
     // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
