@@ -145,50 +145,35 @@ F32_GROUPS(rb, GB, put_b)
 #if SCALED
 // Gradients are often far below f16's normal range (2^-14), where f16 keeps few bits or none. So
 // each operand's slice is staged times a power of two that takes its largest magnitude in this
-// workgroup's tile into [2^13, 2^14), and the accumulators are kept in units of the two scales.
-//
-// The product first runs at the first slice's scales, HEADROOM below them, for every slice: no
-// per-slice synchronization, so the loop is the unscaled one (two stages where the tile has them).
-// Each thread keeps the largest magnitudes it staged, and where they did not fit the scales (a slice
-// 2^HEADROOM times larger than the first: f16 would overflow) the tile is multiplied again with
-// scales taken per slice, as it is from the start where the first slice is zero. That per-slice
-// scheme is what the first pass approximates: the scales never grow from one slice to the next; the
-// accumulators are rescaled (exactly, by a power of two) only downwards, so they cannot overflow,
-// and every value within 2^-27 of the largest seen so far keeps f16's full precision (2^-17 of the
-// first slice's largest in the first pass, whose smaller values lose bits to f16's subnormals, each
-// at most 2^-28 of that largest: far below what a product of 11 or 21 significant bits resolves).
-// A slice's largest magnitudes are found in the registers that fetched it and meet in shared memory
-// at a barrier of their own before the slice is staged. (Per slice the whole product long, that
-// cost ResNet-50's fast training 0.3 ms of 5.1 on the H200: bench/results/2026-12-04-h200-session24.md.)
-// The scales as exponents (a_scale = 2^a_exp): the per-slice work is integer arithmetic, one subgroup
-// reduction and two shared atomics. (Computed as floats, with a division and frexp per operand and
-// slice, scaling took ~30% of these products' time on the H200: ResNet-50's fast training 7.08 ms of
-// GPU time unscaled, 7.97 scaled; as exponents, 7.59: bench/results/2026-12-03-h200-session15.md.)
-const int HEADROOM = 10;
-int a_exp, b_exp;
-float a_scale, b_scale;
+// workgroup's tile into [2^13, 2^14), and the accumulators are kept in units of the two scales. The
+// scales never grow from one slice to the next: the accumulators are rescaled (exactly, by a power
+// of two) only downwards, so they cannot overflow, and every value within 2^-27 of the largest seen
+// so far keeps f16's full precision. A slice's largest magnitudes are found in the registers that
+// fetched it and meet in shared memory at the barrier the slice waits for anyway, so scaling costs
+// no second read of the operands (the 2-stage loop takes one barrier more per slice).
+// The scales as exponents (a_scale = 2^a_exp), which a slice changes only where its maxima are larger
+// than the scale allows: the per-slice work is integer arithmetic, one subgroup reduction and two shared
+// atomics. (Computed as floats, with a division and frexp per operand and slice, scaling took ~30% of
+// these products' time on the H200: ResNet-50's fast training 7.08 ms of GPU time unscaled, 7.97 scaled;
+// as exponents, 7.59: bench/results/2026-12-03-h200-session15.md, calls 5 and 6.)
+int a_exp = 127, b_exp = 127;  // no slice yet: above any scale_exponent
+float a_scale = exp2(127.0), b_scale = exp2(127.0);
 shared uint amax[4];  // [slot * 2 + operand]: a slice's largest magnitudes, as bits (positive floats order as their bits do)
-shared uint staged_max[2];  // the first pass's largest magnitudes staged, of A and of B (as bits)
-// This thread's largest magnitudes of the slice fetch() loaded, of A and of B.
-vec2 fetched_max() {
+// The largest magnitudes of the slice fetch() loaded, into amax's slot (zero since its last reading).
+void note_slice_max(uint slot) {
     float ma = 0.0, mb = 0.0;
     [[unroll]] for (uint p = 0u; p < GA; ++p) ma = max(ma, max_abs(ra[p][0], ra[p][1]));
     [[unroll]] for (uint p = 0u; p < GB; ++p) mb = max(mb, max_abs(rb[p][0], rb[p][1]));
-    return vec2(ma, mb);
-}
-// The largest magnitudes of the slice fetch() loaded, into amax's slot (zero since its last reading).
-void note_slice_max(uint slot) {
-    uvec2 m = subgroupMax(floatBitsToUint(fetched_max()));
+    uvec2 m = subgroupMax(uvec2(floatBitsToUint(ma), floatBitsToUint(mb)));
     if (lane == 0u) {
         atomicMax(amax[slot * 2u], m.x);
         atomicMax(amax[slot * 2u + 1u], m.y);
     }
 }
-// After the barrier that completes slot's maxima: the scales of that slice (`headroom` below them:
-// the first pass's first slice), the accumulators rescaled to them (workgroup-uniform).
-void take_scales(uint slot, int headroom) {
-    int na = min(a_exp, scale_exponent(amax[slot * 2u]) - headroom);
-    int nb = min(b_exp, scale_exponent(amax[slot * 2u + 1u]) - headroom);
+// After the barrier that completes slot's maxima: the scales of that slice, the accumulators
+// rescaled to them (workgroup-uniform), and the slot cleared for the slice after next.
+void take_scales(uint slot) {
+    int na = min(a_exp, scale_exponent(amax[slot * 2u])), nb = min(b_exp, scale_exponent(amax[slot * 2u + 1u]));
     if (na != a_exp || nb != b_exp) {
         float r = exp2(float(na - a_exp + nb - b_exp));
         [[unroll]] for (uint i = 0u; i < FM; ++i)
@@ -278,75 +263,47 @@ void multiply_stage(uint s) {
 }
 
 // acc = the product over k in [k_begin, k_end), which the includer's fetch(k0) (global memory to
-// registers) and stash(s) (registers to stage s of As / Bs) stage BK at a time. SCALED: in one pass
-// at the first slice's scales, or two where a slice did not fit them (above).
+// registers) and stash(s) (registers to stage s of As / Bs) stage BK at a time.
 void coop_product(uint k_begin, uint k_end) {
+    [[unroll]] for (uint i = 0u; i < FM; ++i)
+        [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
+    fetch(k_begin);
 #if SCALED
-    vec2 staged = vec2(0.0);  // the first pass's largest magnitudes this thread staged
-    if (lid == 0u) staged_max[0] = staged_max[1] = 0u;
-    for (bool per_slice = false;; per_slice = true) {
+    if (lid == 0u) amax[0] = amax[1] = amax[2] = amax[3] = 0u;
+    barrier();
+    note_slice_max(0u);
+    barrier();
+    take_scales(0u);
+#endif
+    stash(0u);
+    barrier();
+    uint s = 0u, slot = 0u;  // the stage the slice is in; SCALED: the amax slot of its maxima
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        bool more = k0 + BK < k_end;
+        if (more) {
+            fetch(k0 + BK);
+#if SCALED
+            note_slice_max(slot ^ 1u);
+#endif
+        }
+        multiply_stage(s);
+#if STAGES == 2 && !SCALED
+        // Stage s ^ 1 was last read before the previous barrier.
+        if (more) stash(s ^ 1u);
+        barrier();
+        s ^= 1u;
 #else
-    const bool per_slice = false;
-    {
-#endif
-        [[unroll]] for (uint i = 0u; i < FM; ++i)
-            [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = F32MAT(0.0);
-        fetch(k_begin);
-#if SCALED
-        a_exp = b_exp = 127;  // above any scale_exponent
-        if (lid == 0u) amax[0] = amax[1] = amax[2] = amax[3] = 0u;
         barrier();
-        note_slice_max(0u);
-        barrier();
-        per_slice = per_slice || amax[0] == 0u || amax[1] == 0u;  // a first slice of zeros says nothing of the scales
-        take_scales(0u, per_slice ? 0 : HEADROOM);
-#endif
-        stash(0u);
-        barrier();
-        uint s = 0u, slot = 0u;  // the stage the slice is in; per_slice: the amax slot of its maxima
-        for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-            bool more = k0 + BK < k_end;
-            if (more) {
-                fetch(k0 + BK);
+        if (more) {
 #if SCALED
-                if (per_slice) note_slice_max(slot ^ 1u);
+            // Slot's maxima were all read before the barrier this slice waited for.
+            if (lid == 0u) amax[slot * 2u] = amax[slot * 2u + 1u] = 0u;
+            slot ^= 1u;
+            take_scales(slot);
 #endif
-            }
-            multiply_stage(s);
-#if SCALED
-            if (more && !per_slice) staged = max(staged, fetched_max());
-#endif
-            if (STAGES == 2 && !per_slice) {
-                // Stage s ^ 1 was last read before the previous barrier.
-                if (more) stash(s ^ 1u);
-                barrier();
-                s ^= 1u;
-            } else {
-                barrier();
-                if (more) {
-#if SCALED
-                    if (per_slice) {
-                        // Slot's maxima were all read before the barrier this slice waited for.
-                        if (lid == 0u) amax[slot * 2u] = amax[slot * 2u + 1u] = 0u;
-                        slot ^= 1u;
-                        take_scales(slot, 0);
-                    }
-#endif
-                    stash(0u);
-                    barrier();
-                }
-            }
+            stash(0u);
+            barrier();
         }
-#if SCALED
-        if (per_slice) break;
-        uvec2 m = subgroupMax(floatBitsToUint(staged));
-        if (lane == 0u) {
-            atomicMax(staged_max[0], m.x);
-            atomicMax(staged_max[1], m.y);
-        }
-        barrier();
-        // Every magnitude staged below 2^14 (f16's largest is 65504), as the first slice's were.
-        if (scale_exponent(staged_max[0]) >= a_exp && scale_exponent(staged_max[1]) >= b_exp) break;
 #endif
     }
 #if SCALED
