@@ -2,6 +2,7 @@
 // graphs and finite-difference checks are in autodiff_test.cpp), batch norm's running-stat update,
 // and the builders' shape errors; the derivatives on every kernel path (1x1 as matmuls, split-K,
 // each tile) against the reference too.
+#include <cmath>
 #include <cstdlib>
 #include <tuple>
 
@@ -154,6 +155,32 @@ TEST_F(ConvOpsTest, FastGradientsKeepTinyValues) {
     g.output("grad.w", grads[1]);
     ref::Feeds feeds = random_feeds(g, 800);
     for (double& v : feeds.at("tiny").data) v = static_cast<float>(v * 1e-10);
+    expect_matches_reference(g, feeds, coop ? 2e-3 : 1e-5, fast);
+}
+
+// The scaled cooperative kernels rescale their accumulators as K goes where a slice's magnitudes pass the scales
+// the slices before it took: the upstream gradient 4096 times larger in the second image than in the first (the
+// weight gradient's K runs over images and pixels) and in the second half of the output channels than in the first
+// (the input gradient's K runs over output channels and taps). Unsplit, so one workgroup sees every slice.
+TEST_F(ConvOpsTest, FastGradientsRescaleAlongK) {
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    ScopedEnv scaled("MEGANEURA_FAST_GRADIENTS", "f16"), unsplit("MEGANEURA_MATMUL_SPLITS", "1");
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    Graph g;
+    Tensor x = g.parameter("x", {2, 20, 9, 9});
+    Tensor w = g.parameter("w", {70, 20, 3, 3});
+    Tensor y = g.conv2d(x, w, std::nullopt, {.padding = 1});
+    Tensor loss = g.sum(g.mul(y, g.input("dy", y.shape())));
+    const auto grads = grad(loss, {x, w});
+    g.output("grad.x", grads[0]);
+    g.output("grad.w", grads[1]);
+    ref::Feeds feeds = random_feeds(g, 820);
+    auto& dy = feeds.at("dy").data;
+    for (size_t i = 0; i < dy.size(); ++i) {
+        const size_t image = i / (70 * 81), channel = i / 81 % 70;
+        dy[i] = static_cast<float>(dy[i] * std::ldexp(1.0, (image == 0 ? -6 : 6) + (channel < 35 ? -6 : 6)));
+    }
     expect_matches_reference(g, feeds, coop ? 2e-3 : 1e-5, fast);
 }
 
