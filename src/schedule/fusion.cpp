@@ -28,6 +28,7 @@ public:
         plan_.assign_elided.assign(g.nodes().size(), false);
         plan_.stored_in.assign(g.nodes().size(), -1);
         plan_.epilogue_of.assign(g.nodes().size(), -1);
+        plan_.epilogue_product.assign(g.nodes().size(), -1);
         plan_.epilogue_keeps.assign(g.nodes().size(), false);
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
         plan_.heads_split_by.assign(g.nodes().size(), -1);
@@ -54,6 +55,7 @@ public:
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
         }
+        index_epilogue_products();  // epilogue_of is final from here on
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
@@ -73,10 +75,8 @@ public:
             // a matmul's epilogue (a bias; a scale) stored split into heads as the matmul's own value would be
             if (live_[i] && stored_by[i] >= 0) try_store_heads_split(static_cast<int32_t>(i));
         }
-        std::set<int32_t> epilogue_roots;
-        for (int32_t r : plan_.epilogue_of) if (r >= 0) epilogue_roots.insert(r);
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
-            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i), epilogue_roots);
+            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
@@ -144,20 +144,32 @@ private:
         return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
     }
 
+    // FusionPlan::epilogue_product, epilogue_of's inverse: a pair's second product is not its root's (its first stores
+    // the epilogue).
+    void index_epilogue_products() {
+        std::set<int32_t> seconds;
+        for (int32_t second : plan_.epilogue_pair) seconds.insert(second);
+        for (size_t p = 0; p < plan_.epilogue_of.size(); ++p) {
+            if (const int32_t root = plan_.epilogue_of[p]; root >= 0 && !seconds.count(static_cast<int32_t>(p))) {
+                plan_.epilogue_product[static_cast<size_t>(root)] = static_cast<int32_t>(p);
+            }
+        }
+    }
+
     // Per fused root: the unbatched matmul that stores it through its epilogue, that matmul storing nothing else (no
     // value of its own, no column slices, no second product); else -1.
     std::vector<int32_t> matmuls_storing_alone() const {
         std::vector<int32_t> stored_by(g_.nodes().size(), -1);
-        for (size_t p = 0; p < plan_.epilogue_of.size(); ++p) {
-            const int32_t root = plan_.epilogue_of[p];
-            if (root < 0) continue;
-            const Node& product = g_.nodes()[p];
-            const bool alone = product.op == Op::MatMul && product.shape.size() == 2 && !plan_.epilogue_keeps[p] &&
-                               plan_.epilogue_pair[p] < 0 && plan_.column_slices[p].empty() &&
-                               stored_by[static_cast<size_t>(root)] == -1;
-            stored_by[static_cast<size_t>(root)] = alone ? static_cast<int32_t>(p) : -2;  // -2: not alone, or a pair's root
+        for (size_t root = 0; root < stored_by.size(); ++root) {
+            const int32_t p = plan_.epilogue_product[root];
+            if (p < 0) continue;
+            const Node& product = g_.node(p);
+            const auto at = static_cast<size_t>(p);
+            if (product.op == Op::MatMul && product.shape.size() == 2 && !plan_.epilogue_keeps[at] &&
+                plan_.epilogue_pair[at] < 0 && plan_.column_slices[at].empty()) {
+                stored_by[root] = p;
+            }
         }
-        for (int32_t& p : stored_by) p = std::max(p, -1);
         return stored_by;
     }
 
@@ -587,13 +599,13 @@ private:
 
     // See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product
     // stores it), reading element for element or scalars, nothing outside it reading what it computes.
-    void try_batch(int32_t assign, const std::set<int32_t>& epilogue_roots) {
+    void try_batch(int32_t assign) {
         const Node& a = g_.node(assign);
         const int32_t root = a.inputs[1];
         const Node& r = g_.node(root);
         if (a.name.empty() || g_.node(a.inputs[0]).op != Op::Parameter || !is_pointwise(r) ||
             plan_.inlined[static_cast<size_t>(root)] || plan_.stored_in[static_cast<size_t>(root)] >= 0 ||
-            epilogue_roots.count(root)) {
+            plan_.epilogue_product[static_cast<size_t>(root)] >= 0) {
             return;
         }
         const auto inside = [&](int32_t reader) { return kernel_of(reader) == root; };

@@ -91,6 +91,9 @@ struct FusionPlan {
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
+    // per fused root: the product that stores it through its epilogue (of a pair, the first), or -1; epilogue_of's
+    // inverse, for the planner's later steps and the lowering
+    std::vector<int32_t> epilogue_product;
     std::vector<bool> epilogue_keeps;   // per node with an epilogue: its own value is stored too (others read it)
     // per product with an epilogue: the second product of the same row its GEMV computes for the epilogue (whose
     // epilogue_of is the same root), or -1

@@ -3,7 +3,6 @@
 // stored, where (a view, in place, a product's column part, the heads' merged or split layout) and by which
 // kernel: its family's (lower_pointwise.cpp, lower_products.cpp, lower_transformer.cpp), or for softmax, the
 // losses, the data movement and pooling, one written here. Here too: the values and the steps that compute them.
-#include <set>
 
 #include "schedule/lowering.hpp"
 
@@ -31,13 +30,6 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
     });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
-    std::set<int32_t> seconds;  // a pair's second product: its first stores the epilogue
-    for (int32_t second : fusion_.epilogue_pair) seconds.insert(second);
-    for (size_t i = 0; i < live.size(); ++i) {
-        if (fusion_.epilogue_of[i] >= 0 && !seconds.count(static_cast<int32_t>(i))) {
-            epilogue_product_[fusion_.epilogue_of[i]] = static_cast<int32_t>(i);
-        }
-    }
     s_.node_value.assign(live.size(), -1);
     // Assignments copy last, once every other kernel has read the targets' old contents.
     std::vector<int32_t> copies;

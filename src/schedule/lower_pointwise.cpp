@@ -28,7 +28,7 @@ void Lowering::pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
 void Lowering::fused_pointwise(int32_t root, int32_t out) {
     // Over the root's own shape: `out` may be stored in another layout (its split into heads: heads_split_stored).
     codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = g_.node(root).shape};
-    const auto product = epilogue_product_.find(root);
+    const int32_t product = fusion_.epilogue_product[static_cast<size_t>(root)];  // -1: none
     std::vector<int32_t> bind;
     // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
     // in exp(x) * exp(x), is computed once.
@@ -41,13 +41,11 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         if (const auto it = step_of.find(node); it != step_of.end()) return it->second;
         const bool stored_here = fusion_.stored_in[static_cast<size_t>(node)] == root;
         if (stored_here) stored.push_back(node);
-        const int32_t second =
-            product != epilogue_product_.end() ? fusion_.epilogue_pair[static_cast<size_t>(product->second)] : -1;
-        if (product != epilogue_product_.end() &&
-            (node == product->second || is_view_of(node, product->second) ||
+        const int32_t second = product >= 0 ? fusion_.epilogue_pair[static_cast<size_t>(product)] : -1;
+        if (product >= 0 && (node == product || is_view_of(node, product) ||
              (second >= 0 && (node == second || is_view_of(node, second))))) {
             // a product's value, never stored
-            bind.push_back(node == product->second || is_view_of(node, product->second) ? -1 : -2);
+            bind.push_back(node == product || is_view_of(node, product) ? -1 : -2);
             spec.in_dtypes.push_back(g_.node(node).dtype);
             spec.in_strides.emplace_back();
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
@@ -70,14 +68,14 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
         extra.push_back(value_of(node));
     }
-    if (product != epilogue_product_.end() && fusion_.epilogue_keeps[static_cast<size_t>(product->second)]) {
+    if (product >= 0 && fusion_.epilogue_keeps[static_cast<size_t>(product)]) {
         const auto read = std::find_if(step_of.begin(), step_of.end(), [&](const auto& at) {  // or a view of it
-            return at.first == product->second || is_view_of(at.first, product->second);
+            return at.first == product || is_view_of(at.first, product);
         });
-        spec.extra_outputs.emplace_back(read->second, g_.node(product->second).dtype);
-        extra.push_back(value_of(product->second));
+        spec.extra_outputs.emplace_back(read->second, g_.node(product).dtype);
+        extra.push_back(value_of(product));
     }
-    if (product != epilogue_product_.end()) {
+    if (product >= 0) {
         const auto position = [&](int32_t marker) {
             const auto at = std::find(bind.begin(), bind.end(), marker);
             return at == bind.end() ? -1 : static_cast<int32_t>(at - bind.begin());
@@ -85,9 +83,9 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         const codegen::Epilogue epilogue{.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
         std::erase_if(bind, [](int32_t v) { return v < 0; });
         bind.insert(bind.end(), extra.begin(), extra.end());
-        if (is_norm(g_.node(product->second).op)) return lower_norm(g_.node(product->second), out, &epilogue, bind);
-        if (is_norm_grad(g_.node(product->second).op)) return lower_norm_grad(g_.node(product->second), out, &epilogue, bind);
-        return lower_product(product->second, {out}, &epilogue, bind);
+        if (is_norm(g_.node(product).op)) return lower_norm(g_.node(product), out, &epilogue, bind);
+        if (is_norm_grad(g_.node(product).op)) return lower_norm_grad(g_.node(product), out, &epilogue, bind);
+        return lower_product(product, {out}, &epilogue, bind);
     }
     bind.push_back(out);
     bind.insert(bind.end(), extra.begin(), extra.end());

@@ -126,7 +126,6 @@ private:
     const Tuning& t_;
     Schedule s_;
     FusionPlan fusion_;
-    std::map<int32_t, int32_t> epilogue_product_;  // fused root -> the product that stores it (its epilogue)
     std::vector<bool> invariant_;                  // by node, where f16 weights are on (parameter_only_nodes)
     std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
