@@ -150,7 +150,11 @@ F32_GROUPS(rb, GB, put_b)
 // of two) only downwards, so they cannot overflow, and every value within 2^-27 of the largest seen
 // so far keeps f16's full precision. A slice's largest magnitudes are found in the registers that
 // fetched it and meet in shared memory at the barrier the slice waits for anyway, so scaling costs
-// no second read of the operands (the 2-stage loop takes one barrier more per slice).
+// no second read of the operands (the 2-stage loop takes one barrier more per slice). It still costs:
+// ResNet-50's split forward products took 0.27 ms less GPU time unscaled on the H200 (fast training
+// 5.1 -> 4.8 ms; an unsafe measurement). Reusing the first slice's scales for every slice, with a second
+// pass where a slice did not fit, gained 0.1-0.2 ms and gave NaN in the convolution kernels' second pass
+// (`0e13094`, reverted; bench/results/2026-12-04-h200-session24.md).
 // The scales as exponents (a_scale = 2^a_exp), which a slice changes only where its maxima are larger
 // than the scale allows: the per-slice work is integer arithmetic, one subgroup reduction and two shared
 // atomics. (Computed as floats, with a division and frexp per operand and slice, scaling took ~30% of
