@@ -64,6 +64,8 @@ for path in sorted(glob.glob(os.path.join(work, "*.json"))):
         kernels = ", ".join(f"{k['label']} {k['ms']:.3f}" for k in (w.get("top_kernels") or [])[:shown])
         gpu = (w.get("gpu_ms") or {}).get("median", float("nan"))
         cell = f"{w['wall_ms']['median']:.3f} (GPU {gpu:.3f}; {kernels or '-'})"
+        if report.get("non_finite_outputs"):  # the run's gradients or output hold NaN or inf: its times mean nothing
+            cell += f" NaN/inf in {len(report['non_finite_outputs'])} outputs"
         rows.setdefault((model, precision, workload), {}).setdefault(name, []).append(cell)
 print("| model | precision | workload | " + " | ".join(names) + " |")
 print("| --- | --- | --- | " + " | ".join("---" for _ in names) + " |")

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.hpp"
 #include "bench/floor.hpp"
 #include "host_tools.hpp"
 #include "meganeura/autodiff.hpp"
@@ -71,6 +73,7 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_GT(mn["binary_bytes"].get<uint64_t>(), 0u);
     EXPECT_GT(mn["peak_device_bytes"].get<uint64_t>(), 0u);
     EXPECT_TRUE(mn["validation_messages"].empty()) << mn["validation_messages"];
+    EXPECT_EQ(mn["non_finite_outputs"], json::array());
     for (const char* c : {"inference", "step"}) {
         const json& t = mn["compile"][c];
         EXPECT_GT(t["cold_ms"].get<double>(), 0.0) << c;
@@ -228,6 +231,21 @@ TEST(Bench, FinetuneBenchReadsTheCommandsOutput) {
     EXPECT_EQ(r["meganeura"]["generate"]["base"]["error"], "not run");
     std::ifstream md(work + "/out/finetune.md");
     EXPECT_TRUE(md.good());
+}
+
+// The outputs a report names as holding NaN or infinity (non_finite_outputs; `meganeura bench` exits 5 on them): each
+// f32 tensor with a NaN, +inf or -inf, with its count, in name order; finite ones and integer tensors are not named.
+TEST(Bench, NamesTheOutputsHoldingNanOrInfinity) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    io::TensorMap outputs;
+    outputs["loss"] = io::TensorData::from_f32({}, {2.5f});
+    outputs["grad.b"] = io::TensorData::from_f32({2, 2}, {1, inf, -inf, 0});
+    outputs["grad.a"] = io::TensorData::from_f32({3}, {nan, 1e30f, -0.0f});
+    outputs["ids"] = io::TensorData::from_i32({2}, {-1, 7});
+    EXPECT_EQ(bench::non_finite_tensors(outputs), (std::vector<std::string>{"grad.a: 1 of 3", "grad.b: 2 of 4"}));
+    outputs.erase("grad.a");
+    outputs.erase("grad.b");
+    EXPECT_TRUE(bench::non_finite_tensors(outputs).empty());
 }
 
 // The floor's counts on graphs small enough to count by hand (bench/floor.hpp).

@@ -374,6 +374,7 @@ json run_benchmark(const BenchOptions& o) {
     report["peak_device_bytes"] = peak;
     if (!device.context()->caps().timestamps) report["notes"].push_back("no timestamp queries: GPU times are null");
     io::write_safetensors((out / "outputs.safetensors").string(), outputs);
+    report["non_finite_outputs"] = non_finite_tensors(outputs);
     collect_validation(*device.context(), messages);
     report["validation_messages"] = messages;
     return report;
@@ -419,6 +420,11 @@ std::string summarize(const json& r) {
                       w["floor"]["product_flops"].get<double>() * 1e-9, w["floor"]["bytes"].get<double>() * 1e-6);
         s += line;
     }
+    if (const json& bad = r["non_finite_outputs"]; !bad.empty()) {
+        s += "warning: NaN or infinity in " + std::to_string(bad.size()) + " outputs (the gates will fail):";
+        for (const auto& b : bad) s += " " + b.get<std::string>() + ";";
+        s += "\n";
+    }
     for (const Workload& wl : kWorkloads) {
         const std::string name = wl.name;
         const json& w = r["workloads"][name];
@@ -432,6 +438,17 @@ std::string summarize(const json& r) {
         s += "\n";
     }
     return s;
+}
+
+std::vector<std::string> non_finite_tensors(const io::TensorMap& outputs) {
+    std::vector<std::string> bad;
+    for (const auto& [name, t] : outputs) {
+        if (t.dtype != "F32") continue;
+        const std::vector<float> v = t.to_f32(name);
+        const auto count = std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+        if (count) bad.push_back(name + ": " + std::to_string(count) + " of " + std::to_string(v.size()));
+    }
+    return bad;
 }
 
 }  // namespace mn::bench

@@ -17,11 +17,15 @@
 //   weights.safetensors          every parameter (Session::save before any step)
 //   inputs.safetensors           the full input; inputs_latency.safetensors the minimal one
 //   outputs.safetensors          "output" (inference), "loss" and "grad.<parameter>" (training)
+// Outputs holding NaN or infinity are named in the report (non_finite_outputs): a time measured on them
+// is a broken kernel's, whatever it is.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/safetensors.hpp"
 #include "meganeura/session.hpp"
 
 namespace mn::bench {
@@ -43,5 +47,9 @@ nlohmann::json run_benchmark(const BenchOptions& options);
 
 // A one-screen human summary of a report.
 std::string summarize(const nlohmann::json& report);
+
+// The names of the f32 tensors of `outputs` that hold a NaN or an infinity, with how many, in name order
+// ("grad.conv1.weight: 9408 of 9408").
+std::vector<std::string> non_finite_tensors(const io::TensorMap& outputs);
 
 }  // namespace mn::bench

@@ -33,7 +33,13 @@ int run_bench(const Flags& f) {
         if (!out) throw Error("cannot write " + f.str("json"));
     }
     if (!o.compile_only) std::printf("weights, inputs and outputs in %s\n", o.out_dir.c_str());
-    return report["validation_messages"].empty() ? 0 : 4;
+    if (!report["validation_messages"].empty()) return 4;
+    if (const auto& bad = report.value("non_finite_outputs", nlohmann::json::array()); !bad.empty()) {
+        std::fprintf(stderr, "meganeura bench: NaN or infinity in %zu outputs, first %s\n", bad.size(),
+                     bad[0].get<std::string>().c_str());
+        return 5;
+    }
+    return 0;
 }
 
 }  // namespace
@@ -46,7 +52,7 @@ const Command bench_command = {
         "step and full step, in wall time and GPU timestamps, with the top kernels, a Perfetto trace per\n"
         "workload, dispatches, memory and each workload's floor. The weights, inputs and outputs go to\n"
         "--out-dir for bench/torch_bench.py and bench/compare.py (bench/README.md). Exit status 4 when the\n"
-        "validation layer reported a message.",
+        "validation layer reported a message, 5 when an output or gradient holds NaN or infinity.",
     .options = {{"model", "", "NAME", "the model (required; meganeura models lists them)"},
                 precision_option(),
                 {"size", "full", "SIZE", "full (the benchmark configuration) or tiny"},
