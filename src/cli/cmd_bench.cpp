@@ -35,6 +35,7 @@ int run_bench(const Flags& f) {
     if (!o.compile_only) std::printf("weights, inputs and outputs in %s\n", o.out_dir.c_str());
     if (!report["validation_messages"].empty()) return 4;
     if (const auto& bad = report.value("non_finite_outputs", nlohmann::json::array()); !bad.empty()) {
+        std::fflush(stdout);  // the reason last, where a script's `tail -n 1` of the log finds it (bench/run_gpu.sh)
         std::fprintf(stderr, "meganeura bench: NaN or infinity in %zu outputs, first %s\n", bad.size(),
                      bad[0].get<std::string>().c_str());
         return 5;
