@@ -3,7 +3,6 @@
 // stored, where (a view, in place, a product's column part, the heads' merged or split layout) and by which
 // kernel: its family's (lower_pointwise.cpp, lower_products.cpp, lower_transformer.cpp), or for softmax, the
 // losses, the data movement and pooling, one written here. Here too: the values and the steps that compute them.
-
 #include "schedule/lowering.hpp"
 
 namespace mn::sched {
