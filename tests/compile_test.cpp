@@ -73,6 +73,30 @@ TEST_F(CompileTest, InitialValuesDoNotDependOnHowTheyAreWritten) {
     EXPECT_EQ(compiler::fill_word(g.node(values[0].id)), std::nullopt);
 }
 
+// CompileOptions::skip_init's parameters start at zero (their values come from the caller next) and the others
+// from their Init; set or loaded, the skipped ones compute as any other.
+TEST_F(CompileTest, SkippedParametersStartAtZeroUntilTheCallerGivesThemValues) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 3});
+    const Tensor loaded = g.parameter("loaded", {4, 3}, Init::normal(0, 1)), fresh = g.parameter("fresh", {4}, Init::uniform(1, 2));
+    const Tensor half = g.parameter("half", {5}, Init::ones(), DType::F16);
+    const Tensor y = g.linear(x, loaded, fresh), h = g.cast(half, DType::F32) * 2.0;
+    g.output("y", y);
+    g.output("h", h);
+    Session s = compile(g, device(), {.skip_init = [](const std::string& name) { return name != "fresh"; }});
+    EXPECT_EQ(s.get("loaded"), std::vector<float>(12, 0.0f));
+    EXPECT_EQ(s.get("half"), std::vector<float>(5, 0.0f));
+    const std::vector<float> initial = s.get("fresh");
+    EXPECT_EQ(initial, whole_value(g.node(fresh.id), 0));
+    ref::Feeds feeds = random_feeds(g, 3);
+    feeds["fresh"] = {{4}, std::vector<double>(initial.begin(), initial.end())};
+    set_feeds(s, g, feeds);
+    s.run();
+    const std::vector<ref::Value> want = ref::evaluate(g, feeds);
+    EXPECT_LT(relative_l2(s.get("y"), want[static_cast<size_t>(y.id)].data), 1e-6);
+    EXPECT_LT(relative_l2(s.get("h"), want[static_cast<size_t>(h.id)].data), 1e-3);
+}
+
 // The generator's values as they have been since it was written (6df0223 and before): a run that loads
 // no checkpoint starts from the same weights in every version.
 TEST(CompileInitialValues, AreTheSameAsEver) {

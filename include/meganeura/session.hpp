@@ -84,6 +84,10 @@ struct CompileOptions {
     // (logits, gradients) on the device as a framework's training loop does.
     std::optional<std::vector<std::string>> read_back;
     uint64_t seed = 0;            // parameter initialization
+    // Parameters that the caller gives values right after compiling (Session::load, set, copy_to): compile
+    // leaves them zero rather than drawing their initial values, as Hugging Face's from_pretrained does not
+    // initialize what its checkpoint holds (SmolLM2-135M's 135M values took 1.9 s of two cores' time to draw).
+    std::function<bool(const std::string& parameter)> skip_init;
     // Training only: reduce the gradients across processes before every update (GradientExchange).
     std::optional<GradientExchange> data_parallel;
 };

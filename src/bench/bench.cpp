@@ -61,11 +61,13 @@ constexpr Workload kWorkloads[] = {{"inference", Mode::Inference, false},
 const char* precision_name(Precision p) { return p == Precision::Strict ? "strict" : "fast"; }
 
 // Builds and compiles the model for one mode. Outputs stay on the device (a training step reads back
-// only its loss), so timed runs copy nothing to the host.
+// only its loss), so timed runs copy nothing to the host. `loads_weights`: every parameter is loaded next
+// (CompileOptions::skip_init); the compile times are of a compile that initializes them.
 models::PreparedModel prepare(const Device& device, const BenchOptions& o, const models::ModelRequest& r, Mode mode,
-                              bool profile) {
+                              bool profile, bool loads_weights = false) {
     CompileOptions c{.precision = o.precision, .profile = profile, .read_back = std::vector<std::string>{},
                      .seed = o.seed};
+    if (loads_weights) c.skip_init = [](const std::string&) { return true; };
     if (mode != Mode::Step) return models::prepare_model(device, o.model, r, mode == Mode::Training, c);
     models::BuiltModel m = models::find_model(o.model).build(r);
     c.loss = m.loss;
@@ -265,7 +267,7 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
     json result;
     {
         ctx.reset_peak_memory();
-        models::PreparedModel p = prepare(device, o, r, w.mode, false);
+        models::PreparedModel p = prepare(device, o, r, w.mode, false, true);
         load_and_feed(p, weights, inputs);
         warm_up(p.session, w.mode, o);
         std::vector<double> wall;
@@ -298,7 +300,7 @@ json measure(const Device& device, const BenchOptions& o, const Workload& w, con
         }
     }
     if (ctx.caps().timestamps) {
-        models::PreparedModel p = prepare(device, o, r, w.mode, true);
+        models::PreparedModel p = prepare(device, o, r, w.mode, true, true);
         load_and_feed(p, weights, inputs);
         result.update(gpu_times(p.session, w.mode, o, fs::path(o.out_dir) / ("trace-" + std::string(w.name) + ".json")));
     } else {

@@ -62,7 +62,8 @@ int run_forward(const Flags& f) {
     const std::string& inputs_path = f.required("inputs");
     const std::string& out_path = f.required("out");
     io::check_can_write(out_path, "--out");
-    const CompileOptions options{.precision = parse_precision(f)};
+    CompileOptions options{.precision = parse_precision(f)};
+    if (!m.weights.empty()) options.skip_init = [](const std::string&) { return true; };  // every one is loaded
     const io::TensorMap inputs = io::read_safetensors(inputs_path);
     m.request.input_shapes = models::shapes_of(inputs);
     const Device device = Device::open();

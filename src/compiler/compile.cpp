@@ -140,7 +140,7 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
     std::memset(impl.readback.mapped(), 0, impl.readback.size());
 }
 
-// ---- pass: initialize (constants, and parameters and state from their Init) ----
+// ---- pass: initialize (constants, and parameters and state from their Init; CompileOptions::skip_init's zero) ----
 // A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; the
 // rest goes through staging, in pieces written on every core.
 void initialize(Session::Impl& impl, const Graph& graph) {
@@ -153,7 +153,9 @@ void initialize(Session::Impl& impl, const Graph& graph) {
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
-        if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
+        if (n.op == Op::Parameter && impl.options.skip_init && impl.options.skip_init(n.name)) {
+            filled.emplace_back(static_cast<int32_t>(v), 0u);  // the caller's values come next
+        } else if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
             filled.emplace_back(static_cast<int32_t>(v), *word);
         } else {
             staged.push_back(static_cast<int32_t>(v));

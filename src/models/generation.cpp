@@ -33,8 +33,14 @@ Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_
     : c_(c), prompt_len_(prompt_len), prefill_model_(build_llama_cached(c, 1, prompt_len, cache_len)),
       decode_model_(build_llama_cached(c, 1, 1, cache_len)) {
     check_fits_device(*prefill_model_.graph, device, "smollm2");
-    prefill_ = compile(*prefill_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
-    decode_ = compile(*decode_model_.graph, device, {.read_back = std::vector<std::string>{"logits"}});
+    // The prefill's parameters come from the weights and the adapter where there are weights, the decode step's
+    // from the prefill: neither draws initial values it would overwrite.
+    const auto every = [](const std::string&) { return true; };
+    CompileOptions options{.read_back = std::vector<std::string>{"logits"}};
+    if (!weights.empty()) options.skip_init = every;
+    prefill_ = compile(*prefill_model_.graph, device, options);
+    options.skip_init = every;
+    decode_ = compile(*decode_model_.graph, device, options);
     if (!weights.empty()) prefill_.load(weights, [&](const std::string& name) { return c.lora.on() && is_lora_parameter(name); });
     std::vector<std::string> params;
     for (const Node& n : prefill_model_.graph->nodes()) {

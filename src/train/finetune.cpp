@@ -126,8 +126,10 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     CompileOptions options = training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
                                                            .total_steps = total, .seed = run.seed});
     if (run.world) options.data_parallel = run.world->exchange();
-    Session train = compile(*model.graph, device, options);
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
+    const auto loaded = [&](const std::string& name) { return !is_adapter(name); };  // from the folder's weights
+    options.skip_init = loaded;
+    Session train = compile(*model.graph, device, options);
     train.load(folder.weights, is_adapter);
     // A LoRA run's checkpoint holds the adapter, its optimizer state and the step, not the frozen
     // base: resumed, the base is -m's, as it is in the evaluation session. A checkpoint written before
@@ -139,7 +141,7 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     if (run.resume) train.load({checkpoint}, [&](const std::string& name) { return frozen.count(name) > 0; });
 
     models::BuiltModel eval_model = models::build_causal_lm(c, shape);
-    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}});
+    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}, .skip_init = loaded});
     eval.load(folder.weights, is_adapter);
 
     if (shard.root()) print_plan(folder.dir, trainable,
