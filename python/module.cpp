@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <set>
+
 #include "meganeura/meganeura.hpp"
 #include "meganeura/onnx.hpp"
 #include "meganeura/version.h"
@@ -202,19 +204,26 @@ void bind_session(py::module_& m) {
     m.def(
         "compile",
         [](const Graph& graph, std::optional<mn::Device> device, std::optional<Tensor> loss, mn::Optimizer optimizer,
-           std::optional<mn::LrSchedule> schedule, double clip_grad_norm, const std::string& precision, uint64_t seed) {
-            const mn::CompileOptions options{.loss = loss, .optimizer = optimizer,
-                                             .schedule = schedule.value_or(mn::LrSchedule{}),
-                                             .clip_grad_norm = clip_grad_norm, .precision = precision_of(precision),
-                                             .seed = seed};
+           std::optional<mn::LrSchedule> schedule, double clip_grad_norm, const std::string& precision, uint64_t seed,
+           const std::vector<std::string>& skip_init) {
+            mn::CompileOptions options{.loss = loss, .optimizer = optimizer,
+                                       .schedule = schedule.value_or(mn::LrSchedule{}),
+                                       .clip_grad_norm = clip_grad_norm, .precision = precision_of(precision),
+                                       .seed = seed};
+            if (!skip_init.empty()) {
+                options.skip_init = [names = std::set<std::string>(skip_init.begin(), skip_init.end())](const std::string& n) {
+                    return names.count(n) > 0;
+                };
+            }
             py::gil_scoped_release release;
             return mn::compile(graph, device ? *device : mn::Device::open(), options);
         },
         py::arg("graph"), py::arg("device") = py::none(), py::arg("loss") = py::none(), py::arg("optimizer") = mn::AdamW{},
         py::arg("schedule") = py::none(), py::arg("clip_grad_norm") = 0.0, py::arg("precision") = "strict",
-        py::arg("seed") = 0,
+        py::arg("seed") = 0, py::arg("skip_init") = std::vector<std::string>{},
         "Compiles the graph for the device (the best one when None); with a loss, a training session whose step() "
-        "runs forward, backward and the optimizer's update in one submit");
+        "runs forward, backward and the optimizer's update in one submit. skip_init: parameters loaded or set next, "
+        "which start at zero instead of drawing their initial values");
 }
 
 void bind_onnx(py::module_& m) {

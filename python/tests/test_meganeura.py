@@ -166,6 +166,17 @@ def test_checkpoint_round_trip(tmp_path):
     assert s.step_count == 1
 
 
+def test_skipped_parameters_start_at_zero_until_loaded(tmp_path):
+    g, loss = mlp_graph(4, [6, 5, 3])
+    s = mn.compile(g, loss=loss, seed=3)
+    s.save(str(tmp_path / "c.safetensors"))
+    loaded = mn.compile(g, loss=loss, seed=3, skip_init=["0.weight"])
+    assert not loaded.get("0.weight").any()
+    np.testing.assert_array_equal(loaded.get("0.bias"), s.get("0.bias"))  # drawn as ever
+    loaded.load(str(tmp_path / "c.safetensors"))
+    np.testing.assert_array_equal(loaded.get("0.weight"), s.get("0.weight"))
+
+
 def test_fashion_mnist_example_trains_and_the_command_reads_its_checkpoint(tmp_path):
     checkpoint = str(tmp_path / "fm.safetensors")
     out = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "train_fashion_mnist.py"), "--limit", "4096",

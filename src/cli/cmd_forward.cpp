@@ -36,7 +36,9 @@ int run_onnx(const Flags& f, const io::TensorMap& inputs, const CompileOptions& 
         for (const auto& [name, data] : m.parameters) g.output("grad." + name, d[i++]);
     }
     const Device device = Device::open();
-    Session s = compile(*m.graph, device, options);
+    CompileOptions loaded = options;  // every parameter is an initializer of the file, set next
+    loaded.skip_init = [](const std::string&) { return true; };
+    Session s = compile(*m.graph, device, loaded);
     m.load_parameters(s);
     for (const std::string& name : m.inputs) {
         auto it = inputs.find(name);
