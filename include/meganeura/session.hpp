@@ -88,6 +88,7 @@ struct CompileOptions {
     // leaves them zero rather than drawing their initial values, as Hugging Face's from_pretrained does not
     // initialize what its checkpoint holds (SmolLM2-135M's 135M values took 1.9 s of two cores' time to draw).
     std::function<bool(const std::string& parameter)> skip_init;
+    static bool every_parameter(const std::string&) { return true; }  // skip_init where all of them are loaded next
     // Training only: reduce the gradients across processes before every update (GradientExchange).
     std::optional<GradientExchange> data_parallel;
 };

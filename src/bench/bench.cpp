@@ -67,7 +67,7 @@ models::PreparedModel prepare(const Device& device, const BenchOptions& o, const
                               bool profile, bool loads_weights = false) {
     CompileOptions c{.precision = o.precision, .profile = profile, .read_back = std::vector<std::string>{},
                      .seed = o.seed};
-    if (loads_weights) c.skip_init = [](const std::string&) { return true; };
+    if (loads_weights) c.skip_init = CompileOptions::every_parameter;
     if (mode != Mode::Step) return models::prepare_model(device, o.model, r, mode == Mode::Training, c);
     models::BuiltModel m = models::find_model(o.model).build(r);
     c.loss = m.loss;

@@ -37,7 +37,7 @@ int run_onnx(const Flags& f, const io::TensorMap& inputs, const CompileOptions& 
     }
     const Device device = Device::open();
     CompileOptions loaded = options;  // every parameter is an initializer of the file, set next
-    loaded.skip_init = [](const std::string&) { return true; };
+    loaded.skip_init = CompileOptions::every_parameter;
     Session s = compile(*m.graph, device, loaded);
     m.load_parameters(s);
     for (const std::string& name : m.inputs) {
@@ -65,7 +65,7 @@ int run_forward(const Flags& f) {
     const std::string& out_path = f.required("out");
     io::check_can_write(out_path, "--out");
     CompileOptions options{.precision = parse_precision(f)};
-    if (!m.weights.empty()) options.skip_init = [](const std::string&) { return true; };  // every one is loaded
+    if (!m.weights.empty()) options.skip_init = CompileOptions::every_parameter;
     const io::TensorMap inputs = io::read_safetensors(inputs_path);
     m.request.input_shapes = models::shapes_of(inputs);
     const Device device = Device::open();

@@ -35,11 +35,10 @@ Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_
     check_fits_device(*prefill_model_.graph, device, "smollm2");
     // The prefill's parameters come from the weights and the adapter where there are weights, the decode step's
     // from the prefill: neither draws initial values it would overwrite.
-    const auto every = [](const std::string&) { return true; };
     CompileOptions options{.read_back = std::vector<std::string>{"logits"}};
-    if (!weights.empty()) options.skip_init = every;
+    if (!weights.empty()) options.skip_init = CompileOptions::every_parameter;
     prefill_ = compile(*prefill_model_.graph, device, options);
-    options.skip_init = every;
+    options.skip_init = CompileOptions::every_parameter;
     decode_ = compile(*decode_model_.graph, device, options);
     if (!weights.empty()) prefill_.load(weights, [&](const std::string& name) { return c.lora.on() && is_lora_parameter(name); });
     std::vector<std::string> params;
