@@ -210,6 +210,12 @@ void bind_session(py::module_& m) {
                                        .schedule = schedule.value_or(mn::LrSchedule{}),
                                        .clip_grad_norm = clip_grad_norm, .precision = precision_of(precision),
                                        .seed = seed};
+            for (const std::string& name : skip_init) {
+                const std::optional<Tensor> t = graph.find(name);
+                if (!t || graph.node(*t).op != mn::Op::Parameter) {
+                    throw mn::Error("skip_init: '" + name + "' is not a parameter of the graph");
+                }
+            }
             if (!skip_init.empty()) {
                 options.skip_init = [names = std::set<std::string>(skip_init.begin(), skip_init.end())](const std::string& n) {
                     return names.count(n) > 0;
@@ -223,7 +229,7 @@ void bind_session(py::module_& m) {
         py::arg("seed") = 0, py::arg("skip_init") = std::vector<std::string>{},
         "Compiles the graph for the device (the best one when None); with a loss, a training session whose step() "
         "runs forward, backward and the optimizer's update in one submit. skip_init: parameters loaded or set next, "
-        "which start at zero instead of drawing their initial values");
+        "which start at zero instead of drawing their initial values (a name that is no parameter is an error)");
 }
 
 void bind_onnx(py::module_& m) {

@@ -175,6 +175,8 @@ def test_skipped_parameters_start_at_zero_until_loaded(tmp_path):
     np.testing.assert_array_equal(loaded.get("0.bias"), s.get("0.bias"))  # drawn as ever
     loaded.load(str(tmp_path / "c.safetensors"))
     np.testing.assert_array_equal(loaded.get("0.weight"), s.get("0.weight"))
+    with pytest.raises(mn.Error, match=re.escape("skip_init: '0.wieght' is not a parameter of the graph")):
+        mn.compile(g, loss=loss, skip_init=["0.wieght"])
 
 
 def test_fashion_mnist_example_trains_and_the_command_reads_its_checkpoint(tmp_path):
