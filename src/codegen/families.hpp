@@ -320,6 +320,12 @@ KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int
 // one workgroup per position that holds the first occurrence of its id sums the rows of every
 // position with that id, in position order, into out[id]. Ids out of range are skipped.
 KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch);
+// An f32 parameter's Init::Uniform or Init::Normal values (compiler/initial_values.hpp defines them) drawn on the
+// device, which has 64-bit integers and floats (DeviceCaps::shader_int64, shader_float64): one pipeline for every parameter, what it draws in
+// push constants (initial_values_push: the value's key, kind, a, b and element count).
+KernelSource initial_values_kernel(int64_t count, const Launch& launch);
+extern const uint32_t kInitialValuesPushBytes;
+std::vector<uint8_t> initial_values_push(uint64_t key, bool normal, double a, double b, int64_t count);
 KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);
 // RMSNorm / LayerNorm / GroupNorm over rows and their d / d x, one workgroup per row, two passes
 // (mean, then centered variance) so large means lose no precision. The affine weight (and bias) is

@@ -22,7 +22,7 @@ DeviceCaps gpu(std::string name, std::string type) {
     c.max_workgroup_size = {1024, 1024, 64};
     c.max_workgroup_count = {65535, 65535, 65535};
     c.max_push_constants = 128;
-    c.shader_float16 = c.shader_int8 = c.storage_16bit = true;
+    c.shader_float16 = c.shader_int8 = c.shader_int64 = c.shader_float64 = c.storage_16bit = true;
     c.buffer_device_address = true;
     c.timestamps = true;
     c.timestamp_period_ns = 1;

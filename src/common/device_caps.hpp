@@ -46,6 +46,8 @@ struct DeviceCaps {
     uint32_t max_storage_buffers_per_stage = 0;
     bool shader_float16 = false;
     bool shader_int8 = false;
+    bool shader_int64 = false;    // 64-bit integers and floats in shaders: the device draws parameters'
+    bool shader_float64 = false;  // initial values (codegen::initial_values_kernel)
     bool storage_16bit = false;
     bool shader_bfloat16 = false;
     bool buffer_device_address = false;

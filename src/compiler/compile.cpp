@@ -14,6 +14,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "compiler/check.hpp"
 #include "compiler/coop_self_test.hpp"
@@ -56,13 +57,36 @@ struct Shaders {
     std::unordered_map<std::string, size_t> index;  // GLSL source -> its SPIR-V
 };
 
-// Every dispatch is checked against the device's limits here, before the driver sees it.
-Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps) {
+// The values whose initial values the device draws (codegen::initial_values_kernel), where it has 64-bit types:
+// f32 parameters and state of Init::Uniform or Init::Normal that skip_init does not skip. Staged, SmolLM2-135M's
+// 135M values took 134-269 ms of a warm compile on the H200's host (bench/results/2026-12-03-h200-session21.md).
+std::vector<int32_t> drawn_on_device(const Session::Impl& impl, const Graph& graph) {
+    std::vector<int32_t> drawn;
+    if (!impl.ctx->caps().shader_int64 || !impl.ctx->caps().shader_float64) return drawn;
+    const sched::Schedule& s = impl.schedule;
+    for (size_t v = 0; v < s.values.size(); ++v) {
+        const sched::Value& val = s.values[v];
+        if (val.node < 0 || val.view_of >= 0) continue;
+        const Node& n = graph.node(val.node);
+        if ((n.op != Op::Parameter && n.op != Op::State) || n.dtype != DType::F32 ||
+            (n.init.kind != Init::Uniform && n.init.kind != Init::Normal) ||
+            (n.op == Op::Parameter && impl.options.skip_init && impl.options.skip_init(n.name))) {
+            continue;
+        }
+        drawn.push_back(static_cast<int32_t>(v));
+    }
+    return drawn;
+}
+
+// Every dispatch is checked against the device's limits here, before the driver sees it; with `drawn`, the kernel
+// that draws initial values too.
+Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps, const std::string& drawn) {
     Shaders out;
     std::vector<std::string> sources;
     for (const auto& step : s.steps) {
         if (out.index.emplace(step.kernel.glsl, sources.size()).second) sources.push_back(step.kernel.glsl);
     }
+    if (!drawn.empty() && out.index.emplace(drawn, sources.size()).second) sources.push_back(drawn);
     out.spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
     for (const auto& step : s.steps) compiler::require_fit(step.kernel, *out.spirv[out.index.at(step.kernel.glsl)], caps);
     return out;
@@ -141,9 +165,10 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
 }
 
 // ---- pass: initialize (constants, and parameters and state from their Init; CompileOptions::skip_init's zero) ----
-// A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; the
-// rest goes through staging, in pieces written on every core.
-void initialize(Session::Impl& impl, const Graph& graph) {
+// A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; those in
+// `drawn` the device draws (draw_on_device, once the pipelines are there); the rest goes through staging, in
+// pieces written on every core.
+void initialize(Session::Impl& impl, const Graph& graph, const std::vector<int32_t>& drawn) {
     constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
     const sched::Schedule& s = impl.schedule;
     std::vector<int32_t> staged;
@@ -153,6 +178,7 @@ void initialize(Session::Impl& impl, const Graph& graph) {
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
+        if (std::binary_search(drawn.begin(), drawn.end(), static_cast<int32_t>(v))) continue;
         if (n.op == Op::Parameter && impl.options.skip_init && impl.options.skip_init(n.name)) {
             filled.emplace_back(static_cast<int32_t>(v), 0u);  // the caller's values come next
         } else if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
@@ -175,6 +201,23 @@ void initialize(Session::Impl& impl, const Graph& graph) {
             compiler::write_initial_values(n, impl.options.seed, begin, end, dst);
         }
     });
+}
+
+// The initial values of `drawn` (drawn_on_device), one dispatch each of the pipeline that draws them.
+void draw_on_device(Session::Impl& impl, const Graph& graph, const std::vector<int32_t>& drawn, const rt::Pipeline& pipeline) {
+    rt::Program draws(impl.ctx);
+    for (int32_t v : drawn) {
+        const sched::Value& val = impl.schedule.values[static_cast<size_t>(v)];
+        const Node& n = graph.node(val.node);
+        const compiler::DrawnValues d = compiler::drawn_values(n, impl.options.seed);
+        const int64_t count = numel(val.shape);
+        const codegen::KernelSource k = codegen::initial_values_kernel(count, {});
+        draws.dispatch({.pipeline = &pipeline, .bindings = {impl.range(v)}, .groups = k.groups,
+                        .push_constants = codegen::initial_values_push(d.key, d.normal, d.a, d.b, count),
+                        .label = k.label});
+    }
+    draws.finish();
+    draws.run();
 }
 
 // ---- pass: record (uploads, dispatches with the barriers their hazards need, readbacks) ----
@@ -398,15 +441,23 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     // device copying staged weights). Neither touches what the other writes; "initialize" is the wait
     // for it after the pipelines.
     require_storage_range(s, caps.max_storage_buffer_range);
+    const std::vector<int32_t> drawn = drawn_on_device(*impl, graph);
     std::future<void> values = std::async(std::launch::async, [&] {
         allocate(*impl, graph, placement);
-        initialize(*impl, graph);
+        initialize(*impl, graph, drawn);
     });
-    const Shaders shaders = compile_shaders(s, caps);
+    const std::string draws = drawn.empty() ? "" : codegen::initial_values_kernel(1, {}).glsl;
+    const Shaders shaders = compile_shaders(s, caps, draws);
     mark("shaders", nothing);
     prepare_pipelines(*impl, shaders);
+    const rt::Pipeline* drawing =
+        drawn.empty() ? nullptr
+                      : impl->ctx->prepare_pipelines({{shaders.spirv[shaders.index.at(draws)].get(), {}, 1,
+                                                       codegen::kInitialValuesPushBytes, 0}})
+                            .front();
     mark("pipelines", nothing);
     values.get();
+    if (drawing) draw_on_device(*impl, graph, drawn, *drawing);
     mark("initialize", nothing);
 
     // What each dispatch computes names it in traces and in VK_EXT_debug_utils labels.

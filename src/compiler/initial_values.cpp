@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -56,9 +55,26 @@ std::optional<double> one_value(const Node& n) {
 
 }  // namespace
 
-void write_initial_values(const Node& n, uint64_t seed, int64_t begin, int64_t end, uint8_t* dst) {
+DrawnValues drawn_values(const Node& n, uint64_t seed) {
     const Init& init = n.init;
     const uint64_t key = splitmix64(seed ^ std::hash<std::string>{}(n.name));
+    if (init.kind == Init::Uniform) return {key, false, init.a, (init.b - init.a) / 9007199254740992.0};  // 53-bit fractions
+    return {key, true, static_cast<float>(init.a), static_cast<float>(init.b)};
+}
+
+float draw(const DrawnValues& d, uint64_t i) {
+    if (!d.normal) return static_cast<float>(d.a + d.b * static_cast<double>(splitmix64(d.key + i) >> 11));
+    int64_t sum = 0;  // 12 uniform 16-bit integers
+    for (uint64_t k = 0; k < 3; ++k) {
+        const uint64_t h = splitmix64(d.key + 3 * i + k);
+        for (int shift = 0; shift < 64; shift += 16) sum += static_cast<int64_t>((h >> shift) & 0xFFFF);
+    }
+    const float z = static_cast<float>(sum - 6 * 65535) * 0x1p-16f;  // exact: |sum - 393210| < 2^19
+    return static_cast<float>(d.a) + static_cast<float>(d.b) * z;
+}
+
+void write_initial_values(const Node& n, uint64_t seed, int64_t begin, int64_t end, uint8_t* dst) {
+    const Init& init = n.init;
     switch (init.kind) {
         case Init::Zeros:
             std::memset(dst, 0, static_cast<size_t>(end - begin) * dtype_size(n.dtype));
@@ -66,35 +82,10 @@ void write_initial_values(const Node& n, uint64_t seed, int64_t begin, int64_t e
         case Init::Ones:
             store_all(n.dtype, dst, begin, end, [](int64_t) { return 1.0; });
             return;
-        case Init::Uniform: {
-            const double scale = (init.b - init.a) / 9007199254740992.0;  // 53-bit fractions
-            store_all(n.dtype, dst, begin, end, [&](int64_t i) {
-                return init.a + scale * static_cast<double>(splitmix64(key + static_cast<uint64_t>(i)) >> 11);
-            });
-            return;
-        }
+        case Init::Uniform:
         case Init::Normal: {
-            // Box-Muller: elements 2j and 2j+1 share one hash, one radius and one angle (cos for 2j, sin
-            // for 2j + 1). Pairs go a block at a time: each pair's libm calls wait for each other, but the
-            // block's pairs are independent, so the core overlaps them (one thread writing SmolLM2's
-            // embedding: 9.3 -> 7.0 ns an element on lavapipe's machine).
-            constexpr int64_t kPairs = 64;
-            float r[kPairs], cos[kPairs], sin[kPairs];
-            for (int64_t first = begin / 2; 2 * first < end; first += kPairs) {
-                const int64_t pairs = std::min(kPairs, (end + 1) / 2 - first);
-                for (int64_t j = 0; j < pairs; ++j) {
-                    const uint64_t h = splitmix64(key + static_cast<uint64_t>(first + j));
-                    r[j] = std::sqrt(-2.0f * std::log((static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f)));
-                    const float angle = 6.28318530717958647f / 4294967296.0f * static_cast<float>(h & 0xFFFFFFFFull);
-                    cos[j] = std::cos(angle);
-                    sin[j] = std::sin(angle);
-                }
-                const int64_t from = std::max(begin, 2 * first), to = std::min(end, 2 * (first + pairs));
-                store_all(n.dtype, dst + (from - begin) * dtype_size(n.dtype), from, to, [&](int64_t i) {
-                    const int64_t j = i / 2 - first;
-                    return init.a + init.b * r[j] * (i % 2 ? sin[j] : cos[j]);
-                });
-            }
+            const DrawnValues d = drawn_values(n, seed);
+            store_all(n.dtype, dst, begin, end, [&](int64_t i) { return draw(d, static_cast<uint64_t>(i)); });
             return;
         }
     }

@@ -12,6 +12,23 @@
 
 namespace mn::compiler {
 
+// The random values of Init::Uniform and Init::Normal, element i of a value from the hash of (its key, i): the same
+// IEEE arithmetic on every device, so that the device's draws (codegen::initial_values_kernel, where the device has
+// 64-bit integers and floats) are these bit for bit. Each operation below is one correctly rounded operation, none
+// fused, then rounded to f32:
+//   uniform(lo, hi):   lo + (hi - lo) / 2^53 * (splitmix64(key + i) >> 11), in f64 (as ever: 6df0223)
+//   normal(mean, std): z = (the sum of the 12 16-bit words of splitmix64(key + 3i + k), k < 3, minus 6 * 65535)
+//                      * 2^-16, exact, of mean 0 and variance 1 - 2^-32; mean + std * z in f32. Irwin-Hall's sum of
+//                      12 uniforms: a normal within 6 deviations, where Box-Muller's libm calls (before this
+//                      commit) gave other bits on other devices.
+struct DrawnValues {
+    uint64_t key = 0;  // splitmix64(seed ^ hash(name))
+    bool normal = false;
+    double a = 0, b = 0;  // lo and (hi - lo) / 2^53, or mean and std (as f32)
+};
+DrawnValues drawn_values(const Node& n, uint64_t seed);  // n.init is Uniform or Normal
+float draw(const DrawnValues& d, uint64_t i);
+
 // Writes elements [begin, end) of n.init (seeded by `seed` and n.name) at `dst`, the bytes of element
 // `begin`, encoded as n.dtype: pieces of one value written by different threads give the bytes of the
 // whole value written at once.

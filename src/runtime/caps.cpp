@@ -165,6 +165,8 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     c.max_storage_buffers_per_stage = l.maxPerStageDescriptorStorageBuffers;
     c.shader_float16 = f.v12.shaderFloat16;
     c.shader_int8 = f.v12.shaderInt8;
+    c.shader_int64 = f.core.features.shaderInt64;
+    c.shader_float64 = f.core.features.shaderFloat64;
     c.storage_16bit = f.v11.storageBuffer16BitAccess;
     c.shader_bfloat16 = d.has(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME) && f.bf16.shaderBFloat16Type;
     c.buffer_device_address = f.v12.bufferDeviceAddress;
@@ -264,7 +266,8 @@ std::string describe(const DeviceCaps& c) {
          ", offset alignment " + std::to_string(c.min_storage_buffer_offset_alignment) + ", " +
          std::to_string(c.max_storage_buffers_per_stage) + " storage buffers per stage, push constants " +
          bytes(c.max_push_constants) + "\n";
-    s += std::string("  types: f16 ") + yes(c.shader_float16) + ", i8 " + yes(c.shader_int8) + ", 16-bit storage " +
+    s += std::string("  types: f16 ") + yes(c.shader_float16) + ", i8 " + yes(c.shader_int8) + ", i64 " +
+         yes(c.shader_int64) + ", f64 " + yes(c.shader_float64) + ", 16-bit storage " +
          yes(c.storage_16bit) + ", bf16 " + yes(c.shader_bfloat16) + ", buffer device address " +
          yes(c.buffer_device_address) + ", memory model " + yes(c.vulkan_memory_model) + "\n";
     if (c.portability_subset) s += "  portability subset: yes (a layered implementation such as MoltenVK)\n";

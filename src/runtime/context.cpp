@@ -104,6 +104,7 @@ void create_device(Context::Impl& impl) {
     vkGetPhysicalDeviceFeatures2(d.handle, &supported.core);
 #define MN_ENABLE(block, field) wanted.block.field = supported.block.field
     MN_ENABLE(core.features, shaderInt64);
+    MN_ENABLE(core.features, shaderFloat64);
     MN_ENABLE(v11, storageBuffer16BitAccess);
     MN_ENABLE(v11, uniformAndStorageBuffer16BitAccess);
     MN_ENABLE(v12, shaderFloat16);
@@ -193,6 +194,8 @@ void restrict_to_enabled(PhysicalDevice& d, const VkPhysicalDeviceFeatures2* cha
     c.storage_16bit = c.storage_16bit && v11.storageBuffer16BitAccess;
     c.shader_float16 = c.shader_float16 && v12.shaderFloat16;
     c.shader_int8 = c.shader_int8 && v12.shaderInt8;
+    c.shader_int64 = c.shader_int64 && chain && chain->features.shaderInt64;
+    c.shader_float64 = c.shader_float64 && chain && chain->features.shaderFloat64;
     c.vulkan_memory_model = c.vulkan_memory_model && v12.vulkanMemoryModel;
     c.buffer_device_address = c.buffer_device_address && v12.bufferDeviceAddress;
     c.subgroup_size_control = c.subgroup_size_control && v13.subgroupSizeControl;
