@@ -2,6 +2,8 @@
 // float64 reference at odd shapes (1, 7, 33, 50, 129: multiples of no tile), both transposes,
 // broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -167,16 +169,35 @@ TEST_F(MatmulTest, FastSelectsCooperativeKernelOnlyWhereAvailable) {
 }
 
 // The start-up check passes on this device (where it has no cooperative matrices, precision fast
-// is f32 and the check trivially so), and a device whose check failed compiles fast programs on the
-// f32 kernels.
+// is f32 and the check trivially so); its verdict is kept for the next process, which takes it as the
+// device's (a failure written there too) and checks again where the file is no verdict; a device
+// whose check failed compiles fast programs on the f32 kernels.
 TEST_F(MatmulTest, CooperativeSelfTest) {
     rt::Context& ctx = *device().context();
     const sched::CoopPath path = sched::tune_for(ctx.caps(), Precision::Fast).coop.path;
     const std::string name = sched::coop_path_name(path);
     const std::map<std::string, bool> before = ctx.cooperative_matrices_work;
+    const TempDir cache("coop_check");
+    const ScopedEnv cache_env("MEGANEURA_CACHE_DIR", cache.dir().string());
     ctx.cooperative_matrices_work.clear();
     EXPECT_TRUE(compiler::cooperative_matrices_work(device(), path));
     EXPECT_EQ(ctx.cooperative_matrices_work, (std::map<std::string, bool>{{name, true}}));
+    const std::vector<std::filesystem::path> files(std::filesystem::directory_iterator(cache.dir() / "coop-check"), {});
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(compiler::read_check_verdict(files[0].string()), "");
+
+    compiler::write_check_verdict(files[0].string(), "computed a test product 1 off (limit 1e-02)");
+    ctx.cooperative_matrices_work.clear();
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(compiler::cooperative_matrices_work(device(), path));
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("computed a test product 1 off (limit 1e-02); precision fast "
+                                                          "uses the f32 kernels"),
+              std::string::npos);
+    std::ofstream(files[0]) << "ok, or so\n";
+    EXPECT_EQ(compiler::read_check_verdict(files[0].string()), std::nullopt);
+    ctx.cooperative_matrices_work.clear();
+    EXPECT_TRUE(compiler::cooperative_matrices_work(device(), path));
+    EXPECT_EQ(compiler::read_check_verdict(files[0].string()), "");
     if (!device().context()->caps().timestamps) GTEST_SKIP() << "no timestamps to read kernel labels from";
     ctx.cooperative_matrices_work[name] = false;
     Graph g;

@@ -11,7 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
+#include "common/cache_dir.hpp"
+#include "compiler/program_kernels.hpp"
 #include "meganeura/autodiff.hpp"
 #include "reference/reference.hpp"
 #include "runtime/runtime.hpp"
@@ -79,31 +85,66 @@ double check_error(const Device& device, const Graph& g) {
     return worst;
 }
 
+// Where the check's verdict is kept (empty: no disk cache): named by what it depends on, the driver's build
+// for this device (its pipelineCacheUUID), the path and the check's kernels (their GLSL), so that a driver
+// update or another version's kernels check again.
+std::string verdict_file(const Device& device, sched::CoopPath path) {
+    const std::string dir = cache_folder();
+    if (dir.empty()) return "";
+    std::string kernels;
+    for (const auto& k : program_kernels(cooperative_check_graph(), device.context()->caps(), {.precision = Precision::Fast}))
+        kernels += k.glsl;
+    std::ostringstream name;
+    name << device.context()->pipeline_cache_uuid() << "-" << sched::coop_path_name(path) << "-" << std::hex
+         << std::hash<std::string>{}(kernels);
+    return dir + "/coop-check/" + name.str();
+}
+
 }  // namespace
+
+std::optional<std::string> read_check_verdict(const std::string& file) {
+    std::ifstream in(file);
+    std::string verdict;
+    if (!in || !std::getline(in, verdict)) return std::nullopt;
+    if (verdict == "ok") return "";
+    if (verdict.rfind("problem: ", 0) == 0 && verdict.size() > 9) return verdict.substr(9);
+    return std::nullopt;  // torn by a concurrent write, or not ours: check again
+}
+
+void write_check_verdict(const std::string& file, const std::string& problem) {
+    std::error_code error;
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), error);
+    std::ofstream(file, std::ios::trunc) << (problem.empty() ? "ok" : "problem: " + problem) << "\n";
+}
 
 bool cooperative_matrices_work(const Device& device, sched::CoopPath path) {
     rt::Context& ctx = *device.context();
     const std::string name = sched::coop_path_name(path);
     if (const auto known = ctx.cooperative_matrices_work.find(name); known != ctx.cooperative_matrices_work.end())
         return known->second;
-    ctx.cooperative_matrices_work[name] = true;  // the check's own compile uses them
-    std::string problem;
-    try {
-        const double e = check_error(device, cooperative_check_graph());
-        if (!(e <= kLimit)) {
-            char text[96];
-            std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);
-            problem = text;
+    const std::string file = verdict_file(device, path);
+    std::optional<std::string> problem = file.empty() ? std::nullopt : read_check_verdict(file);
+    if (!problem) {
+        ctx.cooperative_matrices_work[name] = true;  // the check's own compile uses them
+        problem.emplace();
+        try {
+            const double e = check_error(device, cooperative_check_graph());
+            if (!(e <= kLimit)) {
+                char text[96];
+                std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);
+                *problem = text;
+            }
+        } catch (const Error& e) {
+            *problem = std::string("failed a test product: ") + e.what();
         }
-    } catch (const Error& e) {
-        problem = std::string("failed a test product: ") + e.what();
+        if (!file.empty()) write_check_verdict(file, *problem);
     }
-    ctx.cooperative_matrices_work[name] = problem.empty();
-    if (!problem.empty()) {
+    ctx.cooperative_matrices_work[name] = problem->empty();
+    if (!problem->empty()) {
         std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
-                     name.c_str(), ctx.caps().name.c_str(), problem.c_str());
+                     name.c_str(), ctx.caps().name.c_str(), problem->c_str());
     }
-    return problem.empty();
+    return problem->empty();
 }
 
 }  // namespace mn::compiler

@@ -70,16 +70,24 @@ VkPipelineLayout pipeline_layout(Context::Impl& m, uint32_t bindings, uint32_t p
     return layout;
 }
 
+std::string pipeline_cache_uuid_of(VkPhysicalDevice device) {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(device, &p);
+    char uuid[2 * VK_UUID_SIZE + 1];
+    for (uint32_t i = 0; i < VK_UUID_SIZE; ++i) std::snprintf(uuid + 2 * i, 3, "%02x", p.pipelineCacheUUID[i]);
+    return uuid;
+}
+
 }  // namespace
+
+std::string Context::pipeline_cache_uuid() const { return pipeline_cache_uuid_of(impl_->physical.handle); }
 
 void Context::Impl::open_pipeline_cache() {
     VkPhysicalDeviceProperties p;
     vkGetPhysicalDeviceProperties(physical.handle, &p);
     std::vector<char> data;
     if (std::string dir = cache_folder(); !dir.empty()) {
-        char uuid[2 * VK_UUID_SIZE + 1];
-        for (uint32_t i = 0; i < VK_UUID_SIZE; ++i) std::snprintf(uuid + 2 * i, 3, "%02x", p.pipelineCacheUUID[i]);
-        pipeline_cache_path = dir + "/pipelines-" + uuid + ".bin";
+        pipeline_cache_path = dir + "/pipelines-" + pipeline_cache_uuid_of(physical.handle) + ".bin";
         std::ifstream in(pipeline_cache_path, std::ios::binary);
         data.assign(std::istreambuf_iterator<char>(in), {});
         if (!header_matches(data, p)) data.clear();

@@ -60,6 +60,8 @@ public:
     // run, before the first compile that would use them. Drivers can advertise an extension and
     // compute it wrong.
     std::map<std::string, bool> cooperative_matrices_work;
+    // The device's pipelineCacheUUID in hex: a driver update changes it, and what the driver compiles with it.
+    std::string pipeline_cache_uuid() const;
 
     // pipeline()'s arguments, for prepare_pipelines.
     struct PipelineRequest {
