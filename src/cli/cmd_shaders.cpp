@@ -43,7 +43,8 @@ size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt
         if (index.emplace(k.glsl, sources.size()).second) sources.push_back(k.glsl), labels.push_back(k.label);
     }
     const std::vector<codegen::Spirv> spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
-    for (const auto& k : kernels) compiler::require_fit(k, *spirv[index.at(k.glsl)], caps);
+    compiler::FitCheck fit(caps);
+    for (const auto& k : kernels) fit.require(k, *spirv[index.at(k.glsl)]);
     if (std::error_code e; !std::filesystem::create_directories(dir, e) && e)
         throw Error("--out " + dir.string() + ": cannot create it: " + e.message());
     // dispatches.txt: every dispatch in order, its kernel's file, grid and workgroup size, and the choice its

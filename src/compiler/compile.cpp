@@ -88,7 +88,8 @@ Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps, co
     }
     if (!drawn.empty() && out.index.emplace(drawn, sources.size()).second) sources.push_back(drawn);
     out.spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
-    for (const auto& step : s.steps) compiler::require_fit(step.kernel, *out.spirv[out.index.at(step.kernel.glsl)], caps);
+    compiler::FitCheck fit(caps);
+    for (const auto& step : s.steps) fit.require(step.kernel, *out.spirv[out.index.at(step.kernel.glsl)]);
     return out;
 }
 

@@ -4,7 +4,6 @@
 
 #include <vulkan/vulkan.h>
 
-#include "codegen/device_fit.hpp"
 #include "compiler/training.hpp"
 #include "schedule/env.hpp"
 
@@ -52,18 +51,21 @@ codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps) {
     return o;
 }
 
-void require_fit(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv, const rt::DeviceCaps& caps) {
-    codegen::SpirvNeeds needs;
-    try {
-        needs = codegen::spirv_needs(spirv, kernel.spec_values);
-    } catch (const Error& e) {
-        throw Error("kernel " + kernel.label + ": " + e.what());
+void FitCheck::require(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv) {
+    auto [it, fresh] = needs_.try_emplace({&spirv, kernel.spec_values});
+    if (fresh) {
+        try {
+            it->second = codegen::spirv_needs(spirv, kernel.spec_values);
+        } catch (const Error& e) {
+            needs_.erase(it);
+            throw Error("kernel " + kernel.label + ": " + e.what());
+        }
     }
-    const std::vector<std::string> misfits = codegen::device_misfits(kernel, needs, caps);
+    const std::vector<std::string> misfits = codegen::device_misfits(kernel, it->second, caps_);
     if (misfits.empty()) return;
     std::string text;
     for (const std::string& m : misfits) text += "; " + m;
-    throw Error("kernel " + kernel.label + " does not fit " + caps.name + text.replace(0, 1, ":"));
+    throw Error("kernel " + kernel.label + " does not fit " + caps_.name + text.replace(0, 1, ":"));
 }
 
 }  // namespace mn::compiler

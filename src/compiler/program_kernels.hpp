@@ -3,8 +3,11 @@
 // ordered schedule (training appended, optimize, lower, order by level), with no Vulkan device
 // opened and nothing allocated. `meganeura shaders` writes them out (as SPIR-V and Metal), and the
 // caps tests check each one against device classes this machine does not have.
+#include <map>
+#include <utility>
 #include <vector>
 
+#include "codegen/device_fit.hpp"
 #include "codegen/kernel.hpp"
 #include "codegen/shader_compiler.hpp"
 #include "common/device_caps.hpp"
@@ -29,7 +32,18 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
 // matrices rewritten to KHR ones where sched::choose_coop picks that path.
 codegen::ShaderOptions shader_options(const rt::DeviceCaps& caps);
 
-// An mn::Error naming the kernel and every device limit it passes (codegen/device_fit.hpp).
-void require_fit(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv, const rt::DeviceCaps& caps);
+// Kernels checked against the device's limits: an mn::Error naming the kernel and every limit it passes
+// (codegen/device_fit.hpp). A shader's needs depend on its specialization alone, so they are read once per shader and
+// specialization: SmolLM2-135M's step is 1,299 kernels of 54 pipelines on lavapipe (reading each took 15 ms of a warm
+// compile on two cores).
+class FitCheck {
+public:
+    explicit FitCheck(const rt::DeviceCaps& caps) : caps_(caps) {}
+    void require(const codegen::KernelSource& kernel, const std::vector<uint32_t>& spirv);
+
+private:
+    const rt::DeviceCaps& caps_;
+    std::map<std::pair<const std::vector<uint32_t>*, std::vector<uint32_t>>, codegen::SpirvNeeds> needs_;
+};
 
 }  // namespace mn::compiler
