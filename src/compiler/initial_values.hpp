@@ -19,8 +19,8 @@ namespace mn::compiler {
 //   uniform(lo, hi):   lo + (hi - lo) / 2^53 * (splitmix64(key + i) >> 11), in f64 (as ever: 6df0223)
 //   normal(mean, std): z = (the sum of the 12 16-bit words of splitmix64(key + 3i + k), k < 3, minus 6 * 65535)
 //                      * 2^-16, exact, of mean 0 and variance 1 - 2^-32; mean + std * z in f32. Irwin-Hall's sum of
-//                      12 uniforms: a normal within 6 deviations, where Box-Muller's libm calls (before this
-//                      commit) gave other bits on other devices.
+//                      12 uniforms: a normal within 6 deviations, where Box-Muller's libm calls (until 1d5125a)
+//                      gave other bits on other devices.
 struct DrawnValues {
     uint64_t key = 0;  // splitmix64(seed ^ hash(name))
     bool normal = false;
