@@ -321,9 +321,10 @@ KernelSource embedding_kernel(DType dtype, int64_t positions, int64_t vocab, int
 // position with that id, in position order, into out[id]. Ids out of range are skipped.
 KernelSource fill_zero_kernel(DType dtype, int64_t count, const Launch& launch);
 // An f32 parameter's Init::Uniform or Init::Normal values (compiler/initial_values.hpp defines them) drawn on the
-// device, which has 64-bit integers and floats (DeviceCaps::shader_int64, shader_float64): one pipeline for every parameter, what it draws in
-// push constants (initial_values_push: the value's key, kind, a, b and element count).
-KernelSource initial_values_kernel(int64_t count, const Launch& launch);
+// device, which has 64-bit integers and floats (DeviceCaps::shader_int64, shader_float64): one pipeline for every
+// parameter, what it draws in push constants (initial_values_push: the value's key, kind, a, b and element count;
+// the caller sizes each dispatch's grid, a thread an element).
+KernelSource initial_values_kernel(const Launch& launch);
 extern const uint32_t kInitialValuesPushBytes;
 std::vector<uint8_t> initial_values_push(uint64_t key, bool normal, double a, double b, int64_t count);
 KernelSource embedding_grad_kernel(DType dtype, int64_t positions, int64_t vocab, int64_t dim, const Launch& launch);

@@ -8,13 +8,11 @@ namespace mn::codegen {
 
 const uint32_t kInitialValuesPushBytes = 32;
 
-KernelSource initial_values_kernel(int64_t count, const Launch& launch) {
+KernelSource initial_values_kernel(const Launch& launch) {
     KernelSource k;
     k.label = "initial_values";
     k.iface.local_size = launch.local_size;
     k.iface.bindings = {{"out0", DType::F32, true}};
-    checked_u32(count, "parameter size");
-    k.groups = grid_for((static_cast<uint64_t>(count) + launch.local_size - 1) / launch.local_size, launch.max_groups);
     std::string g = glsl_preamble(k.iface);
     g.insert(g.find('\n') + 1, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
     k.glsl = g + kFlatGroupId + R"(

@@ -57,27 +57,6 @@ struct Shaders {
     std::unordered_map<std::string, size_t> index;  // GLSL source -> its SPIR-V
 };
 
-// The values whose initial values the device draws (codegen::initial_values_kernel), where it has 64-bit types:
-// f32 parameters and state of Init::Uniform or Init::Normal that skip_init does not skip. Staged, SmolLM2-135M's
-// 135M values took 134-269 ms of a warm compile on the H200's host (bench/results/2026-12-03-h200-session21.md).
-std::vector<int32_t> drawn_on_device(const Session::Impl& impl, const Graph& graph) {
-    std::vector<int32_t> drawn;
-    if (!impl.ctx->caps().shader_int64 || !impl.ctx->caps().shader_float64) return drawn;
-    const sched::Schedule& s = impl.schedule;
-    for (size_t v = 0; v < s.values.size(); ++v) {
-        const sched::Value& val = s.values[v];
-        if (val.node < 0 || val.view_of >= 0) continue;
-        const Node& n = graph.node(val.node);
-        if ((n.op != Op::Parameter && n.op != Op::State) || n.dtype != DType::F32 ||
-            (n.init.kind != Init::Uniform && n.init.kind != Init::Normal) ||
-            (n.op == Op::Parameter && impl.options.skip_init && impl.options.skip_init(n.name))) {
-            continue;
-        }
-        drawn.push_back(static_cast<int32_t>(v));
-    }
-    return drawn;
-}
-
 // Every dispatch is checked against the device's limits here, before the driver sees it; with `drawn`, the kernel
 // that draws initial values too.
 Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps, const std::string& drawn) {
@@ -166,34 +145,50 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
 }
 
 // ---- pass: initialize (constants, and parameters and state from their Init; CompileOptions::skip_init's zero) ----
-// A value that holds one word everywhere (zeros above all: the optimizer's state) is a device fill; those in
-// `drawn` the device draws (draw_on_device, once the pipelines are there); the rest goes through staging, in
-// pieces written on every core.
-void initialize(Session::Impl& impl, const Graph& graph, const std::vector<int32_t>& drawn) {
-    constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
-    const sched::Schedule& s = impl.schedule;
-    std::vector<int32_t> staged;
+// How each value with an initial value gets it: a value that holds one word everywhere (zeros above all: the
+// optimizer's state; the parameters skip_init names) is a device fill; the device draws the random values of f32
+// parameters and state where it has 64-bit types (codegen::initial_values_kernel; staged, SmolLM2-135M's 135M values
+// took 134-269 ms of a warm compile on the H200's host, bench/results/2026-12-03-h200-session21.md); the rest goes
+// through staging, in pieces written on every core.
+struct InitialValues {
     std::vector<std::pair<int32_t, uint32_t>> filled;  // value, word
+    std::vector<int32_t> drawn, staged;
+};
+
+InitialValues initial_values(const Session::Impl& impl, const Graph& graph) {
+    const bool draws = impl.ctx->caps().shader_int64 && impl.ctx->caps().shader_float64;
+    const sched::Schedule& s = impl.schedule;
+    InitialValues out;
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
-        if (std::binary_search(drawn.begin(), drawn.end(), static_cast<int32_t>(v))) continue;
+        const bool random = n.op != Op::Constant && (n.init.kind == Init::Uniform || n.init.kind == Init::Normal);
         if (n.op == Op::Parameter && impl.options.skip_init && impl.options.skip_init(n.name)) {
-            filled.emplace_back(static_cast<int32_t>(v), 0u);  // the caller's values come next
+            out.filled.emplace_back(static_cast<int32_t>(v), 0u);  // the caller's values come next
         } else if (const std::optional<uint32_t> word = compiler::fill_word(n)) {
-            filled.emplace_back(static_cast<int32_t>(v), *word);
+            out.filled.emplace_back(static_cast<int32_t>(v), *word);
+        } else if (draws && random && n.dtype == DType::F32) {
+            out.drawn.push_back(static_cast<int32_t>(v));
         } else {
-            staged.push_back(static_cast<int32_t>(v));
+            out.staged.push_back(static_cast<int32_t>(v));
         }
     }
-    if (!filled.empty()) {
+    return out;
+}
+
+// The fills and the staged values (the draws wait for their pipeline: draw_on_device).
+void initialize(Session::Impl& impl, const Graph& graph, const InitialValues& values) {
+    constexpr int64_t kPiece = 1 << 18;  // elements: 1 MiB of f32, 515 pieces for SmolLM2's 135M
+    const sched::Schedule& s = impl.schedule;
+    if (!values.filled.empty()) {
         rt::Program fills(impl.ctx);
-        for (const auto& [v, word] : filled) fills.fill(impl.range(v), word);
+        for (const auto& [v, word] : values.filled) fills.fill(impl.range(v), word);
         fills.finish();
         fills.run();
     }
+    const std::vector<int32_t>& staged = values.staged;
     impl.write_pieces(staged, kPiece, [&](size_t i, int64_t begin, int64_t end, uint8_t* dst) {
         const Node& n = graph.node(s.values[static_cast<size_t>(staged[i])].node);
         if (n.op == Op::Constant) {
@@ -204,18 +199,20 @@ void initialize(Session::Impl& impl, const Graph& graph, const std::vector<int32
     });
 }
 
-// The initial values of `drawn` (drawn_on_device), one dispatch each of the pipeline that draws them.
-void draw_on_device(Session::Impl& impl, const Graph& graph, const std::vector<int32_t>& drawn, const rt::Pipeline& pipeline) {
+// The initial values of `drawn` (InitialValues), one dispatch each of `kernel`'s pipeline.
+void draw_on_device(Session::Impl& impl, const Graph& graph, const std::vector<int32_t>& drawn,
+                    const codegen::KernelSource& kernel, const rt::Pipeline& pipeline) {
+    const codegen::Launch launch;
     rt::Program draws(impl.ctx);
     for (int32_t v : drawn) {
         const sched::Value& val = impl.schedule.values[static_cast<size_t>(v)];
-        const Node& n = graph.node(val.node);
-        const compiler::DrawnValues d = compiler::drawn_values(n, impl.options.seed);
+        const compiler::DrawnValues d = compiler::drawn_values(graph.node(val.node), impl.options.seed);
         const int64_t count = numel(val.shape);
-        const codegen::KernelSource k = codegen::initial_values_kernel(count, {});
-        draws.dispatch({.pipeline = &pipeline, .bindings = {impl.range(v)}, .groups = k.groups,
+        draws.dispatch({.pipeline = &pipeline, .bindings = {impl.range(v)},
+                        .groups = codegen::grid_for((static_cast<uint64_t>(count) + kernel.iface.local_size - 1) /
+                                                        kernel.iface.local_size, launch.max_groups),
                         .push_constants = codegen::initial_values_push(d.key, d.normal, d.a, d.b, count),
-                        .label = k.label});
+                        .label = kernel.label});
     }
     draws.finish();
     draws.run();
@@ -442,23 +439,23 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     // device copying staged weights). Neither touches what the other writes; "initialize" is the wait
     // for it after the pipelines.
     require_storage_range(s, caps.max_storage_buffer_range);
-    const std::vector<int32_t> drawn = drawn_on_device(*impl, graph);
+    const InitialValues initial = initial_values(*impl, graph);
     std::future<void> values = std::async(std::launch::async, [&] {
         allocate(*impl, graph, placement);
-        initialize(*impl, graph, drawn);
+        initialize(*impl, graph, initial);
     });
-    const std::string draws = drawn.empty() ? "" : codegen::initial_values_kernel(1, {}).glsl;
-    const Shaders shaders = compile_shaders(s, caps, draws);
+    const codegen::KernelSource draws = initial.drawn.empty() ? codegen::KernelSource{} : codegen::initial_values_kernel({});
+    const Shaders shaders = compile_shaders(s, caps, draws.glsl);
     mark("shaders", nothing);
     prepare_pipelines(*impl, shaders);
     const rt::Pipeline* drawing =
-        drawn.empty() ? nullptr
-                      : impl->ctx->prepare_pipelines({{shaders.spirv[shaders.index.at(draws)].get(), {}, 1,
-                                                       codegen::kInitialValuesPushBytes, 0}})
-                            .front();
+        initial.drawn.empty() ? nullptr
+                              : impl->ctx->prepare_pipelines({{shaders.spirv[shaders.index.at(draws.glsl)].get(), {}, 1,
+                                                               codegen::kInitialValuesPushBytes, 0}})
+                                    .front();
     mark("pipelines", nothing);
     values.get();
-    if (drawing) draw_on_device(*impl, graph, drawn, *drawing);
+    if (drawing) draw_on_device(*impl, graph, initial.drawn, draws, *drawing);
     mark("initialize", nothing);
 
     // What each dispatch computes names it in traces and in VK_EXT_debug_utils labels.
