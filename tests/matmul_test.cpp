@@ -1,6 +1,7 @@
 // The matmul kernels (tiled f32 at every tile geometry, GEMV, cooperative matrix) against the
 // float64 reference at odd shapes (1, 7, 33, 50, 129: multiples of no tile), both transposes,
 // broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -210,6 +211,37 @@ TEST_F(MatmulTest, CooperativeSelfTest) {
     set_feeds(s, g, random_feeds(g, 4410));
     s.run();
     EXPECT_EQ(s.profile().at(0).first, "matmul");
+}
+
+// A device's first fast compile runs the start-up check beside itself (its "check" pass is the wait for it),
+// on the cooperative kernels, and takes the verdict the check leaves: here a pass, written to the cache folder.
+TEST_F(MatmulTest, CooperativeCheckRunsBesideTheFirstFastCompile) {
+    if (!coop_device()) GTEST_SKIP() << "no cooperative matrices: precision fast never checks them";
+    rt::Context& ctx = *device().context();
+    const std::string name = sched::coop_path_name(sched::tune_for(ctx.caps(), Precision::Fast).coop.path);
+    const std::map<std::string, bool> before = ctx.cooperative_matrices_work;
+    const TempDir cache("coop_check_beside");
+    const ScopedEnv cache_env("MEGANEURA_CACHE_DIR", cache.dir().string());
+    ctx.cooperative_matrices_work.clear();
+    Graph g;
+    g.output("c", g.matmul(g.input("a", {70, 200}), g.input("b", {200, 72})));
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    fast.profile = ctx.caps().timestamps;
+    Session s = compile(g, device(), fast);
+    const std::map<std::string, bool> verdicts = ctx.cooperative_matrices_work;
+    ctx.cooperative_matrices_work = before;
+    EXPECT_EQ(verdicts, (std::map<std::string, bool>{{name, true}}));
+    const std::vector<std::filesystem::path> files(std::filesystem::directory_iterator(cache.dir() / "coop-check"), {});
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(compiler::read_check_verdict(files[0].string()), "");
+    const auto& passes = s.stats().pass_ms;
+    EXPECT_TRUE(std::any_of(passes.begin(), passes.end(), [](const auto& p) { return p.first == "check"; }));
+    const ref::Feeds feeds = random_feeds(g, 4420);
+    set_feeds(s, g, feeds);
+    s.run();
+    EXPECT_LE(relative_l2(s.get("c"), ref::evaluate(g, feeds)[static_cast<size_t>(g.outputs()[0].second)].data), 2e-3);
+    if (fast.profile) EXPECT_EQ(s.profile().at(0).first, "matmul_coop");
 }
 
 // The tuning the choice tests give the kernel families: the H200's compute units, `shared_memory` bytes of

@@ -117,34 +117,56 @@ void write_check_verdict(const std::string& file, const std::string& problem) {
     std::ofstream(file, std::ios::trunc) << (problem.empty() ? "ok" : "problem: " + problem) << "\n";
 }
 
-bool cooperative_matrices_work(const Device& device, sched::CoopPath path) {
+namespace {
+
+// The verdict's consequence for this context: recorded, and where it failed, said once.
+bool record_verdict(rt::Context& ctx, const std::string& name, const std::string& problem) {
+    ctx.cooperative_matrices_work[name] = problem.empty();
+    if (!problem.empty()) {
+        std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
+                     name.c_str(), ctx.caps().name.c_str(), problem.c_str());
+    }
+    return problem.empty();
+}
+
+// known_cooperative_verdict, with the verdict's file (empty: none, or the context knew it).
+std::optional<bool> known_verdict(const Device& device, sched::CoopPath path, std::string& file) {
     rt::Context& ctx = *device.context();
     const std::string name = sched::coop_path_name(path);
     if (const auto known = ctx.cooperative_matrices_work.find(name); known != ctx.cooperative_matrices_work.end())
         return known->second;
-    const std::string file = verdict_file(device, path);
-    std::optional<std::string> problem = file.empty() ? std::nullopt : read_check_verdict(file);
-    if (!problem) {
-        ctx.cooperative_matrices_work[name] = true;  // the check's own compile uses them
-        problem.emplace();
-        try {
-            const double e = check_error(device, cooperative_check_graph());
-            if (!(e <= kLimit)) {
-                char text[96];
-                std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);
-                *problem = text;
-            }
-        } catch (const Error& e) {
-            *problem = std::string("failed a test product: ") + e.what();
+    file = verdict_file(device, path);
+    const std::optional<std::string> problem = file.empty() ? std::nullopt : read_check_verdict(file);
+    if (!problem) return std::nullopt;
+    return record_verdict(ctx, name, *problem);
+}
+
+}  // namespace
+
+std::optional<bool> known_cooperative_verdict(const Device& device, sched::CoopPath path) {
+    std::string file;
+    return known_verdict(device, path, file);
+}
+
+bool cooperative_matrices_work(const Device& device, sched::CoopPath path) {
+    std::string file;
+    if (const std::optional<bool> known = known_verdict(device, path, file)) return *known;
+    rt::Context& ctx = *device.context();
+    const std::string name = sched::coop_path_name(path);
+    ctx.cooperative_matrices_work[name] = true;  // the check's own compile uses them
+    std::string problem;
+    try {
+        const double e = check_error(device, cooperative_check_graph());
+        if (!(e <= kLimit)) {
+            char text[96];
+            std::snprintf(text, sizeof text, "computed a test product %.2g off (limit %.0e)", e, kLimit);
+            problem = text;
         }
-        if (!file.empty()) write_check_verdict(file, *problem);
+    } catch (const Error& e) {
+        problem = std::string("failed a test product: ") + e.what();
     }
-    ctx.cooperative_matrices_work[name] = problem->empty();
-    if (!problem->empty()) {
-        std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
-                     name.c_str(), ctx.caps().name.c_str(), problem->c_str());
-    }
-    return problem->empty();
+    if (!file.empty()) write_check_verdict(file, problem);
+    return record_verdict(ctx, name, problem);
 }
 
 }  // namespace mn::compiler

@@ -78,6 +78,9 @@ struct Context::Impl {
     std::map<uint32_t, VkDescriptorSetLayout> set_layouts;  // by binding count
     std::map<std::pair<uint32_t, uint32_t>, VkPipelineLayout> pipeline_layouts;  // (bindings, push bytes)
     std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines;  // key: every input's bytes
+    // Guards pipelines, set_layouts, pipeline_layouts and pipeline_cache_dirty: two compiles may share the
+    // context at once (a fast compile's first one runs the cooperative-matrix check beside it).
+    std::mutex pipelines_mutex;
 
     std::mutex memory_mutex;
     Context::MemoryUse memory_use;  // device-local buffer bytes (buffer.cpp)

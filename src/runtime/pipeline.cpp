@@ -271,10 +271,13 @@ std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<Pipeli
     std::vector<std::string> keys;
     std::vector<Pending> pending;
     std::set<std::string> seen;
-    for (const Request& r : requests) {
-        keys.push_back(request_key(r));
-        if (m.pipelines.count(keys.back()) || !seen.insert(keys.back()).second) continue;
-        pending.push_back({keys.back(), &r, new_pipeline(m, r)});
+    {
+        std::lock_guard lock(m.pipelines_mutex);
+        for (const Request& r : requests) {
+            keys.push_back(request_key(r));
+            if (m.pipelines.count(keys.back()) || !seen.insert(keys.back()).second) continue;
+            pending.push_back({keys.back(), &r, new_pipeline(m, r)});
+        }
     }
     ShaderModules modules(m.device);
     for (const Pending& p : pending) modules.make(p.request->spirv);
@@ -286,12 +289,17 @@ std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<Pipeli
         p.result = create_handle(m, *p.request, modules.of(p.request->spirv), *p.pipeline, &p.failed);
     });
     const Pending* failure = nullptr;
+    std::lock_guard lock(m.pipelines_mutex);
     for (Pending& p : pending) {
         if (p.result != VK_SUCCESS) {
             failure = failure ? failure : &p;
             continue;
         }
-        m.pipelines.emplace(std::move(p.key), std::move(p.pipeline));
+        // Another compile on this context may have made the same pipeline meanwhile: the first one stays.
+        if (!m.pipelines.try_emplace(p.key, std::move(p.pipeline)).second) {
+            vkDestroyPipeline(m.device, p.pipeline->handle, nullptr);
+            continue;
+        }
         m.pipeline_cache_dirty = true;
     }
     if (failure) vk_fail(failure->failed, failure->result < 0 ? failure->result : VK_ERROR_UNKNOWN, __FILE__, __LINE__);
