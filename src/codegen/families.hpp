@@ -144,7 +144,14 @@ struct MatmulSpec {
     // both products for each output and stores the epilogue of the two (Epilogue::product2), as a SwiGLU's
     // silu(x W_gate^T) * (x W_up^T) in one dispatch and one level (schedule/fusion.hpp).
     bool b2 = false;
+    // > 0: C's rows (of N values, after the epilogue) are an RMSNorm's input, with this epsilon. Where K is split, the
+    // sum kernel stores the norm too (a workgroup per row: the row, then its statistic, then the norm), its weight and
+    // output bound after the epilogue's inputs, so the norm is no dispatch of its own (schedule/fusion.hpp);
+    // MatmulKernels::sum_stores_norm says whether it does (an f32 C of whole 16-byte rows, no column parts, rows of at
+    // most kSumNormMaxColumns).
+    double sum_rms_eps = 0;
 };
+inline constexpr int64_t kSumNormMaxColumns = 8192;
 // The dtype operand x ('a' or 'b') is stored in.
 DType operand_dtype(const MatmulSpec& spec, char x);
 // What the matmul family may specialize on, read from DeviceCaps by schedule/ (tune_for).
@@ -186,6 +193,7 @@ struct MatmulKernels {
     KernelSource product;
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
+    bool sum_stores_norm = false;  // MatmulSpec::sum_rms_eps
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 

@@ -39,6 +39,21 @@ const char* const kFlatGroupId =
     "uint mn_group_id() { return (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * "
     "gl_NumWorkGroups.x + gl_WorkGroupID.x; }\n";
 
+const char* const kWorkgroupPairSum = R"(shared vec2 red[WG];
+vec2 wg_sum(vec2 v) {
+    uint lid = gl_LocalInvocationID.x;
+    red[lid] = v;
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier();
+    }
+    vec2 total = red[0];
+    barrier();
+    return total;
+}
+)";
+
 std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim) {
     groups = std::max<uint64_t>(groups, 1);
     const uint64_t x = std::min<uint64_t>(groups, max_per_dim);

@@ -58,6 +58,9 @@ inline constexpr int kMaxRank = 6;
 // kernels recover the flat id with mn_group_id() (see kFlatGroupId).
 std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim);
 extern const char* const kFlatGroupId;
+// GLSL `vec2 wg_sum(vec2 v)`: the sum over the workgroup, every invocation getting it (shared `red[WG]`; every
+// invocation must call it: it holds barriers), for the kernels of one workgroup per row (the norms).
+extern const char* const kWorkgroupPairSum;
 // GLSL `void rope_rotate(inout float a, inout float b, float position, float inv_freq, float sign)`: the RoPE pair
 // (a, b) rotated by the angle position * inv_freq (sign -1: the inverse rotation), the one arithmetic of rope_kernel
 // and of a GEMV that rotates its q and k rows (MatmulSpec's ColumnPart::rope).

@@ -244,6 +244,61 @@ void main() {
     return k;
 }
 
+KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
+                                   const Epilogue* epilogue, double eps) {
+    if (columns % 4 || columns > kSumNormMaxColumns) throw Error("matmul: a split sum's norm needs rows of whole vec4s");
+    KernelSource k;
+    k.label = "matmul_split_sum";
+    // A thread per vec4 of the row up to 256 (a row of 50-128 rows' products is the whole grid: the threads are what
+    // hides the loads' latency); beyond, each holds up to 8 of them in registers between the sum and the norm.
+    uint32_t wg = 32;
+    while (wg < 256 && wg < columns / 4) wg *= 2;
+    k.iface.local_size = wg;
+    k.iface.spec_constants = {"ROWS", "N", "S", "EPS_BITS"};
+    k.spec_values = {checked_u32(rows, "matmul rows"), checked_u32(columns, "matmul columns"), splits, float_bits(eps)};
+    checked_u32(rows * columns, "matmul output size");
+    k.iface.bindings = {{"p", DType::F32}, {"c", DType::F32, true}};
+    const std::string store = store_glsl(k, DType::F32, {});
+    const std::string epi = epilogue_glsl(epilogue, k);
+    k.label += "+rms_norm";
+    const size_t w_at = k.iface.bindings.size();
+    k.iface.bindings.push_back({"w", DType::F32});
+    k.iface.bindings.push_back({"y", DType::F32, true});
+    const std::string views = "layout(std430, set = 0, binding = " + std::to_string(w_at) + ") readonly buffer B_w4 { vec4 d[]; } w4;\n"
+                              "layout(std430, set = 0, binding = " + std::to_string(w_at + 1) + ") writeonly buffer B_y4 { vec4 d[]; } y4;\n";
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi +
+             "#define STORE float\n#define STORE4 vec4\nconst uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n"
+             "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
+             "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { vec4 d[]; } c4;\n" + views + store + R"(
+const uint N4 = N / 4u;
+void main() {
+    uint row = mn_group_id();
+    if (row >= ROWS) return;
+    uint lid = gl_LocalInvocationID.x;
+    vec4 h[PER];
+    float q = 0.0;
+    for (uint u = 0u; u < PER; ++u) {
+        uint j = lid + u * WG, at = row * N4 + j;
+        h[u] = vec4(0.0);
+        if (j < N4) {
+            vec4 s = vec4(0.0);
+            for (uint piece = 0u; piece < S; ++piece) s += p4.d[piece * (ROWS * N4) + at];
+            h[u] = EPI4(4u * at, s);
+            store_c4(4u * at, h[u]);
+            q += dot(h[u], h[u]);
+        }
+    }
+    float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(N) + uintBitsToFloat(EPS_BITS));
+    for (uint u = 0u; u < PER; ++u) {
+        uint j = lid + u * WG;
+        if (j < N4) y4.d[row * N4 + j] = h[u] * rstd * w4.d[j];
+    }
+}
+)";
+    k.groups = grid_for(static_cast<uint64_t>(rows), max_groups);
+    return k;
+}
+
 std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
     if (std::any_of(parts.begin(), parts.end(), [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; })) {
         throw Error("matmul: only a GEMV stores parts that rotate or go into a cache");
@@ -524,7 +579,11 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
         out.partial_elements = elements * splits;
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum = split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts);
+        out.sum_stores_norm = spec.sum_rms_eps > 0 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
+                              spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
+        out.sum = out.sum_stores_norm
+                      ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue, spec.sum_rms_eps)
+                      : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts);
     }
     return out;
 }

@@ -32,21 +32,6 @@ KernelSource elementwise(const char* label, int64_t count, const Launch& launch)
 const char* const kThreadIndex =
     "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n";
 
-// Workgroup sum of a vec2 (every invocation gets the total), for the row kernels.
-const char* const kPairSum = R"(shared vec2 red[WG];
-vec2 wg_sum(vec2 v) {
-    uint lid = gl_LocalInvocationID.x;
-    red[lid] = v;
-    barrier();
-    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier();
-    }
-    vec2 total = red[0];
-    barrier();
-    return total;
-}
-)";
 
 // The head of both norm kernels: leaves the row's mean (0 for RMSNorm) and reciprocal std, and
 // CH(j), the channel of the row's element j, whose weight (and bias) it takes.
@@ -158,7 +143,7 @@ KernelSource norm_kernel(const NormSpec& spec, const Launch& launch) {
     if (layer) k.iface.bindings.push_back({"b", spec.dtype});
     k.iface.bindings.push_back({"y", spec.dtype, true});
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + epilogue + norm_head(spec.mode) +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + norm_head(spec.mode) +
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float v = (float(x.d[base + j]) - mean) * rstd * float(w.d[CH(j)])" +
              (layer ? " + float(b.d[CH(j)])" : "") + ";\n"
@@ -174,7 +159,7 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
     KernelSource k = row_kernel(norm_label(spec, true), spec, launch);
     k.iface.bindings = {{"x", spec.dtype}, {"w", spec.dtype}, {"up", spec.dtype}, {"dx", spec.dtype, true}};
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kPairSum + epilogue + norm_head(spec.mode) +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + norm_head(spec.mode) +
              "    vec2 acc = vec2(0.0);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"

@@ -12,8 +12,9 @@ bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::
 class Planner {
 public:
     Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
-            const std::function<bool(int32_t)>& takes_update)
-        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), consumers_(g.nodes().size()),
+            const std::function<bool(int32_t)>& takes_update, const std::function<bool(int32_t)>& splits_k)
+        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), splits_k_(splits_k),
+          consumers_(g.nodes().size()),
           is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
         for (size_t i = 0; i < live.size(); ++i) {
@@ -40,6 +41,8 @@ public:
         plan_.cache_in_gemv.assign(g.nodes().size(), -1);
         plan_.in_gemv.assign(g.nodes().size(), -1);
         plan_.norm_in_products.assign(g.nodes().size(), false);
+        plan_.norm_in_sum.assign(g.nodes().size(), -1);
+        plan_.sum_norm.assign(g.nodes().size(), -1);
         plan_.epilogue_pair.assign(g.nodes().size(), -1);
         stored_outputs_.assign(g.nodes().size(), 0);
     }
@@ -58,6 +61,7 @@ public:
         index_epilogue_products();  // epilogue_of is final from here on
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_sum(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
@@ -118,6 +122,34 @@ private:
             }
         }
         plan_.norm_in_products[static_cast<size_t>(id)] = true;
+    }
+
+    // See fusion.hpp: an RMSNorm of f32 rows stored by the split-K sum of the matmul that stores its input.
+    void try_norm_in_sum(int32_t id) {
+        const Node& norm = g_.node(id);
+        // The weight a leaf: the product's lowering reads it, where a model may declare it after the product.
+        if (plan_.norm_in_products[static_cast<size_t>(id)] || plan_.epilogue_of[static_cast<size_t>(id)] >= 0 ||
+            norm.dtype != DType::F32 || op_info(g_.node(norm.inputs[1]).op).archetype != Archetype::Leaf) {
+            return;
+        }
+        int32_t x = norm.inputs[0];
+        if (const Node& r = g_.node(x); r.op == Op::Reshape && plan_.heads_split_stored[static_cast<size_t>(x)] < 0 &&
+                                        r.shape.back() == g_.node(r.inputs[0]).shape.back()) {
+            x = r.inputs[0];  // a linear layer's view of its rows
+        }
+        const bool own = g_.node(x).op == Op::MatMul && plan_.epilogue_of[static_cast<size_t>(x)] < 0;
+        const int32_t product = own ? x : plan_.epilogue_product[static_cast<size_t>(x)];
+        if (product < 0 || g_.node(product).op != Op::MatMul) return;
+        const Node& p = g_.node(product);
+        if (p.dtype != DType::F32 || g_.node(x).dtype != DType::F32 || p.shape.back() != norm.shape.back() ||
+            numel(g_.node(x).shape) != numel(p.shape) || plan_.epilogue_pair[static_cast<size_t>(product)] >= 0 ||
+            !plan_.column_slices[static_cast<size_t>(product)].empty() ||
+            plan_.heads_split_stored[static_cast<size_t>(x)] >= 0 || plan_.sum_norm[static_cast<size_t>(product)] >= 0 ||
+            !splits_k_(product)) {
+            return;
+        }
+        plan_.norm_in_sum[static_cast<size_t>(id)] = product;
+        plan_.sum_norm[static_cast<size_t>(product)] = id;
     }
 
     void try_store_column_slices(int32_t id) {
@@ -629,6 +661,7 @@ private:
     const std::vector<bool>& live_;
     const uint32_t max_inputs_;
     const std::function<bool(int32_t)>& takes_update_;
+    const std::function<bool(int32_t)>& splits_k_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
@@ -638,8 +671,9 @@ private:
 }  // namespace
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
-                       uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update) {
-    return Planner(g, live, roots, max_inputs, takes_update).run();
+                       uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
+                       const std::function<bool(int32_t product)>& splits_k) {
+    return Planner(g, live, roots, max_inputs, takes_update, splits_k).run();
 }
 
 }  // namespace mn::sched

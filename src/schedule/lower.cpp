@@ -23,10 +23,13 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         }
     }
     if (t_.split_forward && g_.has_gradients()) split_ = before_piecewise_gradients(g_);
-    fusion_ = plan_fusion(g_, live, roots, t_.max_fused_inputs, [&](int32_t product) {
-        using U = Tuning::UpdatesInProducts;
-        return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && splits_k(product));
-    });
+    fusion_ = plan_fusion(
+        g_, live, roots, t_.max_fused_inputs,
+        [&](int32_t product) {
+            using U = Tuning::UpdatesInProducts;
+            return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && splits_k(product));
+        },
+        [&](int32_t product) { return splits_k(product); });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
     s_.node_value.assign(live.size(), -1);
@@ -143,6 +146,7 @@ void Lowering::lower(int32_t id) {
     }
     // An RMSNorm its products compute (FusionPlan::norm_in_products), and its views: never stored.
     if (fusion_.norm_in_products[static_cast<size_t>(n.op == Op::Reshape ? n.inputs[0] : id)]) return;
+    if (fusion_.norm_in_sum[static_cast<size_t>(id)] >= 0 && value_of(id) >= 0) return;  // its product's split sum stored it
     if (n.op == Op::Reshape && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) return;  // see below
     if (n.op == Op::Reshape) {
         const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);

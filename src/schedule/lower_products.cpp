@@ -18,17 +18,18 @@ void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const
     const int32_t norm = g_.node(n.inputs[0]).op == Op::Reshape ? g_.node(n.inputs[0]).inputs[0] : n.inputs[0];
     const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
     std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
-    GemvExtras gemv{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1};
+    ProductExtras extras{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1,
+                         .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)]};
     int32_t row = a;
     if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
         const Node& rms = g_.node(norm);
         row = new_value(g_.node(n.inputs[0]).shape, n.dtype);
         s_.values[static_cast<size_t>(row)].view_of = value_of(rms.inputs[0]);
         extra.push_back(value_of(rms.inputs[1]));
-        gemv.a_rms_eps = rms.data[0];
+        extras.a_rms_eps = rms.data[0];
     }
     if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
-    lower_matmul(n, product_tuning(g_, id, t_, split_), row, b, outs, epilogue, extra, gemv);
+    lower_matmul(n, product_tuning(g_, id, t_, split_), row, b, outs, epilogue, extra, extras);
 }
 
 // Operand `node` (lowered to value v) of a product, as an f16 copy where Tuning::f16_weights allows
@@ -83,11 +84,12 @@ bool Lowering::splits_k(int32_t id) const {
 
 void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                             const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
-                            const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv) {
+                            const std::vector<int32_t>& epilogue_inputs, const ProductExtras& extras) {
     codegen::MatmulSpec spec = matmul_spec(n, s_.values[static_cast<size_t>(a)].shape, s_.values[static_cast<size_t>(b)].shape);
     spec.epilogue = epilogue;
-    spec.a_rms_eps = gemv.a_rms_eps;
-    spec.b2 = gemv.b2;
+    spec.a_rms_eps = extras.a_rms_eps;
+    spec.b2 = extras.b2;
+    if (extras.sum_norm >= 0) spec.sum_rms_eps = g_.node(extras.sum_norm).data[0];
     // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
     std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
     int32_t start = -1;
@@ -99,12 +101,22 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
     // A GEMV's second W (bound last) is read in B's dtype: both f16 or neither.
     const int32_t b16 = f16_weight(n.inputs[1], b);
-    const int32_t w2_16 = b16 >= 0 && gemv.b2 ? f16_weight(gemv.b2_node, extra.back()) : -1;
-    if (b16 >= 0 && (!gemv.b2 || w2_16 >= 0)) {
+    const int32_t w2_16 = b16 >= 0 && extras.b2 ? f16_weight(extras.b2_node, extra.back()) : -1;
+    if (b16 >= 0 && (!extras.b2 || w2_16 >= 0)) {
         b = b16, spec.b_f16 = true;
-        if (gemv.b2) extra.back() = w2_16;
+        if (extras.b2) extra.back() = w2_16;
     }
-    emit_product(codegen::matmul_kernels(spec, tuning), a, b, outs, extra);
+    codegen::MatmulKernels kernels = codegen::matmul_kernels(spec, tuning);
+    // Where the sum stores the norm (else, no split or rows it cannot hold, the norm is lowered in its turn).
+    if (kernels.sum_stores_norm) {
+        const Node& norm = g_.node(extras.sum_norm);
+        const int32_t y = new_value(norm.shape, norm.dtype, Storage::Transient, extras.sum_norm);
+        s_.node_value[static_cast<size_t>(extras.sum_norm)] = y;
+        lower(norm.inputs[1]);  // a leaf (the plan's condition), which a model may declare after the product
+        extra.push_back(value_of(norm.inputs[1]));
+        extra.push_back(y);
+    }
+    emit_product(std::move(kernels), a, b, outs, extra);
 }
 
 // The column part that `out`, one of a product's outputs (product_output), is: [rows, width]; a split of heads

@@ -71,11 +71,13 @@ private:
     void lower_reduce(const Node& n, int32_t in, int32_t out);
 
     // lower_products.cpp
-    // What a GEMV of one row computes besides the product (codegen::MatmulSpec): A's RMSNorm, a second product.
-    struct GemvExtras {
+    // What a matmul computes besides the product (codegen::MatmulSpec): a GEMV of one row, A's RMSNorm and a second
+    // product; a split of K, the RMSNorm of C's rows in its sum.
+    struct ProductExtras {
         double a_rms_eps = 0;
         bool b2 = false;
         int32_t b2_node = -1;  // the second product's W, cast to f16 with the first's (f16_weight)
+        int32_t sum_norm = -1;  // FusionPlan::sum_norm
     };
     void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
                        const std::vector<int32_t>& epilogue_inputs = {});
@@ -87,7 +89,7 @@ private:
     bool splits_k(int32_t id) const;
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                       const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
-                      const std::vector<int32_t>& epilogue_inputs, const GemvExtras& gemv);
+                      const std::vector<int32_t>& epilogue_inputs, const ProductExtras& extras);
     codegen::ColumnPart column_part(int32_t out, std::vector<int32_t>& rope_inputs, int32_t& start) const;
     void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs);
