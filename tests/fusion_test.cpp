@@ -727,6 +727,32 @@ TEST_F(FusionTest, RmsNormOfSplitProductRowsIsStoredByTheSum) {
     }
 }
 
+// silu(x W_gate^T) * (x W_up^T) of several rows (a prefill's SwiGLU) where K is split: both products' pieces, and one
+// split sum of both storing the tree (FusionPlan::epilogue_pair; MatmulSpec::b2): no sum of the gate's own. 40 and
+// 37 outputs a row (vec4 and scalar sums); the gate also an output keeps its sum. Against the float64 reference,
+// outputs NaN-poisoned first.
+TEST_F(FusionTest, SwigluOfSeveralRowsIsOneSplitSumOfBothProducts) {
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
+    for (const int64_t n : {40, 37}) {
+        for (const bool gate_is_output : {false, true}) {
+            Graph g;
+            const Tensor x = g.input("x", {2, 5, 96});
+            const Tensor gate = g.linear(x, g.parameter("gate.weight", {n, 96}));
+            const Tensor up = g.linear(x, g.parameter("up.weight", {n, 96}));
+            g.output("y", g.linear(g.silu(gate) * up, g.parameter("down.weight", {7, n})));
+            if (gate_is_output) g.output("gate", gate);
+            std::vector<std::string> sums;
+            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) {
+                if (k.label.starts_with("matmul_split_sum")) sums.push_back(k.label);
+            }
+            const std::vector<std::string> paired = {"matmul_split_sum+silu+mul", "matmul_split_sum"};
+            const std::vector<std::string> apart = {"matmul_split_sum", "matmul_split_sum+silu+mul", "matmul_split_sum"};
+            EXPECT_EQ(sums, gate_is_output ? apart : paired) << n;
+            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + gate_is_output));
+        }
+    }
+}
+
 // silu(x W_gate^T) * (x W_up^T) of one row (a decode step's SwiGLU, through the linear layers' reshapes) is one
 // GEMV over both weights storing the pair's epilogue (FusionPlan::epilogue_pair), here with one more factor read
 // element for element, and with the RMSNorm of x computed in it too; W not transposed pairs as well. K odd (scalar

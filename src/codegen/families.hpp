@@ -142,7 +142,9 @@ struct MatmulSpec {
     double a_rms_eps = 0;
     // A second B of the same shape and layout, bound last (after the norm's weight): a GEMV of one row computes
     // both products for each output and stores the epilogue of the two (Epilogue::product2), as a SwiGLU's
-    // silu(x W_gate^T) * (x W_up^T) in one dispatch and one level (schedule/fusion.hpp).
+    // silu(x W_gate^T) * (x W_up^T) in one dispatch and one level (schedule/fusion.hpp). A product of several rows
+    // takes it only where K is split: its kernel runs over each B into its own partials (schedule/lower_products.cpp),
+    // and the split sum, summing both (the second's partials bound last), stores the epilogue of the two.
     bool b2 = false;
     // > 0: C's rows (of N values, after the epilogue) are an RMSNorm's input, with this epsilon. Where K is split, the
     // sum kernel stores the norm too (a workgroup per row: the row, then its statistic, then the norm), its weight and

@@ -207,7 +207,7 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 }
 
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts) {
+                              const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts, bool pair) {
     KernelSource k;
     k.label = "matmul_split_sum";
     k.iface.local_size = 256;
@@ -216,29 +216,35 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
     k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
     const std::string store = store_glsl(k, out_dtype, column_parts);
     const std::string epi = epilogue_glsl(epilogue, k);
+    if (pair && (!epilogue || epilogue->product2 < 0)) throw Error("matmul: a pair's split sum needs an epilogue of both");
+    if (pair) k.iface.bindings.push_back({"p2", DType::F32});
     const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
     std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + "#define STORE " + storage_type(out_dtype) +
                     "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
     g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
          "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n" + store;
+    if (pair) {
+        g += "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size() - 1) +
+             ") readonly buffer B_p24 { vec4 d[]; } p24;\n";
+    }
+    // s2: the pair's second product.
+    const std::string sum2 = pair ? (vec ? "    vec4 s2 = vec4(0.0);\n    for (uint q = 0u; q < S; ++q) s2 += p24.d[q * (T / 4u) + i];\n"
+                                         : "    float s2 = 0.0;\n    for (uint q = 0u; q < S; ++q) s2 += p2.d[q * T + i];\n")
+                                  : "";
     g += vec ? R"(
 void main() {
     uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
     if (i >= T / 4u) return;
     vec4 s = vec4(0.0);
     for (uint q = 0u; q < S; ++q) s += p4.d[q * (T / 4u) + i];
-    store_c4(4u * i, EPI4(4u * i, s));
-}
-)"
+)" + sum2 + (pair ? "    store_c4(4u * i, EPI2_4(4u * i, s, s2));\n}\n" : "    store_c4(4u * i, EPI4(4u * i, s));\n}\n")
              : R"(
 void main() {
     uint i = mn_group_id() * WG + gl_LocalInvocationID.x;
     if (i >= T) return;
     float s = 0.0;
     for (uint q = 0u; q < S; ++q) s += p.d[q * T + i];
-    store_c(i, EPI(i, s));
-}
-)";
+)" + sum2 + (pair ? "    store_c(i, EPI2(i, s, s2));\n}\n" : "    store_c(i, EPI(i, s));\n}\n");
     k.glsl = g;
     k.groups = grid_for((static_cast<uint64_t>(vec ? elements / 4 : elements) + 255) / 256, max_groups);
     return k;
@@ -549,13 +555,18 @@ using namespace matmul_detail;
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     if (!spec.column_parts.empty() && !spec.batch.empty()) throw Error("matmul: column parts of a batched product");
     MatmulKernels out;
-    if ((spec.a_rms_eps > 0 || spec.b2) && (spec.m != 1 || !spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
-        throw Error("matmul: an RMSNorm of A, or a second B, is computed by an unbatched f32 GEMV of one row only");
+    if (spec.a_rms_eps > 0 && (spec.m != 1 || !spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
+        throw Error("matmul: an RMSNorm of A is computed by an unbatched f32 GEMV of one row only");
     }
     if (spec.b2 && (!spec.epilogue || spec.epilogue->product2 < 0 || !spec.column_parts.empty())) {
         throw Error("matmul: a second B needs an epilogue of both products and one output");
     }
-    if (spec.m == 1 || spec.n == 1) {
+    const bool gemv = spec.m == 1 || spec.n == 1;
+    if (spec.b2 && !gemv && spec.a_rms_eps > 0) throw Error("matmul: a pair of products of several rows reads A as it is");
+    if (gemv) {
+        if (spec.b2 && (!spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
+            throw Error("matmul: a GEMV's second B needs an unbatched f32 row");
+        }
         out.product = gemv_kernel(spec, t);
         return out;
     }
@@ -579,11 +590,13 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
         out.partial_elements = elements * splits;
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum_stores_norm = spec.sum_rms_eps > 0 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
+        out.sum_stores_norm = spec.sum_rms_eps > 0 && !spec.b2 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
                               spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
         out.sum = out.sum_stores_norm
                       ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue, spec.sum_rms_eps)
-                      : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts);
+                      : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts, spec.b2);
+    } else if (spec.b2) {
+        throw Error("matmul: a pair of products of several rows is summed where K is split only");  // schedule/fusion.hpp
     }
     return out;
 }

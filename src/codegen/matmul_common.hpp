@@ -124,8 +124,11 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 // Split-K: C = the sum of the `splits` partial products [splits][elements] (f32).
 // The sum of `splits` f32 partial outputs, then the epilogue (the product's, where K is split), stored
 // into the column parts (MatmulSpec::column_parts) if any.
+// With `pair`, a second product's partials (the same count, bound last) are summed too, the epilogue's product2
+// (MatmulSpec::b2 where K is split).
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {});
+                              const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {},
+                              bool pair = false);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm: y = c * rstd * w (bindings p, c, the epilogue's, w, y; MatmulSpec::sum_rms_eps).
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,

@@ -133,7 +133,9 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
     return kMathHelpers + funcs + "float mn_epilogue(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
            std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v, 0.0)\n"
            "#define EPI2(i, v, v2) mn_epilogue(i, v, v2)\n"
-           "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n";
+           "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n"
+           "#define EPI2_4(i, v, v2) vec4(EPI2(i, v.x, v2.x), EPI2(i + 1u, v.y, v2.y), EPI2(i + 2u, v.z, v2.z), "
+           "EPI2(i + 3u, v.w, v2.w))\n";
 }
 
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {

@@ -437,21 +437,25 @@ private:
         }
     }
 
-    // See fusion.hpp: a second product of the same row of A, read only by the tree, that the product's GEMV computes
-    // too (one more binding: its W).
+    // See fusion.hpp: a second product of the same A, read only by the tree, that the product's GEMV computes too (one
+    // more binding: its W), or, where both split K, whose partials the product's split sum sums too.
     void try_pair(int32_t product, int32_t root, const std::set<int32_t>& leaves) {
         const Node& p = g_.node(product);
         const auto one_row = [&](const Node& m) {
             return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
         };
-        if (!one_row(p) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) return;
+        const bool rows = !one_row(p) && p.op == Op::MatMul && splits_k_(product);  // the split sum's pair
+        if (!(one_row(p) || rows) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) {
+            return;
+        }
         for (int32_t leaf : leaves) {
             if (!read_only_by(leaf, root)) continue;
             const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
             const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
             const Node& q = g_.node(second);
-            if (second == product || !one_row(q) || q.inputs[0] != p.inputs[0] || q.ints != p.ints || q.shape != p.shape ||
-                g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
+            // A pair of several rows: the same split, since the products are alike (the same A, and B's shape).
+            if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q)) || q.inputs[0] != p.inputs[0] ||
+                q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
                 continue;
             }
             plan_.epilogue_of[static_cast<size_t>(second)] = root;

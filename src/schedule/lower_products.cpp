@@ -107,6 +107,7 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         if (extras.b2) extra.back() = w2_16;
     }
     codegen::MatmulKernels kernels = codegen::matmul_kernels(spec, tuning);
+    if (extras.b2 && kernels.sum) return emit_product_pair(std::move(kernels), a, b, outs, std::move(extra));
     // Where the sum stores the norm (else, no split or rows it cannot hold, the norm is lowered in its turn).
     if (kernels.sum_stores_norm) {
         const Node& norm = g_.node(extras.sum_norm);
@@ -138,6 +139,24 @@ codegen::ColumnPart Lowering::column_part(int32_t out, std::vector<int32_t>& rop
         rope_inputs = {value_of(n->inputs[1]), value_of(n->inputs[2])};
     }
     return part;
+}
+
+// A pair of products of several rows of a (MatmulSpec::b2 where K is split; W2 the last of epilogue_inputs): the one
+// product kernel over b and over W2, each into its own partials (one level: they are independent), and one split sum
+// of both that stores the epilogue of the two (a SwiGLU's silu(gate) * up), where each product had a sum of its own.
+void Lowering::emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
+                                 std::vector<int32_t> epilogue_inputs) {
+    const int32_t w2 = epilogue_inputs.back();
+    epilogue_inputs.pop_back();
+    const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
+    const int32_t partial2 = new_value({kernels.partial_elements}, DType::F32);
+    emit(kernels.product, {a, b, partial});
+    emit(std::move(kernels.product), {a, w2, partial2});
+    std::vector<int32_t> reads = {partial};
+    reads.insert(reads.end(), outs.begin(), outs.end());
+    reads.insert(reads.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+    reads.push_back(partial2);
+    emit(std::move(*kernels.sum), std::move(reads));
 }
 
 // A matmul or convolution product of a and b into outs (its value, or its column parts), through f32

@@ -71,8 +71,8 @@ private:
     void lower_reduce(const Node& n, int32_t in, int32_t out);
 
     // lower_products.cpp
-    // What a matmul computes besides the product (codegen::MatmulSpec): a GEMV of one row, A's RMSNorm and a second
-    // product; a split of K, the RMSNorm of C's rows in its sum.
+    // What a matmul computes besides the product (codegen::MatmulSpec): a GEMV of one row, A's RMSNorm; a second product
+    // (a GEMV's, or where K is split, the split sum's); a split of K, the RMSNorm of C's rows in its sum.
     struct ProductExtras {
         double a_rms_eps = 0;
         bool b2 = false;
@@ -93,6 +93,8 @@ private:
     codegen::ColumnPart column_part(int32_t out, std::vector<int32_t>& rope_inputs, int32_t& start) const;
     void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs);
+    void emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
+                           std::vector<int32_t> epilogue_inputs);
     void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
                     const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs);
 
