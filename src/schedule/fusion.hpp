@@ -38,7 +38,10 @@
 //
 // Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's silu(x W_gate^T) *
 // (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree (codegen::MatmulSpec::b2): x read
-// once, and one dispatch and one level where the gate's product came before the up product's epilogue.
+// once, and one dispatch and one level where the gate's product came before the up product's epilogue. Two such
+// products of several rows where K is split (`splits_k`; alike, they split alike), a prefill's SwiGLU, keep their
+// two product dispatches (one level), and one split sum adds both products' pieces and stores the tree: the gate's
+// own sum, and its level, go.
 //
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
