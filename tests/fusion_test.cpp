@@ -688,40 +688,46 @@ TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
     }
 }
 
-// An RMSNorm of the rows a product stores where its K is split (its own value, or its residual add's: a pre-norm
-// block's) is stored by the split's sum kernel (FusionPlan::norm_in_sum): no rms_norm dispatch. Rows of 40, 132 and
-// 2052 columns (one, one and nine vec4s a thread), batched rows; in training too, where the backward reads the rows
-// and products of the norm's gradient (with a residual's gradient); a row of 42 (no whole vec4s) keeps the norm's
-// kernel. Against the float64 reference, outputs NaN-poisoned first.
-TEST_F(FusionTest, RmsNormOfSplitProductRowsIsStoredByTheSum) {
+// An RMSNorm or LayerNorm of the rows a product stores where its K is split (its own value, or its residual add's: a
+// pre-norm block's) is stored by the split's sum kernel (FusionPlan::norm_in_sum): no norm dispatch. Rows of 40, 132
+// and 2052 columns (one, one and three vec4s a thread), batched rows; in training too, where the backward reads the
+// rows and products of the norm's gradient (with a residual's gradient); a row of 42 (no whole vec4s) keeps the
+// norm's kernel. The norm's parameters declared after the product, as models do. Against the float64 reference,
+// outputs NaN-poisoned first.
+TEST_F(FusionTest, NormOfSplitProductRowsIsStoredByTheSum) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
-    for (const int64_t n : {40, 42, 132, 2052}) {
-        for (const bool residual : {false, true}) {
-            for (const bool training : {false, true}) {
-                Graph g;
-                const Tensor x = g.input("x", {2, 5, 96});
-                const Tensor w = g.parameter("w", {n, 96}), v = g.parameter("v", {7, n});
-                Tensor h = g.linear(x, w);
-                if (residual) h = h + g.input("r", h.shape());
-                const Tensor nw = g.parameter("nw", {n});  // declared after the product, as models do
-                const Tensor z = g.linear(g.rms_norm(h, nw, 1e-5), v);
-                g.output("z", z);
-                if (residual) g.output("h", h);
-                if (training) {
-                    const std::vector<Tensor> grads = grad(g.sum(z * g.input("t", z.shape())), {w, v, nw});
-                    g.output("dw", grads[0]);
-                    g.output("dv", grads[1]);
-                    g.output("dnw", grads[2]);
+    for (const bool layer : {false, true}) {
+        for (const int64_t n : {40, 42, 132, 2052}) {
+            for (const bool residual : {false, true}) {
+                for (const bool training : {false, true}) {
+                    Graph g;
+                    const Tensor x = g.input("x", {2, 5, 96});
+                    const Tensor w = g.parameter("w", {n, 96}), v = g.parameter("v", {7, n});
+                    Tensor h = g.linear(x, w);
+                    if (residual) h = h + g.input("r", h.shape());
+                    const Tensor nw = g.parameter("nw", {n});
+                    const Tensor normed = layer ? g.layer_norm(h, nw, g.parameter("nb", {n}), 1e-5) : g.rms_norm(h, nw, 1e-5);
+                    const Tensor z = g.linear(normed, v);
+                    g.output("z", z);
+                    if (residual) g.output("h", h);
+                    if (training) {
+                        const std::vector<Tensor> grads = grad(g.sum(z * g.input("t", z.shape())), {w, v, nw});
+                        g.output("dw", grads[0]);
+                        g.output("dv", grads[1]);
+                        g.output("dnw", grads[2]);
+                    }
+                    const std::string name = layer ? "layer_norm" : "rms_norm";
+                    int norms = 0, sums_with_norm = 0;
+                    for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) {
+                        norms += k.label == name;
+                        sums_with_norm += k.label.starts_with("matmul_split_sum") && k.label.ends_with("+" + name);
+                    }
+                    const std::string what = name + " " + std::to_string(n) + " " + std::to_string(residual) + " " + std::to_string(training);
+                    EXPECT_EQ(norms, n % 4 ? 1 : 0) << what;
+                    EXPECT_EQ(sums_with_norm, n % 4 ? 0 : 1) << what;
+                    expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n * 8 + layer * 4 + residual * 2 + training)),
+                                             training ? 1e-4 : 1e-5);
                 }
-                int norms = 0, sums_with_norm = 0;
-                for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) {
-                    norms += k.label == "rms_norm";
-                    sums_with_norm += k.label.starts_with("matmul_split_sum") && k.label.ends_with("+rms_norm");
-                }
-                EXPECT_EQ(norms, n % 4 ? 1 : 0) << n << " " << residual << " " << training;
-                EXPECT_EQ(sums_with_norm, n % 4 ? 0 : 1) << n << " " << residual << " " << training;
-                expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n * 4 + residual * 2 + training)),
-                                         training ? 1e-4 : 1e-5);
             }
         }
     }

@@ -146,12 +146,13 @@ struct MatmulSpec {
     // takes it only where K is split: its kernel runs over each B into its own partials (schedule/lower_products.cpp),
     // and the split sum, summing both (the second's partials bound last), stores the epilogue of the two.
     bool b2 = false;
-    // > 0: C's rows (of N values, after the epilogue) are an RMSNorm's input, with this epsilon. Where K is split, the
-    // sum kernel stores the norm too (a workgroup per row: the row, then its statistic, then the norm), its weight and
-    // output bound after the epilogue's inputs, so the norm is no dispatch of its own (schedule/fusion.hpp);
-    // MatmulKernels::sum_stores_norm says whether it does (an f32 C of whole 16-byte rows, no column parts, rows of at
-    // most kSumNormMaxColumns).
-    double sum_rms_eps = 0;
+    // > 0: C's rows (of N values, after the epilogue) are a norm's input (an RMSNorm's; with sum_layer_norm, a
+    // LayerNorm's), with this epsilon. Where K is split, the sum kernel stores the norm too (a workgroup per row: the
+    // row, then its statistics, then the norm), its weight (and bias) and output bound after the epilogue's inputs, so
+    // the norm is no dispatch of its own (schedule/fusion.hpp); MatmulKernels::sum_stores_norm says whether it does (an
+    // f32 C of whole 16-byte rows, no column parts, rows of at most kSumNormMaxColumns).
+    double sum_norm_eps = 0;
+    bool sum_layer_norm = false;
 };
 inline constexpr int64_t kSumNormMaxColumns = 8192;
 // The dtype operand x ('a' or 'b') is stored in.
@@ -195,7 +196,7 @@ struct MatmulKernels {
     KernelSource product;
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
-    bool sum_stores_norm = false;  // MatmulSpec::sum_rms_eps
+    bool sum_stores_norm = false;  // MatmulSpec::sum_norm_eps
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 

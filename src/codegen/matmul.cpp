@@ -251,7 +251,7 @@ void main() {
 }
 
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
-                                   const Epilogue* epilogue, double eps) {
+                                   const Epilogue* epilogue, double eps, bool layer) {
     if (columns % 4 || columns > kSumNormMaxColumns) throw Error("matmul: a split sum's norm needs rows of whole vec4s");
     KernelSource k;
     k.label = "matmul_split_sum";
@@ -266,14 +266,19 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
     k.iface.bindings = {{"p", DType::F32}, {"c", DType::F32, true}};
     const std::string store = store_glsl(k, DType::F32, {});
     const std::string epi = epilogue_glsl(epilogue, k);
-    k.label += "+rms_norm";
-    const size_t w_at = k.iface.bindings.size();
-    k.iface.bindings.push_back({"w", DType::F32});
-    k.iface.bindings.push_back({"y", DType::F32, true});
-    const std::string views = "layout(std430, set = 0, binding = " + std::to_string(w_at) + ") readonly buffer B_w4 { vec4 d[]; } w4;\n"
-                              "layout(std430, set = 0, binding = " + std::to_string(w_at + 1) + ") writeonly buffer B_y4 { vec4 d[]; } y4;\n";
+    k.label += layer ? "+layer_norm" : "+rms_norm";
+    // vec4 views of the norm's bindings: w, [b], y.
+    std::string views;
+    for (const char* name : {"w", "b", "y"}) {
+        if (*name == 'b' && !layer) continue;
+        const bool out = *name == 'y';
+        views += "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size()) + ") " +
+                 (out ? "writeonly" : "readonly") + " buffer B_" + name + "4 { vec4 d[]; } " + name + "4;\n";
+        k.iface.bindings.push_back({name, DType::F32, out});
+    }
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi +
              "#define STORE float\n#define STORE4 vec4\nconst uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n"
+             "#define LAYER " + (layer ? "1" : "0") + "\n"
              "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
              "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { vec4 d[]; } c4;\n" + views + store + R"(
 const uint N4 = N / 4u;
@@ -291,13 +296,26 @@ void main() {
             for (uint piece = 0u; piece < S; ++piece) s += p4.d[piece * (ROWS * N4) + at];
             h[u] = EPI4(4u * at, s);
             store_c4(4u * at, h[u]);
-            q += dot(h[u], h[u]);
+            q += dot(h[u], LAYER != 0 ? vec4(1.0) : h[u]);  // the sum (LayerNorm) or the squares (RMSNorm)
         }
     }
+    float mean = 0.0;
+#if LAYER
+    // q held the sum: the mean, then the squares about it (two passes over the registers, as the norm's own kernel).
+    mean = wg_sum(vec2(q, 0.0)).x / float(N);
+    q = 0.0;
+    for (uint u = 0u; u < PER; ++u) {
+        vec4 c = h[u] - mean;
+        if (lid + u * WG < N4) q += dot(c, c);
+    }
+#define BIAS(j) b4.d[j]
+#else
+#define BIAS(j) vec4(0.0)
+#endif
     float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(N) + uintBitsToFloat(EPS_BITS));
     for (uint u = 0u; u < PER; ++u) {
         uint j = lid + u * WG;
-        if (j < N4) y4.d[row * N4 + j] = h[u] * rstd * w4.d[j];
+        if (j < N4) y4.d[row * N4 + j] = (h[u] - mean) * rstd * w4.d[j] + BIAS(j);
     }
 }
 )";
@@ -590,10 +608,11 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
         out.partial_elements = elements * splits;
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum_stores_norm = spec.sum_rms_eps > 0 && !spec.b2 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
+        out.sum_stores_norm = spec.sum_norm_eps > 0 && !spec.b2 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
                               spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
         out.sum = out.sum_stores_norm
-                      ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue, spec.sum_rms_eps)
+                      ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue, spec.sum_norm_eps,
+                                              spec.sum_layer_norm)
                       : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts, spec.b2);
     } else if (spec.b2) {
         throw Error("matmul: a pair of products of several rows is summed where K is split only");  // schedule/fusion.hpp

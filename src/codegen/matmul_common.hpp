@@ -130,9 +130,10 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
                               const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {},
                               bool pair = false);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
-// then stores the row's RMSNorm: y = c * rstd * w (bindings p, c, the epilogue's, w, y; MatmulSpec::sum_rms_eps).
+// then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b
+// (bindings p, c, the epilogue's, w, [b], y; MatmulSpec::sum_norm_eps).
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
-                                   const Epilogue* epilogue, double eps);
+                                   const Epilogue* epilogue, double eps, bool layer);
 
 // GLSL: `void store_c(uint i, float v)` and `void store_c4(uint i, vec4 v)`, which store the output's
 // element i (and the 3 after it) of its row-major [rows, N] where it lives: in c, or with column parts in

@@ -61,7 +61,9 @@ public:
         index_epilogue_products();  // epilogue_of is final from here on
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
-            if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_sum(static_cast<int32_t>(i));
+            if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
+                try_norm_in_sum(static_cast<int32_t>(i));
+            }
             if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
@@ -124,12 +126,13 @@ private:
         plan_.norm_in_products[static_cast<size_t>(id)] = true;
     }
 
-    // See fusion.hpp: an RMSNorm of f32 rows stored by the split-K sum of the matmul that stores its input.
+    // See fusion.hpp: an RMSNorm or LayerNorm of f32 rows stored by the split-K sum of the matmul that stores its input.
     void try_norm_in_sum(int32_t id) {
         const Node& norm = g_.node(id);
-        // The weight a leaf: the product's lowering reads it, where a model may declare it after the product.
+        // The weight (and bias) leaves: the product's lowering reads them, where a model may declare them after it.
+        const auto leaf = [&](int32_t n) { return op_info(g_.node(n).op).archetype == Archetype::Leaf; };
         if (plan_.norm_in_products[static_cast<size_t>(id)] || plan_.epilogue_of[static_cast<size_t>(id)] >= 0 ||
-            norm.dtype != DType::F32 || op_info(g_.node(norm.inputs[1]).op).archetype != Archetype::Leaf) {
+            norm.dtype != DType::F32 || !std::all_of(norm.inputs.begin() + 1, norm.inputs.end(), leaf)) {
             return;
         }
         int32_t x = norm.inputs[0];

@@ -48,11 +48,11 @@
 // themselves (codegen::MatmulSpec::a_rms_eps: each workgroup sums the row's squares, K is a few hundred): the
 // norm's dispatch and its level go, two per layer of a decode step.
 //
-// An RMSNorm of f32 rows whose input is the value a matmul stores (its own, or its epilogue's), when that matmul
-// splits K (`splits_k`, the lowering's choice) and its rows are the norm's: the split's sum kernel, which adds
-// the pieces anyway, takes one workgroup per row and stores the norm after the row (codegen::MatmulSpec::
-// sum_rms_eps): the norm's dispatch and its level go, two per layer of a pre-norm transformer's forward where
-// its residual products split K (SmolVLA's and SmolLM2's prefill).
+// An RMSNorm or LayerNorm of f32 rows whose input is the value a matmul stores (its own, or its epilogue's), when
+// that matmul splits K (`splits_k`, the lowering's choice) and its rows are the norm's: the split's sum kernel, which
+// adds the pieces anyway, takes one workgroup per row and stores the norm after the row (codegen::MatmulSpec::
+// sum_norm_eps): the norm's dispatch and its level go, two per layer of a pre-norm transformer's forward where its
+// residual products split K (SmolVLA's and SmolLM2's prefill, Whisper's encoder).
 //
 // An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
 // KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
@@ -125,7 +125,8 @@ struct FusionPlan {
     std::vector<int32_t> heads_split_stored;
     // per RmsNorm node: computed by each product that reads it (see above), so never lowered itself.
     std::vector<bool> norm_in_products;
-    // per RmsNorm node: the matmul whose split-K sum kernel stores it (see above), so never lowered itself; or -1.
+    // per RmsNorm or LayerNorm node: the matmul whose split-K sum kernel stores it (see above), so never lowered
+    // itself; or -1.
     // sum_norm is its inverse, per such matmul.
     std::vector<int32_t> norm_in_sum, sum_norm;
     // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores

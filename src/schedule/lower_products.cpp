@@ -89,7 +89,10 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     spec.epilogue = epilogue;
     spec.a_rms_eps = extras.a_rms_eps;
     spec.b2 = extras.b2;
-    if (extras.sum_norm >= 0) spec.sum_rms_eps = g_.node(extras.sum_norm).data[0];
+    if (extras.sum_norm >= 0) {
+        spec.sum_norm_eps = g_.node(extras.sum_norm).data[0];
+        spec.sum_layer_norm = g_.node(extras.sum_norm).op == Op::LayerNorm;
+    }
     // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
     std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
     int32_t start = -1;
@@ -113,8 +116,10 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         const Node& norm = g_.node(extras.sum_norm);
         const int32_t y = new_value(norm.shape, norm.dtype, Storage::Transient, extras.sum_norm);
         s_.node_value[static_cast<size_t>(extras.sum_norm)] = y;
-        lower(norm.inputs[1]);  // a leaf (the plan's condition), which a model may declare after the product
-        extra.push_back(value_of(norm.inputs[1]));
+        for (size_t i = 1; i < norm.inputs.size(); ++i) {  // the weight (and bias): leaves (the plan's condition),
+            lower(norm.inputs[i]);                          // which a model may declare after the product
+            extra.push_back(value_of(norm.inputs[i]));
+        }
         extra.push_back(y);
     }
     emit_product(std::move(kernels), a, b, outs, extra);
