@@ -447,7 +447,7 @@ private:
         const auto one_row = [&](const Node& m) {
             return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
         };
-        const bool rows = !one_row(p) && p.op == Op::MatMul && splits_k_(product);  // the split sum's pair
+        const bool rows = !one_row(p) && p.op == Op::MatMul;  // a pair for the split sum, if it splits K
         if (!(one_row(p) || rows) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) {
             return;
         }
@@ -461,6 +461,8 @@ private:
                 q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
                 continue;
             }
+            // Asked last: the split's choice builds the product's kernels.
+            if (rows && !splits_k_(product)) return;
             plan_.epilogue_of[static_cast<size_t>(second)] = root;
             plan_.epilogue_pair[static_cast<size_t>(product)] = second;
             return;
