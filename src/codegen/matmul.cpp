@@ -206,6 +206,24 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
             static_cast<uint32_t>(batch)};
 }
 
+namespace {
+
+// A view `name` of binding `at` whose elements are `type` (Vulkan allows aliased descriptors).
+std::string view_of(size_t at, const std::string& name, bool writes, const std::string& type = "vec4") {
+    return "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (writes ? "writeonly" : "readonly") +
+           " buffer B_" + name + " { " + type + " d[]; } " + name + ";\n";
+}
+
+// What both split sums declare before their main: STORE and STORE4 for C's dtype, the 16-byte views of the partials
+// (p4) and of C (c4), and `store` (store_glsl's functions, which use them).
+std::string split_sum_head(DType out_dtype, const std::string& store) {
+    const std::string store4 = out_dtype == DType::F16 ? "f16vec4" : "vec4";
+    return "#define STORE " + std::string(storage_type(out_dtype)) + "\n#define STORE4 " + store4 + "\n" +
+           view_of(0, "p4", false) + view_of(1, "c4", true, store4) + store;
+}
+
+}  // namespace
+
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
                               const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts, bool pair) {
     KernelSource k;
@@ -219,14 +237,8 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
     if (pair && (!epilogue || epilogue->product2 < 0)) throw Error("matmul: a pair's split sum needs an epilogue of both");
     if (pair) k.iface.bindings.push_back({"p2", DType::F32});
     const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
-    std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + "#define STORE " + storage_type(out_dtype) +
-                    "\n#define STORE4 " + (out_dtype == DType::F16 ? "f16vec4" : "vec4") + "\n";
-    g += "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
-         "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { STORE4 d[]; } c4;\n" + store;
-    if (pair) {
-        g += "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size() - 1) +
-             ") readonly buffer B_p24 { vec4 d[]; } p24;\n";
-    }
+    std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + split_sum_head(out_dtype, store);
+    if (pair) g += view_of(k.iface.bindings.size() - 1, "p24", false);
     // s2: the pair's second product.
     const std::string sum2 = pair ? (vec ? "    vec4 s2 = vec4(0.0);\n    for (uint q = 0u; q < S; ++q) s2 += p24.d[q * (T / 4u) + i];\n"
                                          : "    float s2 = 0.0;\n    for (uint q = 0u; q < S; ++q) s2 += p2.d[q * T + i];\n")
@@ -269,18 +281,14 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
     k.label += layer ? "+layer_norm" : "+rms_norm";
     // vec4 views of the norm's bindings: w, [b], y.
     std::string views;
-    for (const char* name : {"w", "b", "y"}) {
-        if (*name == 'b' && !layer) continue;
-        const bool out = *name == 'y';
-        views += "layout(std430, set = 0, binding = " + std::to_string(k.iface.bindings.size()) + ") " +
-                 (out ? "writeonly" : "readonly") + " buffer B_" + name + "4 { vec4 d[]; } " + name + "4;\n";
-        k.iface.bindings.push_back({name, DType::F32, out});
+    for (const std::string name : {"w", "b", "y"}) {
+        if (name == "b" && !layer) continue;
+        views += view_of(k.iface.bindings.size(), name + "4", name == "y");
+        k.iface.bindings.push_back({name, DType::F32, name == "y"});
     }
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi +
-             "#define STORE float\n#define STORE4 vec4\nconst uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n"
-             "#define LAYER " + (layer ? "1" : "0") + "\n"
-             "layout(std430, set = 0, binding = 0) readonly buffer B_p4 { vec4 d[]; } p4;\n"
-             "layout(std430, set = 0, binding = 1) writeonly buffer B_c4 { vec4 d[]; } c4;\n" + views + store + R"(
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + split_sum_head(DType::F32, store) + views +
+             "const uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n"
+             "#define LAYER " + (layer ? "1" : "0") + "\n" + R"(
 const uint N4 = N / 4u;
 void main() {
     uint row = mn_group_id();
@@ -580,7 +588,6 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         throw Error("matmul: a second B needs an epilogue of both products and one output");
     }
     const bool gemv = spec.m == 1 || spec.n == 1;
-    if (spec.b2 && !gemv && spec.a_rms_eps > 0) throw Error("matmul: a pair of products of several rows reads A as it is");
     if (gemv) {
         if (spec.b2 && (!spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
             throw Error("matmul: a GEMV's second B needs an unbatched f32 row");

@@ -100,25 +100,6 @@ std::string verdict_file(const Device& device, sched::CoopPath path) {
     return dir + "/coop-check/" + name.str();
 }
 
-}  // namespace
-
-std::optional<std::string> read_check_verdict(const std::string& file) {
-    std::ifstream in(file);
-    std::string verdict;
-    if (!in || !std::getline(in, verdict)) return std::nullopt;
-    if (verdict == "ok") return "";
-    if (verdict.rfind("problem: ", 0) == 0 && verdict.size() > 9) return verdict.substr(9);
-    return std::nullopt;  // torn by a concurrent write, or not ours: check again
-}
-
-void write_check_verdict(const std::string& file, const std::string& problem) {
-    std::error_code error;
-    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), error);
-    std::ofstream(file, std::ios::trunc) << (problem.empty() ? "ok" : "problem: " + problem) << "\n";
-}
-
-namespace {
-
 // The verdict's consequence for this context: recorded, and where it failed, said once.
 bool record_verdict(rt::Context& ctx, const std::string& name, const std::string& problem) {
     ctx.cooperative_matrices_work[name] = problem.empty();
@@ -142,6 +123,21 @@ std::optional<bool> known_verdict(const Device& device, sched::CoopPath path, st
 }
 
 }  // namespace
+
+std::optional<std::string> read_check_verdict(const std::string& file) {
+    std::ifstream in(file);
+    std::string verdict;
+    if (!in || !std::getline(in, verdict)) return std::nullopt;
+    if (verdict == "ok") return "";
+    if (verdict.rfind("problem: ", 0) == 0 && verdict.size() > 9) return verdict.substr(9);
+    return std::nullopt;  // torn by a concurrent write, or not ours: check again
+}
+
+void write_check_verdict(const std::string& file, const std::string& problem) {
+    std::error_code error;
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), error);
+    std::ofstream(file, std::ios::trunc) << (problem.empty() ? "ok" : "problem: " + problem) << "\n";
+}
 
 std::optional<bool> known_cooperative_verdict(const Device& device, sched::CoopPath path) {
     std::string file;
