@@ -245,7 +245,8 @@ TEST(ConvCoopChoice, AnImplicitGemmBelow2To27KeepsTheSmallTile) {
 }
 
 // The kernels each derivative lowers to: matmuls for 1x1 stride 1 (the weight gradient's images
-// summed by the split-sum pass), the implicit GEMM otherwise, split where K is forced to split.
+// summed by the split-sum pass), the implicit GEMM otherwise, split where K is forced to split: its pieces
+// summed by its last piece of each tile, or with MEGANEURA_SPLIT_SUM=dispatch by the split-sum pass.
 TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {
     auto labels = [](const ConvCase& c) {
         Graph g;
@@ -262,6 +263,8 @@ TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 1, 1}, {.stride = 2}, false}),
               (L{"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}));
     ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", "2");
+    EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}), (L{"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}));
+    ScopedEnv apart("MEGANEURA_SPLIT_SUM", "dispatch");
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}),
               (L{"conv2d", "matmul_split_sum", "conv2d_grad_input", "matmul_split_sum", "conv2d_grad_weight",
                  "matmul_split_sum"}));

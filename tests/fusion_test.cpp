@@ -18,6 +18,15 @@ class FusionTest : public GpuTest {};
 
 size_t dispatches_of(const Graph& g) { return compile(g, device()).stats().dispatches; }
 
+// K unsplit; split in 3 pieces that the product's last piece of each tile sums; or that a dispatch of their own does.
+struct SplitK {
+    const char* pieces;
+    const char* sum;  // MEGANEURA_SPLIT_SUM
+    bool summed_apart() const { return std::strcmp(pieces, "1") != 0 && std::strcmp(sum, "dispatch") == 0; }
+    friend std::ostream& operator<<(std::ostream& os, const SplitK& s) { return os << s.pieces << " pieces, sum " << s.sum; }
+};
+constexpr SplitK kSplitKs[] = {{"1", "product"}, {"3", "product"}, {"3", "dispatch"}};
+
 // The labels of the kernels that compute g's outputs on this device, in the lowering's order.
 std::vector<std::string> kernel_labels(const Graph& g) {
     std::vector<int32_t> roots;
@@ -102,16 +111,22 @@ TEST_F(FusionTest, ConvolutionStoresThroughItsEpilogue) {
     expect_matches_reference(g, positive_variances(random_feeds(g, 5)));
 }
 
+// A convolution's or a matmul's pieces are summed through the epilogue by the last piece of each tile
+// (MatmulKernels::tile_counters), or with MEGANEURA_SPLIT_SUM=dispatch by a dispatch of their own.
 TEST_F(FusionTest, SplitSumAppliesTheEpilogue) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
-    const Graph g = conv_block();
-    EXPECT_EQ(dispatches_of(g), 2u);  // the pieces, then their sum through the epilogue
-    expect_matches_reference(g, positive_variances(random_feeds(g, 6)));
-
-    Graph m;  // a matmul's split sum, 4 elements per thread
-    m.output("y", m.gelu(m.linear(m.input("x", {6, 40}), m.parameter("w", {8, 40}), m.parameter("b", {8}))));
-    EXPECT_EQ(dispatches_of(m), 2u);
-    expect_matches_reference(m, random_feeds(m, 7));
+    for (const SplitK split_k : {kSplitKs[1], kSplitKs[2]}) {
+        SCOPED_TRACE(testing::Message() << split_k);
+        const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+        const size_t dispatches = split_k.summed_apart() ? 2 : 1;
+        const Graph g = conv_block();
+        EXPECT_EQ(dispatches_of(g), dispatches);
+        expect_matches_reference(g, positive_variances(random_feeds(g, 6)));
+        Graph m;  // 4 elements per thread
+        m.output("y", m.gelu(m.linear(m.input("x", {6, 40}), m.parameter("w", {8, 40}), m.parameter("b", {8}))));
+        EXPECT_EQ(dispatches_of(m), dispatches);
+        expect_matches_reference(m, random_feeds(m, 7));
+    }
 }
 
 // A model's split of the heads (reshape, permute {0, 2, 1, 3}) read by RoPE alone is no copy: the rope
@@ -141,12 +156,13 @@ TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
 }
 
 // Sibling products (optimize/siblings.cpp) are one product whose kernel stores each slice of its columns
-// as a tensor of its own (FusionPlan::column_slices): one dispatch per run (two where K is split: the
-// split sum stores the parts), the stacked weight's three copies hoisted. Odd widths, so no part is
+// as a tensor of its own (FusionPlan::column_slices): one dispatch per run (where K is split, its last piece of a
+// tile stores the parts; with the split sum a dispatch of its own, two), the stacked weight's three copies hoisted. Odd widths, so no part is
 // stored 16 bytes at a time; on the GEMV (one row) and the tiled kernel.
 TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
-    for (const char* splits : {"1", "3"}) {
-        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+    for (const SplitK split_k : kSplitKs) {
+        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", split_k.sum);
         for (const int64_t rows : {1, 5}) {
             Graph g;
             const Tensor x = g.input("x", {rows, 70});
@@ -154,8 +170,8 @@ TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
                 g.output(name, g.linear(x, g.parameter(std::string("w") + name, {width, 70})));
             }
             const SessionStats stats = compile(g, device()).stats();
-            const bool split = rows > 1 && std::strcmp(splits, "3") == 0;  // a GEMV never splits K
-            EXPECT_EQ(stats.dispatches, split ? 2u : 1u) << rows << " rows, splits " << splits;
+            const bool summed_apart = rows > 1 && split_k.summed_apart();  // a GEMV never splits K
+            EXPECT_EQ(stats.dispatches, summed_apart ? 2u : 1u) << rows << " rows, " << split_k;
             EXPECT_EQ(stats.hoisted_dispatches, 3u);
             expect_matches_reference(g, random_feeds(g, 21));
         }
@@ -165,12 +181,13 @@ TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
 // A q/k/v product stores each slice of its columns (sibling products, one kernel), and a q product alone its one
 // value, in the layout of the model's split of the heads (reshape to [batch, seq, heads, head_dim], permute
 // {0, 2, 1, 3}: FusionPlan::heads_split_stored), and the attention stores the merge back (heads_merged_into): the
-// products (and their split sums where K is split) and the attention, no copy. Self-attention and attention to a
+// products (which sum their pieces where K is split, or with their split sums) and the attention, no copy. Self-attention and attention to a
 // context of another length (q alone; k and v siblings), 3 query heads over 1 (GQA); the weights' gradients too.
 TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
     for (const bool cross : {false, true}) {
-        for (const char* splits : {"1", "3"}) {
-            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+        for (const SplitK split_k : kSplitKs) {
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+            const ScopedEnv sum("MEGANEURA_SPLIT_SUM", split_k.sum);
             constexpr int64_t batch = 2, seq = 5, context = 3, head_dim = 8;
             Graph g;
             const Tensor x = g.input("x", {batch * seq, 70});
@@ -184,8 +201,8 @@ TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
             const Tensor q = heads("q", x, 3), k = heads("k", source, 1), v = heads("v", source, 1);
             const Tensor y = g.reshape(g.permute(g.attention(q, k, v), {0, 2, 1, 3}), {batch * seq, 3 * head_dim});
             g.output("y", y);
-            const size_t products = cross ? 2 : 1, split = std::strcmp(splits, "3") == 0 ? 2 : 1;
-            EXPECT_EQ(dispatches_of(g), products * split + 1) << (cross ? "cross" : "self") << ", splits " << splits;
+            const size_t products = cross ? 2 : 1, split = split_k.summed_apart() ? 2 : 1;
+            EXPECT_EQ(dispatches_of(g), products * split + 1) << (cross ? "cross" : "self") << ", " << split_k;
             // Scores of O(1) (not a saturated softmax, whose weights' gradients cancel to a few ulps of their terms).
             const FeedRange small{-0.3, 0.3};
             expect_matches_reference(g, random_feeds(g, 23, small));
@@ -358,12 +375,13 @@ TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {
 
 // A ReLU's gradient mask reads the ReLU's output, not its input (autodiff.cpp), so the forward product stores the
 // ReLU through its epilogue; and the product of the gradient upstream of the mask (the second convolution's input
-// gradient, or with K split its split sum) stores the masked gradient through its own: neither the ReLU nor its
-// mask is a kernel.
+// gradient, or with K split the sum of its pieces) stores the masked gradient through its own: neither the ReLU nor
+// its mask is a kernel.
 TEST_F(FusionTest, ReluAndItsGradientMaskTrainInTheirProducts) {
-    for (const char* splits : {"", "3"}) {
-        SCOPED_TRACE(std::string("splits '") + splits + "'");
-        const ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+    for (const SplitK split_k : kSplitKs) {
+        SCOPED_TRACE(testing::Message() << split_k);
+        const ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+        const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
         Graph g;
         Tensor x = g.input("x", {2, 4, 6, 6});
         // K = 8 * 3 * 3 = 72 for the second convolution's input gradient: three pieces of 32 when split
@@ -373,9 +391,9 @@ TEST_F(FusionTest, ReluAndItsGradientMaskTrainInTheirProducts) {
         const std::vector<Tensor> grads = grad(loss, {x, w1, w2});
         for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
         const std::vector<std::string> labels = kernel_labels(g);
-        const bool split = *splits != 0;
-        EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+relu" : "conv2d+relu"), 1);
-        EXPECT_EQ(std::count(labels.begin(), labels.end(), split ? "matmul_split_sum+greater+mul" : "conv2d_grad_input+greater+mul"), 1);
+        const bool apart = split_k.summed_apart();
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), apart ? "matmul_split_sum+relu" : "conv2d+relu"), 1);
+        EXPECT_EQ(std::count(labels.begin(), labels.end(), apart ? "matmul_split_sum+greater+mul" : "conv2d_grad_input+greater+mul"), 1);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "relu"), 0);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "greater+mul"), 0);
         expect_matches_reference(g, random_feeds(g, 18));
@@ -733,41 +751,46 @@ TEST_F(FusionTest, NormOfSplitProductRowsIsStoredByTheSum) {
     }
 }
 
-// silu(x W_gate^T) * (x W_up^T) of several rows (a prefill's SwiGLU) where K is split: both products' pieces, and one
-// split sum of both storing the tree (FusionPlan::epilogue_pair; MatmulSpec::b2): no sum of the gate's own. 40 and
-// 37 outputs a row (vec4 and scalar sums); the gate also an output keeps its sum. Against the float64 reference,
-// outputs NaN-poisoned first.
+// silu(x W_gate^T) * (x W_up^T) of several rows (a prefill's SwiGLU) where K is split: one product kernel over both
+// weights whose last piece of a tile sums both products' pieces storing the tree (FusionPlan::epilogue_pair;
+// MatmulSpec::b2), or with MEGANEURA_SPLIT_SUM=dispatch both products' pieces and one split sum of both: no sum of the
+// gate's own. 40 and 37 outputs a row (vec4 and scalar sums); the gate also an output keeps its own. Against the
+// float64 reference, outputs NaN-poisoned first.
 TEST_F(FusionTest, SwigluOfSeveralRowsIsOneSplitSumOfBothProducts) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
-    for (const int64_t n : {40, 37}) {
-        for (const bool gate_is_output : {false, true}) {
-            Graph g;
-            const Tensor x = g.input("x", {2, 5, 96});
-            const Tensor gate = g.linear(x, g.parameter("gate.weight", {n, 96}));
-            const Tensor up = g.linear(x, g.parameter("up.weight", {n, 96}));
-            g.output("y", g.linear(g.silu(gate) * up, g.parameter("down.weight", {7, n})));
-            if (gate_is_output) g.output("gate", gate);
-            const auto sums = [&](const CompileOptions& options) {
-                std::vector<std::string> labels;
-                for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), options)) {
-                    if (k.label.starts_with("matmul_split_sum")) labels.push_back(k.label);
+    for (const SplitK split_k : {kSplitKs[1], kSplitKs[2]}) {
+        for (const int64_t n : {40, 37}) {
+            for (const bool gate_is_output : {false, true}) {
+                SCOPED_TRACE(testing::Message() << split_k << ", " << n << " outputs" << (gate_is_output ? ", the gate an output" : ""));
+                const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+                Graph g;
+                const Tensor x = g.input("x", {2, 5, 96});
+                const Tensor gate = g.linear(x, g.parameter("gate.weight", {n, 96}));
+                const Tensor up = g.linear(x, g.parameter("up.weight", {n, 96}));
+                g.output("y", g.linear(g.silu(gate) * up, g.parameter("down.weight", {7, n})));
+                if (gate_is_output) g.output("gate", gate);
+                const auto sums = [&](const CompileOptions& options) {  // the kernels that store the products
+                    std::vector<std::string> labels;
+                    for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), options)) {
+                        if (k.label.starts_with(split_k.summed_apart() ? "matmul_split_sum" : "matmul")) labels.push_back(k.label);
+                    }
+                    return labels;
+                };
+                const std::string sum = split_k.summed_apart() ? "matmul_split_sum" : "matmul";
+                const std::vector<std::string> paired = {sum + "+silu+mul", sum}, apart = {sum, sum + "+silu+mul", sum};
+                EXPECT_EQ(sums({}), gate_is_output ? apart : paired);
+                expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + gate_is_output));
+                // Both weights read as their f16 copies (Tuning::f16_weights, as on a cooperative device): W2's copy is
+                // the second product's B (an exact test would need the reference's weights rounded: f16's rounding here).
+                const ScopedEnv f16_weights("MEGANEURA_F16_WEIGHTS", "1");
+                EXPECT_EQ(sums({.precision = Precision::Fast}), gate_is_output ? apart : paired);
+                int casts = 0;
+                for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {.precision = Precision::Fast})) {
+                    casts += k.label == "cast";
                 }
-                return labels;
-            };
-            const std::vector<std::string> paired = {"matmul_split_sum+silu+mul", "matmul_split_sum"};
-            const std::vector<std::string> apart = {"matmul_split_sum", "matmul_split_sum+silu+mul", "matmul_split_sum"};
-            EXPECT_EQ(sums({}), gate_is_output ? apart : paired) << n;
-            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + gate_is_output));
-            // Both weights read as their f16 copies (Tuning::f16_weights, as on a cooperative device): W2's copy is
-            // the second product's B (an exact test would need the reference's weights rounded: f16's rounding here).
-            const ScopedEnv f16_weights("MEGANEURA_F16_WEIGHTS", "1");
-            EXPECT_EQ(sums({.precision = Precision::Fast}), gate_is_output ? apart : paired) << n;
-            int casts = 0;
-            for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {.precision = Precision::Fast})) {
-                casts += k.label == "cast";
+                EXPECT_EQ(casts, 3);  // the gate's, up's and down's weights
+                expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + 2), 2e-3, {.precision = Precision::Fast});
             }
-            EXPECT_EQ(casts, 3) << n;  // the gate's, up's and down's weights
-            expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + 2), 2e-3, {.precision = Precision::Fast});
         }
     }
 }
@@ -895,24 +918,26 @@ TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
 }
 
 // By default (Tuning::UpdatesInProducts::SplitSums) an optimizer's update is batched rather than the epilogue of
-// its gradient's product, unless the product's K is split: the split sum applies it. Here dW sums over 96 rows;
-// SGD with momentum, whose update and gradient fit a product's bindings on lavapipe too (AdamW's do not here).
+// its gradient's product, unless the product's K is split: the sum of its pieces applies it (the last piece's of each
+// tile, or a dispatch's). Here dW sums over 96 rows; SGD with momentum, whose update and gradient fit a product's
+// bindings on lavapipe too (AdamW's do not here).
 TEST_F(FusionTest, UpdatesStayInSplitSumsOnly) {
     Graph g;
     const Tensor x = g.input("x", {96, 24});
     const Tensor y = g.matmul(x, g.parameter("w", {24, 20}, Init::uniform(-0.5, 0.5)));
     const Tensor loss = g.mean(y * y);
     const CompileOptions options{.loss = loss, .optimizer = SGD{.lr = 0.1, .momentum = 0.9}};
-    for (const char* splits : {"1", "3"}) {
-        SCOPED_TRACE(std::string("MEGANEURA_MATMUL_SPLITS=") + splits);
-        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", splits);
+    for (const SplitK split_k : kSplitKs) {
+        SCOPED_TRACE(testing::Message() << split_k);
+        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", split_k.sum);
         Graph step = g;
         compiler::append_training(step, step.handle(loss.id), options);
         std::vector<std::string> labels;
         for (const auto& k : compiler::program_kernels(step, device().context()->caps(), {})) labels.push_back(k.label);
-        const bool split = std::string(splits) != "1";
-        const auto update_in_sum = std::find_if(labels.begin(), labels.end(), [](const std::string& l) {
-            return l.rfind("matmul_split_sum+", 0) == 0 && l.ends_with("+sub");
+        const bool split = std::string(split_k.pieces) != "1";
+        const auto update_in_sum = std::find_if(labels.begin(), labels.end(), [&](const std::string& l) {
+            return l.starts_with(split_k.summed_apart() ? "matmul_split_sum+" : "matmul+") && l.ends_with("+sub");
         });
         EXPECT_EQ(update_in_sum != labels.end(), split);
         EXPECT_EQ(std::count(labels.begin(), labels.end(), "sgd x 1 tensor"), split ? 0 : 1);

@@ -3,6 +3,7 @@
 // broadcast batch dims, and shapes whose rows allow 16-byte access; outputs NaN-poisoned.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -110,6 +111,48 @@ TEST_F(MatmulTest, SplitK) {
     }
     ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3"), tile("MEGANEURA_MATMUL_TILE", "128");
     check_cases(kLongK, 4700, 1e-5);
+}
+
+// Split-K's pieces summed by the product's last piece of each tile (MatmulKernels::tile_counters) against their sum's
+// own dispatch (MEGANEURA_SPLIT_SUM=dispatch): the same additions in the same order, so the same bits, and again on
+// the second and third runs (each tile's counter is zero again after a dispatch). A batched product with B transposed
+// and rows of 41 (scalar sums, tiles past the edges), a linear layer's epilogue (vec4 sums), a SwiGLU's pair (one
+// product kernel over both weights), an f16 product and a strided convolution's implicit GEMM with its ReLU.
+TEST_F(MatmulTest, PiecesSummedInTheProductMatchTheirSumsBitForBit) {
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
+    Graph g;
+    g.output("batched", g.matmul(g.input("a", {3, 37, 70}), g.input("b", {3, 41, 70}), false, true));
+    const Tensor x = g.input("x", {2, 9, 96});
+    g.output("linear", g.gelu(g.linear(x, g.parameter("w", {40, 96}), g.parameter("bias", {40}))));
+    const Tensor gate = g.linear(x, g.parameter("gate.weight", {36, 96})), up = g.linear(x, g.parameter("up.weight", {36, 96}));
+    g.output("swiglu", g.silu(gate) * up);
+    g.output("f16", g.matmul(g.input("h", {33, 80}, DType::F16), g.input("k", {80, 20}, DType::F16)));
+    g.output("conv", g.relu(g.conv2d(g.input("image", {2, 8, 9, 9}), g.input("filter", {5, 8, 3, 3}), std::nullopt,
+                                     {.stride = 2, .padding = 1})));
+    const ref::Feeds feeds = random_feeds(g, 4900);
+    constexpr const char* kOutputs[] = {"batched", "linear", "swiglu", "f16", "conv"};
+    std::map<std::string, std::vector<std::vector<float>>> runs;  // by where the sum is: each output, three runs
+    std::map<std::string, size_t> dispatches;
+    for (const char* where : {"product", "dispatch"}) {
+        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", where);
+        Session s = compile(g, device());
+        dispatches[where] = s.stats().dispatches;
+        set_feeds(s, g, feeds);
+        for (int run = 0; run < 3; ++run) {
+            s.run();
+            for (const char* out : kOutputs) runs[where].push_back(s.get(out));
+        }
+    }
+    EXPECT_EQ(dispatches["product"], 5u);    // a product each
+    EXPECT_EQ(dispatches["dispatch"], 11u);  // and a sum each, the pair's two products one sum
+    ASSERT_EQ(runs["product"].size(), runs["dispatch"].size());
+    for (size_t i = 0; i < runs["product"].size(); ++i) {
+        const std::vector<float>& a = runs["product"][i];
+        const std::vector<float>& b = runs["dispatch"][i];
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kOutputs[i % 5] << ", run " << i / 5;
+    }
+    expect_matches_reference(g, feeds, 2e-3);  // f16's rounding
 }
 
 // K long enough (1.2M slices of 16 would be 75,000 iterations of the tiled kernel's main loop) that
@@ -274,13 +317,26 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     const codegen::MatmulSpec mid{.dtype = DType::F32, .m = 256, .n = 512, .k = 512};  // 2^26 multiply-adds
     choice = codegen::matmul_kernels(mid, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative 64x64x32/2 (by size;", 0), 0u) << choice;
-    // An f16 product whose few tiles leave the device empty splits K too: f32 pieces, summed into f16.
+    // An f16 product whose few tiles leave the device empty splits K too: f32 pieces (binding c), summed into f16 (y)
+    // by the last piece of each tile, or by a dispatch of their own.
     const codegen::MatmulSpec f16_long{.dtype = DType::F16, .m = 128, .n = 576, .k = 49152};
     const auto split = codegen::matmul_kernels(f16_long, t);
     EXPECT_NE(split.product.choice.find("K split in pieces of"), std::string::npos) << split.product.choice;
-    ASSERT_TRUE(split.sum.has_value());
-    EXPECT_EQ(split.product.iface.bindings.back().dtype, DType::F32);
-    EXPECT_EQ(split.sum->iface.bindings.back().dtype, DType::F16);
+    EXPECT_NE(split.product.choice.find("summed by the last piece of each tile"), std::string::npos) << split.product.choice;
+    EXPECT_FALSE(split.sum.has_value());
+    EXPECT_EQ(split.tile_counters, int64_t(split.product.groups[0]) * split.product.groups[1]);  // one a tile
+    const auto& bindings = split.product.iface.bindings;
+    ASSERT_EQ(bindings.size(), 5u);
+    EXPECT_EQ(bindings[2].dtype, DType::F32);
+    EXPECT_TRUE(bindings[2].coherent);
+    EXPECT_EQ(bindings[3].dtype, DType::I32);
+    EXPECT_EQ(bindings[4].dtype, DType::F16);
+    t.pieces_summed_in_product = false;
+    const auto apart = codegen::matmul_kernels(f16_long, t);
+    ASSERT_TRUE(apart.sum.has_value());
+    EXPECT_EQ(apart.tile_counters, 0);
+    EXPECT_EQ(apart.product.iface.bindings.back().dtype, DType::F32);
+    EXPECT_EQ(apart.sum->iface.bindings.back().dtype, DType::F16);
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }

@@ -80,15 +80,17 @@ TEST(Trace, ForwardWithBackwardNamesEveryDispatchByItsGraphNodes) {
     EXPECT_NE(node.find(" relu (3,256) f32"), std::string::npos) << node;
 }
 
-// A split-K product writes partial sums only: it is named after the sum that reads them, as a part of
-// it (so are the loss's scratch dispatches).
+// A split-K product whose pieces a dispatch of their own sums (MEGANEURA_SPLIT_SUM=dispatch) writes partial sums
+// only: it is named after the sum that reads them, as a part of it (so are the loss's scratch dispatches).
 TEST(Trace, AProductsPiecesAreNamedAfterTheirSum) {
     TempDir dir("trace");
     const models::ModelRequest request{.input_shapes = {{"images", {3, 784}}}};
     io::write_safetensors(dir.path("in.safetensors"), models::find_model("mlp").example_inputs(request, false, 1));
     std::string output;
     ASSERT_EQ(traced(dir.path("t.json"), "forward --model mlp --inputs " + dir.path("in.safetensors") + " --out " +
-                                             dir.path("out.safetensors"), &output, "MEGANEURA_MATMUL_SPLITS=2 "), 0) << output;
+                                             dir.path("out.safetensors"),
+                     &output, "MEGANEURA_MATMUL_SPLITS=2 MEGANEURA_SPLIT_SUM=dispatch "),
+              0) << output;
     std::vector<std::string> names;
     for (const json& e : events_of(dir.path("t.json")))
         if (e.value("cat", "") == "dispatch") names.push_back(e["name"].get<std::string>());

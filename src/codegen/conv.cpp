@@ -76,7 +76,7 @@ void load_b8(Col col, uint kb, out float v[8]) {
 }
 #endif
 uint c_at(uint g, uint m, uint n) { return ((n / OHW) * O + g * OG + m) * OHW + n % OHW; }
-float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
+float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { Y.d[at] = STORE(v); }
 )";
 
@@ -118,7 +118,7 @@ void load_b8(Col col, uint kb, out float v[8]) {
 }
 #endif
 uint c_at(uint g, uint m, uint n) { return ((n / HW) * C + g * CG + m) * HW + n % HW; }
-float c_value(uint i, float v) { return EPI(i, v); }  // an epilogue only where K is whole
+float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
 )";
 
@@ -226,6 +226,26 @@ void main() {
             c_put(split * OUT_ELEMS + i, c_value(i, acc[r][j][q]));
         }
     }
+#if SUMS
+    sum_pieces();
+#endif
+}
+)";
+
+// Where the kernel sums its own pieces (MatmulKernels::tile_counters): the last of a tile's pieces sums them all in
+// piece order through the epilogue into `result`, as the split sum's dispatch would. After m0, n0 and g.
+const char* const kPieceSum = R"(
+const uint PIECES = (K + KSPLIT - 1u) / KSPLIT;
+void sum_pieces() {
+    if (!last_piece((g * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x, PIECES)) return;
+    for (uint e = gl_LocalInvocationID.x; e < BM * BN; e += WG) {
+        uint gm = m0 + e / BN, gn = n0 + e % BN;
+        if (gm >= M || gn >= N) continue;
+        uint i = c_at(g, gm, gn);
+        float s = 0.0;
+        for (uint q = 0u; q < PIECES; ++q) s += float(pieces.d[q * OUT_ELEMS + i]);
+        result.d[i] = STORE(EPI(i, s));
+    }
 }
 )";
 
@@ -324,6 +344,9 @@ void main() {
     [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + B_ROW_OF(lid + p * WG));
     coop_product(k_begin, k_end);
     coop_store_elements();
+#if SUMS
+    sum_pieces();
+#endif
 }
 )";
 
@@ -349,14 +372,29 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
             m.m = o, m.n = c, m.k = p, m.trans_b = true, m.a_batch_strides = {o * p}, m.b_batch_strides = {c * p};
             break;
     }
-    MatmulKernels k = matmul_kernels(m, t);
-    if (spec.mode == ConvMode::GradWeight && batch > 1) {
+    const bool images_summed = spec.mode == ConvMode::GradWeight && batch > 1;  // by the split sum, with the pieces
+    MatmulTuning tuning = t;
+    tuning.pieces_summed_in_product = tuning.pieces_summed_in_product && !images_summed;
+    MatmulKernels k = matmul_kernels(m, tuning);
+    if (images_summed) {
         const int64_t splits = k.sum ? k.partial_elements / (batch * o * c) : 1;
         k.partial_elements = splits * batch * o * c;
         k.sum = matmul_detail::split_sum_kernel(spec.dtype, o * c, checked_u32(splits * batch, "conv2d partial count"),
                                                 t.max_groups);
     }
     return k;
+}
+
+// The epilogue: where K is whole, the kernel's own stores' (C_EPI); where the kernel sums its own pieces (`summed`),
+// the sum's, with the bindings cnt and result (C) and the epilogue's after the kernel's three (the output's a coherent
+// view `pieces` then); else, K split, the split sum's.
+std::string epilogue_of(KernelSource& k, const ConvSpec& spec, bool split, bool summed) {
+    if (!summed) return epilogue_glsl(split ? nullptr : spec.epilogue, k) + "#define SUMS 0\n#define C_EPI(i, v) EPI(i, v)\n";
+    k.iface.bindings[2].coherent = true;
+    k.iface.bindings.push_back({"cnt", DType::I32, true});
+    k.iface.bindings.push_back({"result", spec.dtype, true});
+    return epilogue_glsl(spec.epilogue, k) + "layout(std430, set = 0, binding = 2) coherent readonly buffer B_pieces { " +
+           storage_type(spec.dtype) + " d[]; } pieces;\n#define SUMS 1\n#define C_EPI(i, v) (v)\n";
 }
 
 }  // namespace
@@ -425,6 +463,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n#define K_OCTETS " +
                              (octets ? "1" : "0") + "\n" + kDims + read_x + mode;
     uint32_t bm, bn, k_split;
+    bool summed;  // the kernel sums its own pieces
+    const std::string sums = std::string(matmul_detail::kLastPieceGlsl) + kPieceSum;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
         std::string why;
         const matmul_detail::CoopGeometry t =
@@ -439,7 +479,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.label += matmul_detail::coop_label_suffix(tuning);
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
         k.required_subgroup_size = tuning.coop_subgroup;
-        const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
+        summed = k_split < depth && tuning.pieces_summed_in_product;
+        const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
         const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split && (!octet_weight || spec.weight_octets);
@@ -448,7 +489,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                                          : "";
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
                  matmul_detail::coop_defines(t, tuning) + fetch_a + epilogue + head + kCoopStaging +
-                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + kCoopMain;
+                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? sums : "") + kCoopMain;
     } else {
         std::string why;
         const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning, &why);
@@ -463,13 +504,14 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
             wg % t.bn || wg % t.bk) {
             throw Error("conv2d tiles must divide evenly");
         }
-        const std::string epilogue = epilogue_glsl(k_split < depth ? nullptr : spec.epilogue, k);
+        summed = k_split < depth && tuning.pieces_summed_in_product;
+        const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         k.glsl = matmul_detail::preamble(k.iface, "") + matmul_detail::tiled_defines(t) + epilogue + head +
-                 matmul_detail::kTiledSharedGlsl + kTileLoop +
-                 matmul_detail::kRegisterTileProductGlsl + kTileMain;
+                 matmul_detail::kTiledSharedGlsl + kTileLoop + matmul_detail::kRegisterTileProductGlsl +
+                 (summed ? sums : "") + kTileMain;
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
-    if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split);
+    if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split) + (summed ? ", summed by the last piece of each tile" : "");
     k.choice += "; " + matmul_detail::gemm_size(gemm);
     const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
@@ -482,8 +524,12 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     if (splits > 1) {
         out.kernels.partial_elements = splits * out_elems;
         checked_u32(out.kernels.partial_elements, "conv2d split-K partial outputs");
-        out.kernels.sum = matmul_detail::split_sum_kernel(spec.dtype, out_elems, static_cast<uint32_t>(splits),
-                                                          tuning.max_groups, spec.epilogue);
+        if (summed) {
+            out.kernels.tile_counters = gx * gy * groups;
+        } else {
+            out.kernels.sum = matmul_detail::split_sum_kernel(spec.dtype, out_elems, static_cast<uint32_t>(splits),
+                                                              tuning.max_groups, spec.epilogue);
+        }
     }
     return out;
 }

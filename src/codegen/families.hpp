@@ -184,6 +184,9 @@ struct MatmulTuning {
     // bm, bn, wm, wn, bk, stages of the cooperative tile, all 0: chosen (MEGANEURA_COOP_TILE; tuning)
     std::array<uint32_t, 6> forced_coop{};
     uint32_t max_loop_iterations = 0;  // DeviceCaps::max_loop_iterations: K is split to stay under it
+    // Where K is split, the last piece of each tile sums the pieces (MatmulKernels::tile_counters); false: a dispatch
+    // of its own does (MEGANEURA_SPLIT_SUM=dispatch; also a convolution's weight gradient summing its images).
+    bool pieces_summed_in_product = true;
 };
 
 // The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the
@@ -191,11 +194,13 @@ struct MatmulTuning {
 // dtype is f32, otherwise the register-tiled f32 kernel, with a tile chosen for the grid size.
 // When even the smallest tile leaves the device underfilled, K is split: `product` writes
 // `partial_elements` f32 partial products into a scratch buffer (its binding c) and `sum` adds
-// them into C.
+// them into C; or, with tile_counters, the product's last piece of each tile does (binding cnt:
+// tile_counters i32 that are zero before the dispatch, and are again after it).
 struct MatmulKernels {
     KernelSource product;
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
+    int64_t tile_counters = 0;
     bool sum_stores_norm = false;  // MatmulSpec::sum_norm_eps
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);

@@ -29,7 +29,7 @@ std::string glsl_preamble(const KernelInterface& iface) {
     }
     for (size_t i = 0; i < iface.bindings.size(); ++i) {
         const Binding& b = iface.bindings[i];
-        s += "layout(std430, set = 0, binding = " + std::to_string(i) + ") " + (b.writes ? "" : "readonly ") +
+        s += "layout(std430, set = 0, binding = " + std::to_string(i) + ") " + (b.coherent ? "coherent " : "") + (b.writes ? "" : "readonly ") +
              "buffer B_" + b.name + " { " + storage_type(b.dtype) + " d[]; } " + b.name + ";\n";
     }
     return s;

@@ -20,6 +20,9 @@ struct Binding {
     std::string name;  // the GLSL block's instance name; elements are name.d[i]
     DType dtype;
     bool writes = false;  // false: readonly
+    // Written by some workgroups and read by others of the same dispatch (split-K's pieces that the last of a tile
+    // sums: matmul.cpp's piece_sum_glsl), so never cached where another workgroup's writes are not seen.
+    bool coherent = false;
 };
 
 struct KernelInterface {

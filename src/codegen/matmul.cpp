@@ -149,7 +149,7 @@ KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std:
 
 bool vec4_operand(const MatmulSpec& spec, char operand) { return inner_dim(spec, operand) % 4 == 0; }
 
-std::string common_glsl(const MatmulSpec& spec) {
+std::string common_glsl(const MatmulSpec& spec, bool pieces_summed) {
     auto vec4_of = [](DType d) { return std::string(d == DType::F16 ? "f16vec4" : "vec4"); };
     std::string g = "#define STORE " + std::string(storage_type(spec.dtype)) + "\n#define STORE4 " + vec4_of(spec.dtype) + "\n";
     // Second views of the same bindings, 4 elements wide (Vulkan allows aliased descriptors).
@@ -157,23 +157,29 @@ std::string common_glsl(const MatmulSpec& spec) {
          " d[]; } a4;\n"
          "layout(std430, set = 0, binding = 1) readonly buffer B_b4 { " + vec4_of(operand_dtype(spec, 'b')) +
          " d[]; } b4;\n"
-         "layout(std430, set = 0, binding = 2) writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
+         "layout(std430, set = 0, binding = 2) " + (pieces_summed ? "coherent " : "") +
+         "writeonly buffer B_c4 { STORE4 d[]; } c4;\n";
     g += R"(
+const uint PIECES = (K + KSPLIT - 1u) / KSPLIT;  // of split-K
 void batch_offsets(uint z, out uint a_off, out uint b_off) {
     uint c3 = z % BD3; z /= BD3; uint c2 = z % BD2; z /= BD2; uint c1 = z % BD1; z /= BD1; uint c0 = z;
     a_off = c0 * AS0 + c1 * AS1 + c2 * AS2 + c3 * AS3;
     b_off = c0 * BS0 + c1 * BS1 + c2 * BS2 + c3 * BS3;
 }
+// z is piece * NB + batch, a pair's second product (piece_sum_glsl) in the grid's upper half.
+bool second_b = false;
 void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off) {
-    k_begin = (gl_WorkGroupID.z / NB) * KSPLIT;
+    uint z = gl_WorkGroupID.z % (PIECES * NB);
+    second_b = gl_WorkGroupID.z >= PIECES * NB;
+    k_begin = (z / NB) * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
-    batch_offsets(gl_WorkGroupID.z % NB, a_off, b_off);
+    batch_offsets(z % NB, a_off, b_off);
 }
 )";
     return g;
 }
 
-std::string loader_glsl(const MatmulSpec& spec, char operand) {
+std::string loader_glsl(const MatmulSpec& spec, char operand, bool pair) {
     const bool a = operand == 'a';
     const bool trans = a ? spec.trans_a : spec.trans_b;
     const std::string x(1, operand), X(1, static_cast<char>(operand - 'a' + 'A'));
@@ -187,16 +193,17 @@ std::string loader_glsl(const MatmulSpec& spec, char operand) {
          "    uint at = off + o * " + X + "_INNER + i;\n";
     if (vec4_operand(spec, operand)) {
         // i is a multiple of 4 and so is the row length: the 4 elements are all in or all out.
-        g += "    if (i < " + X + "_INNER) v = vec4(" + x + "4.d[at >> 2]);\n";
+        g += "    if (i < " + X + "_INNER) v = vec4(" + (pair ? "second_b ? b24.d[at >> 2] : " : "") + x + "4.d[at >> 2]);\n";
     } else {
-        g += "    for (uint q = 0u; q < 4u; ++q) if (i + q < " + X + "_INNER) v[q] = float(" + x + ".d[at + q]);\n";
+        g += "    for (uint q = 0u; q < 4u; ++q) if (i + q < " + X + "_INNER) v[q] = float(" +
+             (pair ? "second_b ? b2.d[at + q] : " : "") + x + ".d[at + q]);\n";
     }
     return g + "    return v;\n}\n";
 }
 
 std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t k_split,
-                                  uint32_t max_groups) {
-    const int64_t batch = std::max<int64_t>(numel(spec.batch), 1) * ((spec.k + k_split - 1) / k_split);
+                                  uint32_t max_groups, bool pair) {
+    const int64_t batch = std::max<int64_t>(numel(spec.batch), 1) * ((spec.k + k_split - 1) / k_split) * (pair ? 2 : 1);
     const int64_t gx = (spec.n + bn - 1) / bn, gy = (spec.m + bm - 1) / bm;
     if (gx > max_groups || gy > max_groups || batch > max_groups) {
         throw Error("matmul grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(batch) +
@@ -209,9 +216,10 @@ std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t 
 namespace {
 
 // A view `name` of binding `at` whose elements are `type` (Vulkan allows aliased descriptors).
-std::string view_of(size_t at, const std::string& name, bool writes, const std::string& type = "vec4") {
-    return "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (writes ? "writeonly" : "readonly") +
-           " buffer B_" + name + " { " + type + " d[]; } " + name + ";\n";
+std::string view_of(size_t at, const std::string& name, bool writes, const std::string& type = "vec4",
+                    bool coherent = false) {
+    return "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (coherent ? "coherent " : "") +
+           (writes ? "writeonly" : "readonly") + " buffer B_" + name + " { " + type + " d[]; } " + name + ";\n";
 }
 
 // What both split sums declare before their main: STORE and STORE4 for C's dtype, the 16-byte views of the partials
@@ -223,6 +231,97 @@ std::string split_sum_head(DType out_dtype, const std::string& store) {
 }
 
 }  // namespace
+
+namespace {
+
+// product_store_glsl's where the kernel sums its pieces.
+std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
+    const size_t pieces = 2;  // binding c: the f32 pieces [pair][piece][batch][M][N]
+    k.iface.bindings[pieces].coherent = true;
+    k.iface.bindings.push_back({"cnt", DType::I32, true});
+    k.iface.bindings.push_back({"y", spec.dtype, true});
+    const size_t y = k.iface.bindings.size() - 1;
+    const std::string store = store_glsl(k, spec.dtype, spec.column_parts, "y");
+    const std::string epilogue = epilogue_glsl(spec.epilogue, k);
+    std::string views = view_of(pieces, "p", false, "float", true) + view_of(pieces, "p4", false, "vec4", true) +
+                        view_of(y, "y4", true, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
+    if (spec.b2) {  // the second W, its 16-byte views too (a pair's loads: loader_glsl, kMatmulStaging's B8)
+        if (!spec.epilogue || spec.epilogue->product2 < 0) throw Error("matmul: a pair's sum needs an epilogue of both");
+        const DType w = operand_dtype(spec, 'b');
+        views += view_of(k.iface.bindings.size(), "b24", false, w == DType::F16 ? "f16vec4" : "vec4") +
+                 view_of(k.iface.bindings.size(), "b28", false, "uvec4");
+        k.iface.bindings.push_back({"b2", w});
+    }
+    return views + store + epilogue + "#define SUMS 1\n#define PAIR " + (spec.b2 ? "1" : "0") + "\n#define VEC_Y " +
+           (spec.n % 4 == 0 ? "1" : "0") + "\n#define C_EPI(i, v) (v)\n#define C_EPI4(i, v) (v)\n";
+}
+
+}  // namespace
+
+std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t k_split, const MatmulSpec* summed) {
+    const bool partial = k_split < spec.k;  // a split sum, or the last piece (summed), stores C
+    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<ColumnPart>{} : spec.column_parts);
+    if (summed) return store + piece_sum_glsl(k, *summed);
+    return store + epilogue_glsl(partial ? nullptr : spec.epilogue, k) +
+           "#define SUMS 0\n#define PAIR 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
+}
+
+const char* const kLastPieceGlsl = R"(
+// Whether this workgroup stored the last of a tile's `arrivals` pieces (cnt counts them, and is zero again after the
+// last, for the next run). A barrier makes each workgroup's stores visible device-wide before its count, and the last
+// one's loads see them all after. Every invocation calls it after storing its piece.
+shared bool tile_summed;
+bool last_piece(uint tile, uint arrivals) {
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationID.x == 0u) {
+        tile_summed = atomicAdd(cnt.d[tile], 1) == int(arrivals) - 1;
+        if (tile_summed) cnt.d[tile] = 0;
+    }
+    barrier();
+    memoryBarrierBuffer();
+    return tile_summed;
+}
+)";
+
+const char* const kPieceSumGlsl = R"(
+// Split-K's sum: the last of a tile's pieces sums them all in piece order, applies the epilogue and stores C, as the
+// split sum's own dispatch would (the same additions in the same order).
+void sum_pieces() {
+    uint batch = gl_WorkGroupID.z % NB;
+    uint tile = (batch * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (!last_piece(tile, (PAIR + 1u) * PIECES)) return;
+    const uint T = NB * M * N;  // one piece's elements
+    for (uint e = gl_LocalInvocationID.x; e < BM * (BN / 4u); e += WG) {
+        uint gm = m0 + e / (BN / 4u), gn = n0 + e % (BN / 4u) * 4u;
+        if (gm >= M || gn >= N) continue;
+        uint i = (batch * M + gm) * N + gn;
+#if VEC_Y
+        vec4 s = vec4(0.0);
+        for (uint q = 0u; q < PIECES; ++q) s += p4.d[(q * T + i) >> 2];
+#if PAIR
+        vec4 s2 = vec4(0.0);
+        for (uint q = PIECES; q < 2u * PIECES; ++q) s2 += p4.d[(q * T + i) >> 2];
+        store_y4(i, EPI2_4(i, s, s2));
+#else
+        store_y4(i, EPI4(i, s));
+#endif
+#else
+        for (uint j = i; j < i + min(4u, N - gn); ++j) {
+            float s = 0.0;
+            for (uint q = 0u; q < PIECES; ++q) s += p.d[q * T + j];
+#if PAIR
+            float s2 = 0.0;
+            for (uint q = PIECES; q < 2u * PIECES; ++q) s2 += p.d[q * T + j];
+            store_y(j, EPI2(j, s, s2));
+#else
+            store_y(j, EPI(j, s));
+#endif
+        }
+#endif
+    }
+}
+)";
 
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
                               const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts, bool pair) {
@@ -331,38 +430,40 @@ void main() {
     return k;
 }
 
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c) {
     if (std::any_of(parts.begin(), parts.end(), [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; })) {
         throw Error("matmul: only a GEMV stores parts that rotate or go into a cache");
     }
+    const std::string type = storage_type(dtype), type4 = dtype == DType::F16 ? "f16vec4" : "vec4";
+    const std::string head = "void store_" + c + "(uint i, float v) {\n";
     if (parts.empty()) {
-        return "void store_c(uint i, float v) { c.d[i] = STORE(v); }\n"
-               "void store_c4(uint i, vec4 v) { c4.d[i >> 2] = STORE4(v); }\n";
+        return head + "    " + c + ".d[i] = " + type + "(v);\n}\n" + "void store_" + c + "4(uint i, vec4 v) { " + c +
+               "4.d[i >> 2] = " + type4 + "(v); }\n";
     }
     // The row's columns walked part by part, a split of heads' head dim and sequence (HEAD_DIMp, SEQp) constants too.
     std::string row = "0u";
     for (size_t p = 0; p < parts.size(); ++p) row += " + PART" + std::to_string(p);
     const std::string body = column_part_walk(k, dtype, parts, [&](size_t p, const std::string& name) {
         const std::string n = std::to_string(p), width = "PART" + n;
-        if (parts[p].head_dim == 0) return name + ".d[row * " + width + " + col] = STORE(v);";
+        if (parts[p].head_dim == 0) return name + ".d[row * " + width + " + col] = " + type + "(v);";
         for (const auto& [constant, value] : {std::pair{"HEAD_DIM", parts[p].head_dim}, {"SEQ", parts[p].seq}}) {
             k.iface.spec_constants.push_back(constant + n);
             k.spec_values.push_back(checked_u32(value, "matmul column part"));
         }
         // [rows / seq, heads, seq, head_dim]
         return name + ".d[((row / SEQ" + n + ") * (" + width + " / HEAD_DIM" + n + ") + col / HEAD_DIM" + n + ") * (SEQ" + n +
-               " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n + "] = STORE(v);";
-    });
-    return "void store_c(uint i, float v) {\n    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body +
-           "}\n"
-           "void store_c4(uint i, vec4 v) { store_c(i, v.x); store_c(i + 1u, v.y); store_c(i + 2u, v.z); store_c(i + 3u, v.w); }\n";
+               " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n + "] = " + type + "(v);";
+    }, c);
+    return head + "    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body + "}\n" + "void store_" + c +
+           "4(uint i, vec4 v) { store_" + c + "(i, v.x); store_" + c + "(i + 1u, v.y); store_" + c + "(i + 2u, v.z); store_" +
+           c + "(i + 3u, v.w); }\n";
 }
 
 std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts,
-                             const std::function<std::string(size_t, const std::string&)>& store) {
+                             const std::function<std::string(size_t, const std::string&)>& store, const std::string& c) {
     std::string body;
     for (size_t p = 0; p < parts.size(); ++p) {
-        const std::string width = "PART" + std::to_string(p), name = p ? "c_" + std::to_string(p) : "c";
+        const std::string width = "PART" + std::to_string(p), name = p ? c + "_" + std::to_string(p) : c;
         k.iface.spec_constants.push_back(width);
         k.spec_values.push_back(checked_u32(parts[p].width, "matmul column part"));
         if (p) k.iface.bindings.push_back({name, dtype, true});
@@ -597,30 +698,39 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     }
     uint32_t k_split;
     std::string why;
+    std::optional<CoopGeometry> coop;
+    std::optional<TiledGeometry> tiled;
     if (t.coop_subgroup) {
-        const CoopGeometry g = choose_coop_geometry(spec, t, CoopProduct::Matmul, &why);
-        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
-        out.product = coop_kernel(pieces_spec(spec, k_split), g, t, k_split);
+        coop = choose_coop_geometry(spec, t, CoopProduct::Matmul, &why);
+        k_split = choose_k_split(spec, t, workgroups(spec, coop->bm, coop->bn), coop->bk);
         why = "cooperative " + why;
     } else {
-        const TiledGeometry g = choose_tiled_geometry(spec, t, &why);
-        k_split = choose_k_split(spec, t, workgroups(spec, g.bm, g.bn), g.bk);
-        out.product = tiled_kernel(pieces_spec(spec, k_split), g, k_split, t.max_groups);
+        tiled = choose_tiled_geometry(spec, t, &why);
+        k_split = choose_k_split(spec, t, workgroups(spec, tiled->bm, tiled->bn), tiled->bk);
         why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }
-    out.product.choice = why + (k_split < spec.k ? "; K split in pieces of " + std::to_string(k_split) : "") + "; " +
-                         gemm_size(spec);
-    if (k_split < spec.k) {
+    const bool split = k_split < spec.k;
+    out.sum_stores_norm = split && spec.sum_norm_eps > 0 && !spec.b2 && spec.dtype == DType::F32 &&
+                          spec.column_parts.empty() && spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
+    // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own.
+    const MatmulSpec* summed = split && t.pieces_summed_in_product && !out.sum_stores_norm ? &spec : nullptr;
+    const MatmulSpec pieces = pieces_spec(spec, k_split);
+    out.product = coop ? coop_kernel(pieces, *coop, t, k_split, summed) : tiled_kernel(pieces, *tiled, k_split, t.max_groups, summed);
+    out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) : "") +
+                         (summed ? ", summed by the last piece of each tile" : "") + "; " + gemm_size(spec);
+    if (split) {
         const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
-        out.partial_elements = elements * splits;
+        out.partial_elements = elements * splits * (summed && spec.b2 ? 2 : 1);
         checked_u32(out.partial_elements, "matmul split-K partial products");
-        out.sum_stores_norm = spec.sum_norm_eps > 0 && !spec.b2 && spec.dtype == DType::F32 && spec.column_parts.empty() &&
-                              spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
-        out.sum = out.sum_stores_norm
-                      ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue, spec.sum_norm_eps,
-                                              spec.sum_layer_norm)
-                      : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue, spec.column_parts, spec.b2);
+        if (summed) {
+            out.tile_counters = coop ? workgroups(spec, coop->bm, coop->bn) : workgroups(spec, tiled->bm, tiled->bn);
+        } else {
+            out.sum = out.sum_stores_norm ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue,
+                                                                  spec.sum_norm_eps, spec.sum_layer_norm)
+                                          : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue,
+                                                             spec.column_parts, spec.b2);
+        }
     } else if (spec.b2) {
         throw Error("matmul: a pair of products of several rows is summed where K is split only");  // schedule/fusion.hpp
     }

@@ -17,14 +17,16 @@ KernelSource base_kernel(const MatmulSpec& spec, uint32_t local_size, const std:
 // GLSL: `STORE4` (the 4-wide storage type of the dtype), 4-wide views a4, b4, c4 of the three
 // bindings (16-byte loads and stores where a dimension is a multiple of 4),
 // `void batch_offsets(uint z, out uint a_off, out uint b_off)` and, for tiled grids whose z is
-// split * NB + batch, `void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off)`.
-std::string common_glsl(const MatmulSpec& spec);
+// split * NB + batch, `void split_range(out uint k_begin, out uint k_end, out uint a_off, out uint b_off)`, which also
+// sets `second_b` (a pair's second product: piece_sum_glsl), and PIECES (K's). With `pieces_summed`, c4 is coherent.
+std::string common_glsl(const MatmulSpec& spec, bool pieces_summed = false);
 
 // GLSL: `vec4 load_<x>(uint off, uint o, uint i)`, the elements (o, i..i+3) of operand x ("a" or
 // "b") in its memory order (o: the strided dimension, i: the contiguous one), zero outside the
 // matrix; 16-byte loads when the contiguous dimension is a multiple of 4. Also defines
-// <X>_OUTER and <X>_INNER (the operand's two dims in memory order).
-std::string loader_glsl(const MatmulSpec& spec, char operand);
+// <X>_OUTER and <X>_INNER (the operand's two dims in memory order). With `pair`, B's loads read b2 (views b24) where
+// second_b is set.
+std::string loader_glsl(const MatmulSpec& spec, char operand, bool pair = false);
 
 // "M x N x K 128x576x1536" (and the batch), for KernelSource::choice.
 std::string gemm_size(const MatmulSpec& spec);
@@ -50,10 +52,10 @@ extern const char* const kRegisterTileProductGlsl;
 // registers) and `extensions` right after #version.
 std::string preamble(const KernelInterface& iface, const std::string& extensions);
 
-// Grid for a BM x BN tiling with K split into pieces of k_split, checked against the device's
-// per-dimension limit.
+// Grid for a BM x BN tiling with K split into pieces of k_split (`pair`: of two products), checked against the
+// device's per-dimension limit.
 std::array<uint32_t, 3> tile_grid(const MatmulSpec& spec, uint32_t bm, uint32_t bn, uint32_t k_split,
-                                  uint32_t max_groups);
+                                  uint32_t max_groups, bool pair = false);
 
 // The three kernels. Tiled: a BM x BN tile per workgroup, BK-deep slices staged in shared memory,
 // a TM x TN register tile per thread (TM, TN multiples of 4).
@@ -65,7 +67,10 @@ struct TiledGeometry {
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
     uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
 };
-KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups);
+// `summed` (K split, MatmulKernels::tile_counters): the product whose pieces the kernel's last piece of each tile sums
+// (piece_sum_glsl); spec is then its pieces' (f32).
+KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups,
+                          const MatmulSpec* summed = nullptr);
 // What the tiled kernels share (matmul_tiled.cpp, the convolutions' implicit GEMMs): the geometry's #defines
 // (BM BN BK TM TN STAGES), and after them the slices' shared arrays As and Bs (k-major vec4 rows padded by one
 // vec4, STAGES buffers of BK rows), the stage st, TX and TY.
@@ -89,7 +94,8 @@ struct CoopGeometry {
     int64_t min_work = 0;  // the smallest product (multiply-adds) the tile is chosen for
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
-KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split);
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split,
+                         const MatmulSpec* summed = nullptr);
 // Shared memory of the tile; a split product (MatmulTuning::coop_split) stages two parts of each operand.
 uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
 // The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
@@ -138,15 +144,29 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
 // GLSL: `void store_c(uint i, float v)` and `void store_c4(uint i, vec4 v)`, which store the output's
 // element i (and the 3 after it) of its row-major [rows, N] where it lives: in c, or with column parts in
 // the part that holds its column, in that part's layout (ColumnPart), whose bindings (after c) and shapes
-// this adds to k. Call it after c's binding and before the epilogue's; STORE, STORE4 and c4 defined before
-// the text. A kernel that stores split-K partial products passes no parts.
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts);
+// this adds to k. Call it after c's binding and before the epilogue's; c4 (c's 16-byte view) declared before
+// the text. A kernel that stores split-K partial products passes no parts. `c` names the binding (and the functions).
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c = "c");
 
 // The walk over a row's column parts that store_glsl and the GEMV's column pairs share: each part's width PART<p> as a
 // spec constant (then whatever `store` adds), the parts after c bound as c_1, c_2, ... (not c4: common_glsl's 4-wide
 // view of c, which a fifth part of that name redeclared: SmolVLA's 16 stacked projections did not compile), and for
 // part p, `if (col < PART<p>) { <store(p, its binding's name)> return; } col -= PART<p>;`.
 std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts,
-                             const std::function<std::string(size_t, const std::string&)>& store);
+                             const std::function<std::string(size_t, const std::string&)>& store,
+                             const std::string& c = "c");
+
+// What the tiled and cooperative matmuls store (`spec`: the kernel's, f32 where K is split), before their loaders:
+// store_c and the epilogue EPI (none where K is split), and C_EPI (the epilogue the kernel's own stores apply); SUMS,
+// and PAIR (a pair's second product in the grid's upper half: MatmulSpec::b2). With `summed`, split-K's sum is in the
+// kernel itself (MatmulKernels::tile_counters): after its a, b and c (its f32 pieces, made coherent), the bindings cnt
+// (i32, a counter a tile, zero between dispatches), y (summed's C, its column parts) and the epilogue's, and a pair's
+// b2 last; store_y; EPI; VEC_Y. Then kLastPieceGlsl and kPieceSumGlsl, after m0 and n0 are declared, define
+// `void sum_pieces()`, which every invocation calls after storing its piece.
+std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t k_split, const MatmulSpec* summed);
+// GLSL `bool last_piece(uint tile, uint arrivals)` for the kernels that sum their own pieces (binding cnt): whether
+// this workgroup's is the last of the tile's pieces stored, after which it sees them all. Every invocation calls it.
+extern const char* const kLastPieceGlsl;
+extern const char* const kPieceSumGlsl;
 
 }  // namespace mn::codegen::matmul_detail

@@ -370,6 +370,11 @@ uint m0, n0, a_off, b_off;
 layout(std430, set = 0, binding = 0) readonly buffer B_a8 { uvec4 d[]; } a8;
 layout(std430, set = 0, binding = 1) readonly buffer B_b8 { uvec4 d[]; } b8;
 #endif
+#if PAIR
+#define B8(j) (second_b ? b28.d[j] : b8.d[j])
+#else
+#define B8(j) b8.d[j]
+#endif
 )";
 
 const char* const kMatmulMain = R"(
@@ -389,7 +394,7 @@ void fetch(uint k0) {
         uint g = lid + p * WG, o = B_ROW_OF(g), i = B_GROUP_OF(g) * 8u;
 #if B_RAW8
         uint bo = TRANS_B != 0 ? n0 + o : k0 + o, bi = TRANS_B != 0 ? k0 + i : n0 + i;
-        rb[p] = bo < B_OUTER && bi < B_INNER ? b8.d[(b_off + bo * B_INNER + bi) >> 3] : uvec4(0u);
+        rb[p] = bo < B_OUTER && bi < B_INNER ? B8((b_off + bo * B_INNER + bi) >> 3) : uvec4(0u);
 #elif TRANS_B
         put_b(p, load_b(b_off, n0 + o, k0 + i), load_b(b_off, n0 + o, k0 + i + 4u));
 #else
@@ -398,10 +403,10 @@ void fetch(uint k0) {
     }
 }
 
-uint c_off;  // split-K: partial products [split][batch][M][N]
+uint c_off;  // split-K: partial products [pair][split][batch][M][N]
 float element_value(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
-    return gm < M && gn < N ? EPI(c_off + gm * N + gn, v) : v;
+    return gm < M && gn < N ? C_EPI(c_off + gm * N + gn, v) : v;
 }
 void store_element(uint m, uint n, float v) {
     uint gm = m0 + m, gn = n0 + n;
@@ -421,10 +426,12 @@ void main() {
         [[unroll]] for (uint i = 0u; i < FM; ++i)
             [[unroll]] for (uint j = 0u; j < FN; ++j)
                 coopMatStoreNV(C_MAT(acc[i][j]), c.d, c_off + (m0 + wm + i * 16u) * N + n0 + wn + j * 16u, N, false);
-        return;
-    }
+    } else
 #endif
-    coop_store_elements();
+        coop_store_elements();
+#if SUMS
+    sum_pieces();
+#endif
 }
 )";
 
@@ -460,7 +467,8 @@ void check_coop_geometry(const CoopGeometry& t, uint32_t subgroup_size) {
     if (!coop_geometry_divides(t, subgroup_size)) throw Error("cooperative matmul tiles must divide evenly");
 }
 
-KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const MatmulTuning& tuning, uint32_t split_k) {
+KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const MatmulTuning& tuning, uint32_t split_k,
+                         const MatmulSpec* summed) {
     check_coop_geometry(t, tuning.coop_subgroup);
     if (tuning.coop_split && (operand_dtype(spec, 'a') != DType::F32 || operand_dtype(spec, 'b') != DType::F32)) {
         throw Error("matmul: a split cooperative product needs f32 operands");  // MatmulTuning::coop_split's callers
@@ -468,11 +476,9 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     KernelSource k = base_kernel(spec, t.subgroups() * tuning.coop_subgroup,
                                  std::string("matmul") + coop_label_suffix(tuning), split_k);
     k.required_subgroup_size = tuning.coop_subgroup;
-    const bool partial = split_k < spec.k;  // the split sum stores the output
-    const std::vector<ColumnPart> parts = partial ? std::vector<ColumnPart>{} : spec.column_parts;
-    const std::string store = store_glsl(k, spec.dtype, parts);
-    const Epilogue* e = partial ? nullptr : spec.epilogue;
-    const std::string epilogue = epilogue_glsl(e, k);
+    const bool partial = split_k < spec.k;  // a split sum, or the last piece (summed), stores the output
+    const std::string store = product_store_glsl(k, spec, split_k, summed);
+    const bool pair = summed && summed->b2;
     // VEC_C stores whole accumulators straight to memory (rows of whole 16 bytes): an epilogue or column
     // parts go element by element.
     // An f16 operand (of an f16 product, or an f32 product's f16 weight) whose rows (and batch entries) are
@@ -487,11 +493,12 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     };
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % (f16 ? 8 : 4) == 0 && !e && parts.empty() ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
+                       (spec.n % (f16 ? 8 : 4) == 0 && (partial || (!spec.epilogue && spec.column_parts.empty())) ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
                        raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
-    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') +
-             loader_glsl(spec, 'b') + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl + kMatmulMain;
-    k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups);
+    k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec, summed != nullptr) + store +
+             loader_glsl(spec, 'a') + loader_glsl(spec, 'b', pair) + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl +
+             (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMatmulMain;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups, pair);
     return k;
 }
 

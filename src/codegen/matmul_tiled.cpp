@@ -62,38 +62,43 @@ void main() {
 
     multiply_range(k_begin, k_end, tx, ty);
 
-    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [split][batch][M][N]
+    uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [pair][split][batch][M][N]
     [[unroll]] for (uint r = 0u; r < TM; ++r) {
         uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
         if (gm >= M) continue;
         [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) {
             uint gn = n0 + j * TX * 4u + tx * 4u;
 #if VEC_C
-            if (gn < N) store_c4(c_off + gm * N + gn, EPI4(c_off + gm * N + gn, acc[r][j]));
+            if (gn < N) store_c4(c_off + gm * N + gn, C_EPI4(c_off + gm * N + gn, acc[r][j]));
 #else
             [[unroll]] for (uint q = 0u; q < 4u; ++q)
-                if (gn + q < N) store_c(c_off + gm * N + gn + q, EPI(c_off + gm * N + gn + q, acc[r][j][q]));
+                if (gn + q < N) store_c(c_off + gm * N + gn + q, C_EPI(c_off + gm * N + gn + q, acc[r][j][q]));
 #endif
         }
     }
+#if SUMS
+    sum_pieces();
+#endif
 }
 )";
 
 }  // namespace
 
-KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32_t split_k, uint32_t max_groups) {
+KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32_t split_k, uint32_t max_groups,
+                          const MatmulSpec* summed) {
     const uint32_t wg = t.threads();
     if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk / 4) % wg || (t.bn * t.bk / 4) % wg) {
         throw Error("matmul tiles must divide evenly");
     }
     KernelSource k = base_kernel(spec, wg, "matmul", split_k);
-    const bool partial = split_k < spec.k;  // the split sum stores the output
-    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<ColumnPart>{} : spec.column_parts);
-    const std::string epilogue = epilogue_glsl(partial ? nullptr : spec.epilogue, k);
+    const std::string store = product_store_glsl(k, spec, split_k, summed);
+    const bool pair = summed && summed->b2;
     std::string defs = tiled_defines(t) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + store + epilogue + loader_glsl(spec, 'a') + loader_glsl(spec, 'b') + kTiledSharedGlsl + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl + kMain;
-    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups);
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec, summed != nullptr) + store + loader_glsl(spec, 'a') +
+             loader_glsl(spec, 'b', pair) + kTiledSharedGlsl + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl +
+             (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMain;
+    k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups, pair);
     return k;
 }
 

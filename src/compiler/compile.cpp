@@ -161,6 +161,7 @@ InitialValues initial_values(const Session::Impl& impl, const Graph& graph) {
     InitialValues out;
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
+        if (val.storage == sched::Storage::Counters) out.filled.emplace_back(static_cast<int32_t>(v), 0u);
         if (val.node < 0 || val.view_of >= 0) continue;
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;

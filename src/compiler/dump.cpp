@@ -15,6 +15,7 @@ const char* storage_name(sched::Storage s) {
         case sched::Storage::Parameter: return "parameter";
         case sched::Storage::Constant: return "constant";
         case sched::Storage::State: return "state";
+        case sched::Storage::Counters: return "counters";
     }
     return "?";
 }

@@ -39,9 +39,10 @@
 // Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's silu(x W_gate^T) *
 // (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree (codegen::MatmulSpec::b2): x read
 // once, and one dispatch and one level where the gate's product came before the up product's epilogue. Two such
-// products of several rows where K is split (`splits_k`; alike, they split alike), a prefill's SwiGLU, keep their
-// two product dispatches (one level), and one split sum adds both products' pieces and stores the tree: the gate's
-// own sum, and its level, go.
+// products of several rows where K is split (`splits_k`; alike, they split alike), a prefill's SwiGLU, are one
+// product kernel over both weights whose last piece of a tile adds both products' pieces and stores the tree
+// (codegen::MatmulKernels::tile_counters; with the split sum a dispatch of its own, MEGANEURA_SPLIT_SUM=dispatch, the
+// two product dispatches and one sum of both): the gate's own product and its level go.
 //
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
@@ -51,8 +52,9 @@
 // An RMSNorm or LayerNorm of f32 rows whose input is the value a matmul stores (its own, or its epilogue's), when
 // that matmul splits K (`splits_k`, the lowering's choice) and its rows are the norm's: the split's sum kernel, which
 // adds the pieces anyway, takes one workgroup per row and stores the norm after the row (codegen::MatmulSpec::
-// sum_norm_eps): the norm's dispatch and its level go, two per layer of a pre-norm transformer's forward where its
-// residual products split K (SmolVLA's and SmolLM2's prefill, Whisper's encoder).
+// sum_norm_eps; a dispatch of its own, as a row spans the product's tiles): the norm's dispatch and its level go, two
+// per layer of a pre-norm transformer's forward where its residual products split K (SmolVLA's and SmolLM2's prefill,
+// Whisper's encoder).
 //
 // An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
 // KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel

@@ -58,7 +58,9 @@ size_t hoist_parameter_work(Schedule& s) {
             const Step& step = s.steps[i];
             for (size_t b = 0; b < step.values.size(); ++b) {
                 const size_t v = root(step.values[b]);
-                const bool ok = step.kernel.iface.bindings[b].writes ? s.values[v].storage == Storage::Transient
+                // A product's tile counters are zero again after its dispatch: scratch, as transients are.
+                const Storage st = s.values[v].storage;
+                const bool ok = step.kernel.iface.bindings[b].writes ? st == Storage::Transient || st == Storage::Counters
                                                                     : invariant[v];
                 if (!ok) {
                     hoisted[i] = false;

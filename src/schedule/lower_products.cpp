@@ -79,7 +79,7 @@ bool Lowering::splits_k(int32_t id) const {
     const Node& n = g_.node(id);
     if (n.op != Op::MatMul) return false;
     const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
-    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).sum.has_value();
+    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).partial_elements > 0;
 }
 
 void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
@@ -146,9 +146,11 @@ codegen::ColumnPart Lowering::column_part(int32_t out, std::vector<int32_t>& rop
     return part;
 }
 
-// A pair of products of several rows of a (MatmulSpec::b2 where K is split; W2 the last of epilogue_inputs): the one
-// product kernel over b and over W2, each into its own partials (one level: they are independent), and one split sum
-// of both that stores the epilogue of the two (a SwiGLU's silu(gate) * up), where each product had a sum of its own.
+// A pair of products of several rows of a (MatmulSpec::b2 where K is split; W2 the last of epilogue_inputs) whose
+// pieces a dispatch sums (where the product's last piece does, MatmulKernels::tile_counters, its kernel reads W2
+// itself: emit_product): the one product kernel over b and over W2, each into its own partials (one level: they are
+// independent), and one split sum of both that stores the epilogue of the two (a SwiGLU's silu(gate) * up), where
+// each product had a sum of its own.
 void Lowering::emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                                  std::vector<int32_t> epilogue_inputs) {
     const int32_t w2 = epilogue_inputs.back();
@@ -165,12 +167,18 @@ void Lowering::emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int3
 }
 
 // A matmul or convolution product of a and b into outs (its value, or its column parts), through f32
-// partials and their sum where the kernels split the reduction; the epilogue's inputs are bound after the
-// storing kernel's outputs.
+// partials and their sum where the kernels split the reduction (the product's last piece of each tile, or a
+// dispatch of its own); the epilogue's inputs are bound after the storing kernel's outputs.
 void Lowering::emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                             const std::vector<int32_t>& epilogue_inputs) {
     std::vector<int32_t> stores = outs;
     stores.insert(stores.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+    if (kernels.tile_counters) {
+        std::vector<int32_t> values = {a, b, new_value({kernels.partial_elements}, DType::F32),
+                                       new_value({kernels.tile_counters}, DType::I32, Storage::Counters)};
+        values.insert(values.end(), stores.begin(), stores.end());
+        return emit(std::move(kernels.product), std::move(values));
+    }
     emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores);
 }
 

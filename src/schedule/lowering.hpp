@@ -85,7 +85,8 @@ private:
     int32_t weight_in_octets(int32_t w16);
     // The matmul spec of product `n` whose operands are shaped sa and sb (values: f16 copies keep the shapes).
     codegen::MatmulSpec matmul_spec(const Node& n, const Shape& sa, const Shape& sb) const;
-    // Whether product `id` is a matmul whose K is split (its epilogue then runs in the split sum), for the fusion plan.
+    // Whether product `id` is a matmul whose K is split (its epilogue then runs in the sum of its pieces), for the fusion
+    // plan.
     bool splits_k(int32_t id) const;
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                       const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,

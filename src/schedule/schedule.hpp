@@ -15,7 +15,9 @@
 
 namespace mn::sched {
 
-enum class Storage { Transient, Input, Parameter, Constant, State };
+// Counters: the tile counters of a product that sums its own split-K pieces (codegen::MatmulKernels::tile_counters),
+// zero before and after each of its dispatches; bytes of their own, filled with zeros once.
+enum class Storage { Transient, Input, Parameter, Constant, State, Counters };
 
 struct Value {
     Shape shape;
