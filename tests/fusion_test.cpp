@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "compiler/program_kernels.hpp"
 #include "compiler/training.hpp"
@@ -791,6 +792,42 @@ TEST_F(FusionTest, SwigluOfSeveralRowsIsOneSplitSumOfBothProducts) {
                 EXPECT_EQ(casts, 3);  // the gate's, up's and down's weights
                 expect_matches_reference(g, random_feeds(g, static_cast<uint64_t>(n) + 2), 2e-3, {.precision = Precision::Fast});
             }
+        }
+    }
+}
+
+// A program's levels (compiler::program_schedule, what `meganeura shaders` counts for a device profile) are the
+// barriers its run records (compile's hazard tracker over the planned memory): one after the inputs' upload, one
+// between each two levels, and in inference one more before z's copy back, which the last level writes (a training
+// step's last level is the update). A transformer block's prefill (its stacked q, k and v weights hoisted), split or
+// not, and its training step.
+TEST_F(FusionTest, ProgramLevelsAreTheRunsBarriers) {
+    for (const SplitK split_k : kSplitKs) {
+        SCOPED_TRACE(testing::Message() << split_k);
+        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+        const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+        constexpr int64_t seq = 6, heads = 2, head_dim = 8, width = heads * head_dim;
+        Graph g;
+        const Tensor x = g.input("x", {1, seq, width});
+        const Tensor h = g.rms_norm(x, g.parameter("norm", {width}), 1e-5);
+        auto split_heads = [&](const char* name) {
+            const Tensor p = g.linear(h, g.parameter(name, {width, width}));
+            return g.permute(g.reshape(p, {1, seq, heads, head_dim}), {0, 2, 1, 3});
+        };
+        const Tensor a = g.attention(split_heads("wq"), split_heads("wk"), split_heads("wv"), {.causal = true});
+        const Tensor y = x + g.linear(g.reshape(g.permute(a, {0, 2, 1, 3}), {1, seq, width}), g.parameter("wo", {width, width}));
+        const Tensor gate = g.linear(y, g.parameter("gate", {40, width})), up = g.linear(y, g.parameter("up", {40, width}));
+        const Tensor z = y + g.linear(g.silu(gate) * up, g.parameter("down", {width, 40}));
+        g.output("z", z);
+        for (const bool training : {false, true}) {
+            CompileOptions options;
+            if (training) options = {.loss = g.mean(z * z), .optimizer = AdamW{.lr = 1e-3}};
+            const compiler::ProgramSchedule program = compiler::program_schedule(g, device().context()->caps(), options, true);
+            const std::set<int32_t> levels(program.schedule.step_level.begin() + static_cast<std::ptrdiff_t>(program.hoisted),
+                                           program.schedule.step_level.end());
+            EXPECT_EQ(levels.size() + (training ? 0 : 1), compile(g, device(), options).stats().barriers)
+                << (training ? "training" : "inference");
+            EXPECT_EQ(program.hoisted > 0, !training);
         }
     }
 }

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "host_tools.hpp"
 #include "temp_dir.hpp"
@@ -37,19 +39,32 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
         EXPECT_NE(out.find("mlp " + std::string(program) + " for Apple M2 (profile): " + std::to_string(kernels) + " kernels"),
                   std::string::npos) << out;
         // dispatches.txt: a line per dispatch (as many as the summary says), the kernel's number, grid and
-        // workgroup size, label, and its family's choice (the matmuls': tiled, as an M2 has no cooperative matrices).
+        // workgroup size, level (or hoisted), label, and its family's choice (the matmuls': tiled, as an M2 has no
+        // cooperative matrices).
         std::ifstream list(dir / "dispatches.txt");
-        size_t dispatches = 0, matmuls = 0;
+        size_t dispatches = 0, matmuls = 0, hoisted = 0;
+        std::set<std::string> levels;
         for (std::string line; std::getline(list, line); ++dispatches) {
             EXPECT_LT(std::stoul(line.substr(0, 3)), kernels) << line;
             EXPECT_NE(line.find(" x "), std::string::npos) << line;
+            std::istringstream fields(line);
+            std::string number, grid, x, size, level;
+            fields >> number >> grid >> x >> size >> level;
+            if (level == "hoisted") {
+                ++hoisted;
+            } else {
+                EXPECT_EQ(level[0], 'L') << line;
+                levels.insert(level);
+            }
             if (line.find("  matmul:") != std::string::npos || line.find("  matmul+") != std::string::npos) {
                 ++matmuls;
                 EXPECT_NE(line.find(": tiled f32 (cooperative declined: "), std::string::npos) << line;
             }
         }
         EXPECT_GT(matmuls, 0u);
-        EXPECT_NE(out.find(std::to_string(kernels) + " kernels (" + std::to_string(dispatches) + " dispatches)"), std::string::npos)
+        EXPECT_NE(out.find(std::to_string(kernels) + " kernels, " + std::to_string(dispatches - hoisted) + " dispatches a run in " +
+                           std::to_string(levels.size()) + " levels (" + std::to_string(hoisted) + " hoisted)"),
+                  std::string::npos)
             << out;
         for (const auto& e : fs::directory_iterator(dir)) {
             if (e.path().filename() == "dispatches.txt") continue;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "cli/commands.hpp"
 #include "codegen/msl.hpp"
@@ -35,8 +36,10 @@ void write(const std::filesystem::path& path, const char* data, size_t bytes) {
 
 // Writes each distinct kernel of the program (dispatches of one family variant share their SPIR-V)
 // as NN-label.spv and .metal (spaces in a label as underscores), in the order of first dispatch; returns how many.
-size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt::DeviceCaps& caps, bool msl,
+size_t write_program(const compiler::ProgramSchedule& program, const rt::DeviceCaps& caps, bool msl,
                      const std::filesystem::path& dir) {
+    std::vector<codegen::KernelSource> kernels;
+    for (const sched::Step& step : program.schedule.steps) kernels.push_back(step.kernel);
     std::map<std::string, size_t> index;  // GLSL -> its position in sources
     std::vector<std::string> sources, labels;
     for (const auto& k : kernels) {
@@ -47,14 +50,17 @@ size_t write_program(const std::vector<codegen::KernelSource>& kernels, const rt
     for (const auto& k : kernels) fit.require(k, *spirv[index.at(k.glsl)]);
     if (std::error_code e; !std::filesystem::create_directories(dir, e) && e)
         throw Error("--out " + dir.string() + ": cannot create it: " + e.message());
-    // dispatches.txt: every dispatch in order, its kernel's file, grid and workgroup size, and the choice its
-    // family made (KernelSource::choice: the variant, and why the others declined).
+    // dispatches.txt: every dispatch in order, its kernel's file, grid and workgroup size, its level (a barrier
+    // between levels; "hoisted": before the run, sched::hoist_parameter_work) and the choice its family made
+    // (KernelSource::choice: the variant, and why the others declined).
     std::string list;
-    for (const auto& k : kernels) {
-        char line[96];
+    for (size_t i = 0; i < kernels.size(); ++i) {
+        const codegen::KernelSource& k = kernels[i];
+        char line[128];
         std::snprintf(line, sizeof line, "%03zu %ux%ux%u x %u  ", index.at(k.glsl), k.groups[0], k.groups[1], k.groups[2],
                       k.iface.local_size);
-        list += line + k.label + (k.choice.empty() ? "" : ": " + k.choice) + "\n";
+        const std::string level = i < program.hoisted ? "hoisted" : "L" + std::to_string(program.schedule.step_level[i]);
+        list += line + level + "  " + k.label + (k.choice.empty() ? "" : ": " + k.choice) + "\n";
     }
     write(dir / "dispatches.txt", list.data(), list.size());
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -88,11 +94,15 @@ int run_shaders(const Flags& f) {
     std::vector<std::pair<std::string, CompileOptions>> programs = {{"inference", {.precision = precision}}};
     if (model.loss.valid()) programs.push_back({"training", {.loss = model.loss, .precision = precision}});
     for (const auto& [name, options] : programs) {
-        const std::vector<codegen::KernelSource> kernels = compiler::program_kernels(g, caps, options);
+        const compiler::ProgramSchedule program = compiler::program_schedule(g, caps, options, true);
         const std::filesystem::path dir = std::filesystem::path(out) / name;
-        const size_t written = write_program(kernels, caps, f.on("msl"), dir);
-        std::printf("%s %s for %s: %zu kernels (%zu dispatches) in %s\n", entry.name.c_str(), name.c_str(),
-                    caps.name.c_str(), written, kernels.size(), dir.string().c_str());
+        const size_t written = write_program(program, caps, f.on("msl"), dir);
+        const std::vector<sched::Step>& steps = program.schedule.steps;
+        const std::set<int32_t> levels(program.schedule.step_level.begin() + static_cast<std::ptrdiff_t>(program.hoisted),
+                                       program.schedule.step_level.end());
+        std::printf("%s %s for %s: %zu kernels, %zu dispatches a run in %zu levels (%zu hoisted) in %s\n",
+                    entry.name.c_str(), name.c_str(), caps.name.c_str(), written, steps.size() - program.hoisted,
+                    levels.size(), program.hoisted, dir.string().c_str());
     }
     return 0;
 }
@@ -114,7 +124,8 @@ const Command shaders_command = {
         "profile; with --msl also each as Metal Shading Language (NNN-label.metal, through SPIRV-Cross,\n"
         "as MoltenVK would translate it). Shapes stay specialization constants (Metal function\n"
         "constants). dispatches.txt lists every dispatch: its kernel's number, grid x workgroup size,\n"
-        "label and the variant its family chose, with why the others declined. Device profiles (--caps):" +
+        "level (a barrier between levels; hoisted: run only when parameters change), label and the variant\n"
+        "its family chose, with why the others declined. Device profiles (--caps):" +
         profile_list(),
     .options = {{"model", "", "NAME", "a model of the registry (meganeura models; required)"},
                 {"size", "full", "SIZE", "tiny (the test configuration) or full (the published one)"},

@@ -28,8 +28,8 @@ sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning) {
     return sched::lower(graph, roots, tuning);
 }
 
-std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
-                                                   const CompileOptions& options) {
+ProgramSchedule program_schedule(const Graph& graph, const rt::DeviceCaps& caps, const CompileOptions& options,
+                                 bool hoist) {
     Graph program = graph;
     if (options.loss) {
         if (options.loss->graph != &graph) throw Error("compile: the loss belongs to another graph");
@@ -37,10 +37,16 @@ std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt:
     }
     program = optimize_program(program, options);
     const sched::Tuning tuning = sched::tune_for(caps, options.precision, options.loss.has_value());
-    sched::Schedule s = lower_program(program, tuning);
-    sched::order_by_level(s);
+    ProgramSchedule out{.schedule = lower_program(program, tuning)};
+    sched::order_by_level(out.schedule);
+    if (hoist && !options.loss) out.hoisted = sched::hoist_parameter_work(out.schedule);
+    return out;
+}
+
+std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
+                                                   const CompileOptions& options) {
     std::vector<codegen::KernelSource> kernels;
-    for (sched::Step& step : s.steps) kernels.push_back(std::move(step.kernel));
+    for (sched::Step& step : program_schedule(graph, caps, options).schedule.steps) kernels.push_back(std::move(step.kernel));
     return kernels;
 }
 

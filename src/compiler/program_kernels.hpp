@@ -24,7 +24,17 @@ Graph optimize_program(const Graph& graph, const CompileOptions& options, optimi
 // The schedule of the graph's outputs and assignments (compile's lower pass).
 sched::Schedule lower_program(const Graph& graph, const sched::Tuning& tuning);
 
-// Every dispatch's kernel, in order; with options.loss, those of one training step.
+// The program's schedule ordered by level (with options.loss, one training step's); with `hoist`, a program that does
+// not train has its steps that depend on parameters alone first, as compile runs them (sched::hoist_parameter_work:
+// `hoisted` says how many).
+struct ProgramSchedule {
+    sched::Schedule schedule;
+    size_t hoisted = 0;
+};
+ProgramSchedule program_schedule(const Graph& graph, const rt::DeviceCaps& caps, const CompileOptions& options,
+                                 bool hoist = false);
+
+// Every dispatch's kernel, in level order (program_schedule's, nothing hoisted).
 std::vector<codegen::KernelSource> program_kernels(const Graph& graph, const rt::DeviceCaps& caps,
                                                    const CompileOptions& options);
 
