@@ -148,20 +148,25 @@ TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
 
 // A prefill of few heads leaves the device idle too (Whisper-tiny's encoder: 6 heads of 1500 rows
 // on 132 compute units), so the blocked kernel splits its keys as well, here 1500 rows of one head
-// (this device's compute units, or 32 assumed): its chunks, then the combine with a thread per
-// output. Against the unsplit kernel and the reference as above; causal, so that the chunks of the
-// first rows are empty.
+// (this device's compute units, or 32 assumed): its chunks, merged by the last chunk of each block of rows
+// (AttentionTiles::last_chunk_merges), or with MEGANEURA_SPLIT_SUM=dispatch by the combine with a thread per
+// output. Against the unsplit kernel and the reference as above; causal, so that the chunks of the first rows
+// are empty.
 TEST_F(AttentionDecodeGpu, PrefillOfFewHeadsIsSplitAndAgreesWithTheUnsplitKernel) {
-    for (const Case& c : {Case{"q1500_d64_full", 1, 1, 1500, 1500, 64}, Case{"q1500_d64_causal", 1, 1, 1500, 1500, 64, true}}) {
-        SCOPED_TRACE(c.name);
-        const Problem p = problem(c);
-        const std::vector<codegen::KernelSource> split = forward_kernels(*p.g);
-        ASSERT_EQ(split.size(), 2u);
-        EXPECT_EQ(split[0].label, "attention_chunks");
-        EXPECT_EQ(split[0].choice.rfind("blocked: 1500 rows per kv head, keys in ", 0), 0u) << split[0].choice;
-        EXPECT_NE(split[0].choice.find("workgroups would underfill"), std::string::npos) << split[0].choice;
-        EXPECT_NE(split[1].choice.find("a thread per output"), std::string::npos) << split[1].choice;
-        expect_split_agrees_with_whole(p, "blocked: 1500 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
+    for (const char* where : {"product", "dispatch"}) {
+        const ScopedEnv merge("MEGANEURA_SPLIT_SUM", where);
+        const bool combine = std::string(where) == "dispatch";
+        for (const Case& c : {Case{"q1500_d64_full", 1, 1, 1500, 1500, 64}, Case{"q1500_d64_causal", 1, 1, 1500, 1500, 64, true}}) {
+            SCOPED_TRACE(c.name + std::string(", ") + where);
+            const Problem p = problem(c);
+            const std::vector<codegen::KernelSource> split = forward_kernels(*p.g);
+            ASSERT_EQ(split.size(), combine ? 2u : 1u);
+            EXPECT_EQ(split[0].label, "attention_chunks");
+            EXPECT_EQ(split[0].choice.rfind("blocked: 1500 rows per kv head, keys in ", 0), 0u) << split[0].choice;
+            EXPECT_NE(split[0].choice.find("workgroups would underfill"), std::string::npos) << split[0].choice;
+            if (combine) EXPECT_NE(split[1].choice.find("a thread per output"), std::string::npos) << split[1].choice;
+            expect_split_agrees_with_whole(p, "blocked: 1500 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
+        }
     }
 }
 
@@ -214,7 +219,7 @@ TEST_P(AttentionDecodeShapes, MatchReference) {
         SCOPED_TRACE(c.name);
         const Problem p = problem(c);
         const bool split = !GetParam().second.empty() || c.kv_len >= 256;
-        EXPECT_EQ(forward_kernels(*p.g).size(), split ? 2u : 1u);
+        EXPECT_EQ(forward_kernels(*p.g).front().label, split ? "attention_chunks" : "attention");
         expect_matches_reference(*p.g, p.feeds);
     }
 }

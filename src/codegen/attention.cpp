@@ -272,12 +272,23 @@ std::string out_row_glsl(const AttentionSpec& s) {
 
 namespace {
 
+// A forward's chunks merged by the workgroup that stores a block's last one (AttentionTiles::last_chunk_merges): every
+// invocation calls combine_block after storing its rows' records.
+const char* const kCombineBlock = R"(
+void combine_block(uint head, uint r0, uint qblock) {
+    if (!last_piece(qblock, SPLITS)) return;
+    uint rows = min(r0 + BR, ROWS) - r0;
+    for (uint f = gl_LocalInvocationID.x; f < rows * D; f += WG) merge_chunks(head * ROWS + r0 + f / D, f % D);
+}
+)";
+
 // The interface and the shared GLSL of the tiled kernels; `bindings` lists the inputs before
-// query_start, `outputs` those after it. splits > 0: the forward over that many key chunks.
-// `extensions` go right after #version.
+// query_start, `outputs` those after it. splits > 0: the forward over that many key chunks; `merged`, whose last
+// chunk of each block of rows merges them (COMBINE: combine_block). `extensions` go right after #version.
 KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
                           std::vector<Binding> inputs, const std::vector<Binding>& outputs, const std::string& body,
-                          uint64_t groups, uint32_t max_groups, uint32_t splits = 0, const std::string& extensions = "") {
+                          uint64_t groups, uint32_t max_groups, uint32_t splits = 0, const std::string& extensions = "",
+                          bool merged = false) {
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
@@ -297,11 +308,13 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
     k.iface.bindings = std::move(inputs);
     k.iface.bindings.insert(k.iface.bindings.end(), outputs.begin(), outputs.end());
     const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") + (splits ? "#define SPLIT\n" : "") +
+                             (merged ? "#define COMBINE\n" : "") +
                              "#define BR " + std::to_string(t.rows) + "u\n#define TPR " +
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
-    k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + body;
+    const std::string merge = merged ? std::string(kLastPieceGlsl) + kMergeChunks + kCombineBlock : "";
+    k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + merge + body;
     k.glsl.insert(k.glsl.find('\n') + 1, extensions);
     k.groups = grid_for(groups, max_groups);
     return k;
@@ -353,10 +366,18 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
                                        body, groups, launch.max_groups, 0, extensions);
             return;
         }
+        out.partial_elements = s.batch * s.q_heads * s.q_len * split.splits * (s.head_dim + 2);
+        if (t.last_chunk_merges && split.splits <= kMaxColumnSplits) {
+            const std::vector<Binding> outputs = {{"part", DType::F32, true, true}, {"cnt", DType::I32, true},
+                                                  {"o", s.dtype, true}, {"lse", DType::F32, true}};
+            out.forward = tiled_kernel((label + "_chunks").c_str(), s, t, blocked, qkv, outputs, body, groups * split.splits,
+                                       launch.max_groups, split.splits, extensions, true);
+            out.tile_counters = static_cast<int64_t>(groups);
+            return;
+        }
         out.forward = tiled_kernel((label + "_chunks").c_str(), s, t, blocked, qkv, {{"part", DType::F32, true}}, body,
                                    groups * split.splits, launch.max_groups, split.splits, extensions);
         out.combine = attention_combine_kernel(s, split.splits, launch);
-        out.partial_elements = s.batch * s.q_heads * s.q_len * split.splits * (s.head_dim + 2);
     };
     AttentionTiles coop = tiles;
     const std::string coop_declined = fit_coop(CoopKind::Forward, s, coop);
@@ -395,6 +416,7 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
                                     rows >= kBlockedMinRows ? split_words(split, "keys") : not_split);
     return out;
 }
+
 
 namespace {
 

@@ -160,6 +160,9 @@ void main() {
         if (tx == 0u) lse.d[r] = total[i] > 0.0 ? m[i] + log(total[i]) : NEG_INF;
 #endif
     }
+#ifdef COMBINE
+    combine_block(head, r0, qblock);
+#endif
 }
 )";
 

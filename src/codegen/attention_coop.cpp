@@ -307,18 +307,23 @@ void main() {
         }
     }
     float total = l + other_side(l);
-    if (!live) return;
 #ifdef SPLIT
     // The chunk's record for the combine kernel (attention_decode.cpp): unnormalized sums, then m and l.
     uint pbase = ((head * ROWS + r) * SPLITS + split) * (DH + 2u);
-    [[unroll]] for (uint t = 0u; t < OG; ++t) {
-        [[unroll]] for (uint e = 0u; e < 8u; ++e) part.d[pbase + (side + 2u * t) * 8u + e] = o[t * 8u + e];
+    if (live) {
+        [[unroll]] for (uint t = 0u; t < OG; ++t) {
+            [[unroll]] for (uint e = 0u; e < 8u; ++e) part.d[pbase + (side + 2u * t) * 8u + e] = o[t * 8u + e];
+        }
+        if (side == 0u) {
+            part.d[pbase + DH] = m;
+            part.d[pbase + DH + 1u] = total;
+        }
     }
-    if (side == 0u) {
-        part.d[pbase + DH] = m;
-        part.d[pbase + DH + 1u] = total;
-    }
+#ifdef COMBINE
+    combine_block(head, r0, qblock);
+#endif
 #else
+    if (!live) return;
     float inv = total > 0.0 ? 1.0 / total : 0.0;  // a row that sees no key yields zeros
     uint obase = out_row(head * ROWS + r) * DH;
     [[unroll]] for (uint t = 0u; t < OG; ++t) {

@@ -9,7 +9,10 @@
 // each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
 // The combine kernel here merges a row's chunks exactly: with M = max m_i,
 //     out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i,   lse = M + log(sum_i exp(m_i - M) l_i),
-// in a fixed order (no atomics): the same inputs give the same bits.
+// in a fixed order (no atomic additions): the same inputs give the same bits. Up to kMaxColumnSplits chunks (a
+// prefill's), the forward's workgroup that stores a block's last chunk (an atomic count of the block's chunks says
+// which) merges the block's rows itself, in the same order (merge_chunks; attention.cpp's combine_block): the
+// combine's dispatch and level go.
 //
 // The chunk count is fixed when compiling, from the key length and the device's compute units; the
 // chunks themselves are cut at run time from the keys the rows can see (a causal decode step at
@@ -106,15 +109,25 @@ void main() {
 }
 )";
 
-// Few chunks (a prefill's): a thread per output element, each looping over the row's chunks itself.
+// Few chunks (a prefill's): a thread per output element, each looping over the row's chunks itself (kMergeChunks).
 const char* const kCombineColumns = R"(
 #extension GL_EXT_control_flow_attributes : require
 #define NEG_INF uintBitsToFloat(0xff800000u)
-const uint E = D + 2u;  // a chunk's record: D output sums, then m and l
+)";
 
+const char* const kCombineColumnsMain = R"(
 void main() {
     uint f = mn_group_id() * WG + gl_LocalInvocationID.x, row = f / D, d = f % D;
     if (row >= ROWS) return;
+    merge_chunks(row, d);
+}
+)";
+
+}  // namespace
+
+const char* const kMergeChunks = R"(
+void merge_chunks(uint row, uint d) {
+    const uint E = D + 2u;  // a chunk's record: D output sums, then m and l
     uint base = row * SPLITS * E;
     float m = NEG_INF;
     [[unroll]] for (uint s = 0u; s < SPLITS; ++s) m = max(m, part.d[base + s * E + D]);
@@ -131,9 +144,7 @@ void main() {
 }
 )";
 
-// Up to this many chunks the combine takes a thread per output element (kCombineColumns); more (a
-// decode step's, up to a few hundred) are shared among the lanes of a workgroup per row (kCombine).
-constexpr uint32_t kMaxColumnSplits = 16;
+namespace {
 
 }  // namespace
 
@@ -194,7 +205,7 @@ KernelSource attention_combine_kernel(const AttentionSpec& s, uint32_t splits, c
     const std::string head = std::string("#define STORE ") + storage_type(s.dtype) + "\n" + out_row_glsl(s) + kFlatGroupId;
     if (splits <= kMaxColumnSplits) {
         k.iface.local_size = launch.local_size;
-        k.glsl = glsl_preamble(k.iface) + head + kCombineColumns;
+        k.glsl = glsl_preamble(k.iface) + head + kCombineColumns + kMergeChunks + kCombineColumnsMain;
         k.groups = grid_for(static_cast<uint64_t>(ceil_div(rows * s.head_dim, launch.local_size)), launch.max_groups);
         k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order, a thread per output";
         return k;

@@ -31,4 +31,13 @@ std::string out_row_glsl(const AttentionSpec& spec);
 // Bindings: part, out, lse.
 KernelSource attention_combine_kernel(const AttentionSpec& spec, uint32_t splits, const Launch& launch);
 
+// Up to this many chunks the combine takes a thread per output element (kMergeChunks); more (a decode step's, up to a
+// few hundred) are shared among the lanes of a workgroup per row. Up to as many, a forward's last chunk of each block
+// of rows merges them itself (attention.cpp, AttentionTiles::last_chunk_merges).
+constexpr uint32_t kMaxColumnSplits = 16;
+
+// GLSL `void merge_chunks(uint row, uint d)`: column d of flat row `row`'s output and (d = 0) its lse from the row's
+// SPLITS chunk records in part, in chunk order. Needs D, SPLITS, NEG_INF, STORE, out_row and the bindings part, o, lse.
+extern const char* const kMergeChunks;
+
 }  // namespace mn::codegen

@@ -56,19 +56,22 @@ void main() {
         }
         m = m_new;
     }
-    if (!live) return;
 #ifdef SPLIT
     // The chunk's record for the combine kernel: unnormalized sums, then m and l.
     uint pbase = ((head * ROWS + r) * SPLITS + split) * (D + 2u);
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {
         uint d = lane + c * TPR;
-        if (d < D) part.d[pbase + d] = acc[c];
+        if (live && d < D) part.d[pbase + d] = acc[c];
     }
-    if (lane == 0u) {
+    if (live && lane == 0u) {
         part.d[pbase + D] = m;
         part.d[pbase + D + 1u] = l;
     }
+#ifdef COMBINE
+    combine_block(head, r0, qblock);
+#endif
 #else
+    if (!live) return;
     float inv = l > 0.0 ? 1.0 / l : 0.0;  // a row that sees no key yields zeros
     uint obase = out_row(head * ROWS + r) * D;
     [[unroll]] for (uint c = 0u; c < DPT; ++c) {

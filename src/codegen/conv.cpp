@@ -464,7 +464,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                              (octets ? "1" : "0") + "\n" + kDims + read_x + mode;
     uint32_t bm, bn, k_split;
     bool summed;  // the kernel sums its own pieces
-    const std::string sums = std::string(matmul_detail::kLastPieceGlsl) + kPieceSum;
+    const std::string sums = std::string(kLastPieceGlsl) + kPieceSum;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
         std::string why;
         const matmul_detail::CoopGeometry t =

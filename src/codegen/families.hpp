@@ -286,17 +286,24 @@ struct AttentionTiles {
     const char* coop_declined = "precision strict";
     // dQ as a matmul of the dS the dK/dV kernel stores, where grad_q_from_scores allows (MEGANEURA_ATTENTION_GRAD_Q).
     bool grad_q_from_scores = true;
+    // A forward whose keys are split in few chunks (a prefill's: kMaxColumnSplits) merges them in the workgroup that
+    // stores a block's last chunk (AttentionForwardKernels::tile_counters); false: the combine's own dispatch
+    // (MEGANEURA_SPLIT_SUM=dispatch, as split-K's sum).
+    bool last_chunk_merges = true;
 };
 // The forward: one kernel writing out and lse (f32 [B, Hq, Tq]), bindings q, k, v, [query_start],
 // out, lse; on cooperative matrices where tiles.coop_subgroup is set and the problem suits them
 // (attention_coop.cpp). When few rows leave the device underfilled (decode), flash-decoding instead:
 // `forward` splits the keys across workgroups and writes each chunk's unnormalized output, max and
 // sum into an f32 scratch of partial_elements (its last binding), and `combine` (bindings: scratch,
-// out, lse) merges the chunks exactly, in a fixed order (attention_decode.cpp).
+// out, lse) merges the chunks exactly, in a fixed order (attention_decode.cpp); or with tile_counters
+// (AttentionTiles::last_chunk_merges), `forward` merges them itself, binding after the scratch cnt (i32, a
+// counter a block of rows, zero before and after the dispatch), out and lse.
 struct AttentionForwardKernels {
     KernelSource forward;
     std::optional<KernelSource> combine;
     int64_t partial_elements = 0;
+    int64_t tile_counters = 0;
 };
 AttentionForwardKernels attention_forward_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, const Launch& launch);
 // delta[r] = d_out[r, :] . out[r, :] for each row r of [batch, q_heads, q_len] (f32), the backward's row

@@ -54,6 +54,24 @@ vec2 wg_sum(vec2 v) {
 }
 )";
 
+const char* const kLastPieceGlsl = R"(
+// Whether this workgroup stored the last of a tile's `arrivals` pieces (cnt counts them, and is zero again after the
+// last, for the next run). A barrier makes each workgroup's stores visible device-wide before its count, and the last
+// one's loads see them all after. Every invocation calls it after storing its piece.
+shared bool tile_summed;
+bool last_piece(uint tile, uint arrivals) {
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationID.x == 0u) {
+        tile_summed = atomicAdd(cnt.d[tile], 1) == int(arrivals) - 1;
+        if (tile_summed) cnt.d[tile] = 0;
+    }
+    barrier();
+    memoryBarrierBuffer();
+    return tile_summed;
+}
+)";
+
 std::array<uint32_t, 3> grid_for(uint64_t groups, uint32_t max_per_dim) {
     groups = std::max<uint64_t>(groups, 1);
     const uint64_t x = std::min<uint64_t>(groups, max_per_dim);

@@ -64,6 +64,11 @@ extern const char* const kFlatGroupId;
 // GLSL `vec2 wg_sum(vec2 v)`: the sum over the workgroup, every invocation getting it (shared `red[WG]`; every
 // invocation must call it: it holds barriers), for the kernels of one workgroup per row (the norms).
 extern const char* const kWorkgroupPairSum;
+// GLSL `bool last_piece(uint tile, uint arrivals)` for the kernels that finish their own split work (split-K's sum,
+// the attention's merge of key chunks) in the workgroup that stores a tile's last piece: whether this one's is the
+// last of the tile's `arrivals` (binding cnt, i32, a counter a tile, zero before and after the dispatch), after which
+// it sees every piece stored (the pieces' binding coherent). Every invocation calls it.
+extern const char* const kLastPieceGlsl;
 // GLSL `void rope_rotate(inout float a, inout float b, float position, float inv_freq, float sign)`: the RoPE pair
 // (a, b) rotated by the angle position * inv_freq (sign -1: the inverse rotation), the one arithmetic of rope_kernel
 // and of a GEMV that rotates its q and k rows (MatmulSpec's ColumnPart::rope).

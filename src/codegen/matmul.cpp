@@ -266,24 +266,6 @@ std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t
            "#define SUMS 0\n#define PAIR 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
 }
 
-const char* const kLastPieceGlsl = R"(
-// Whether this workgroup stored the last of a tile's `arrivals` pieces (cnt counts them, and is zero again after the
-// last, for the next run). A barrier makes each workgroup's stores visible device-wide before its count, and the last
-// one's loads see them all after. Every invocation calls it after storing its piece.
-shared bool tile_summed;
-bool last_piece(uint tile, uint arrivals) {
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationID.x == 0u) {
-        tile_summed = atomicAdd(cnt.d[tile], 1) == int(arrivals) - 1;
-        if (tile_summed) cnt.d[tile] = 0;
-    }
-    barrier();
-    memoryBarrierBuffer();
-    return tile_summed;
-}
-)";
-
 const char* const kPieceSumGlsl = R"(
 // Split-K's sum: the last of a tile's pieces sums them all in piece order, applies the epilogue and stores C, as the
 // split sum's own dispatch would (the same additions in the same order).

@@ -164,9 +164,6 @@ std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<Col
 // b2 last; store_y; EPI; VEC_Y. Then kLastPieceGlsl and kPieceSumGlsl, after m0 and n0 are declared, define
 // `void sum_pieces()`, which every invocation calls after storing its piece.
 std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t k_split, const MatmulSpec* summed);
-// GLSL `bool last_piece(uint tile, uint arrivals)` for the kernels that sum their own pieces (binding cnt): whether
-// this workgroup's is the last of the tile's pieces stored, after which it sees them all. Every invocation calls it.
-extern const char* const kLastPieceGlsl;
 extern const char* const kPieceSumGlsl;
 
 }  // namespace mn::codegen::matmul_detail

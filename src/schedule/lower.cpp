@@ -104,10 +104,16 @@ void Lowering::emit(codegen::KernelSource k, std::vector<int32_t> values) {
 
 // A kernel reading `inputs` and storing `outs`, or where its work is split (`finish` set), storing f32
 // partials (partial_elements) that `finish` reads and turns into `outs`: split-K's sum, a split
-// reduction's, the attention's combine of key chunks and its backward's sums.
+// reduction's, the attention's combine of key chunks and its backward's sums. With tile_counters, the kernel
+// finishes its work itself (the workgroup that stores a tile's last piece): it binds the partials, the counters
+// and `outs`.
 void Lowering::emit_through_partials(codegen::KernelSource first, std::optional<codegen::KernelSource> finish,
                                      int64_t partial_elements, std::vector<int32_t> inputs,
-                                     const std::vector<int32_t>& outs) {
+                                     const std::vector<int32_t>& outs, int64_t tile_counters) {
+    if (tile_counters) {
+        inputs.push_back(new_value({partial_elements}, DType::F32));
+        inputs.push_back(new_value({tile_counters}, DType::I32, Storage::Counters));
+    }
     if (!finish) {
         inputs.insert(inputs.end(), outs.begin(), outs.end());
         return emit(std::move(first), std::move(inputs));

@@ -173,13 +173,8 @@ void Lowering::emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b
                             const std::vector<int32_t>& epilogue_inputs) {
     std::vector<int32_t> stores = outs;
     stores.insert(stores.end(), epilogue_inputs.begin(), epilogue_inputs.end());
-    if (kernels.tile_counters) {
-        std::vector<int32_t> values = {a, b, new_value({kernels.partial_elements}, DType::F32),
-                                       new_value({kernels.tile_counters}, DType::I32, Storage::Counters)};
-        values.insert(values.end(), stores.begin(), stores.end());
-        return emit(std::move(kernels.product), std::move(values));
-    }
-    emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores);
+    emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores,
+                          kernels.tile_counters);
 }
 
 // Bindings in the node's input order, then the output: see codegen::ConvSpec.

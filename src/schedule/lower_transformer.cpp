@@ -181,7 +181,7 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     if (!backward) {
         codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
         emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
-                              cat({in(0), in(1), in(2)}, start), pair);
+                              cat({in(0), in(1), in(2)}, start), pair, f.tile_counters);
     } else {
         // dQ, lowered after this pair (autodiff appends it last), is a matmul of the dS this kernel stores where
         // grad_q_from_scores allows.

@@ -51,7 +51,8 @@ private:
     int32_t product_output(int32_t node, DType dtype);
     void emit(codegen::KernelSource k, std::vector<int32_t> values);
     void emit_through_partials(codegen::KernelSource first, std::optional<codegen::KernelSource> finish,
-                               int64_t partial_elements, std::vector<int32_t> inputs, const std::vector<int32_t>& outs);
+                               int64_t partial_elements, std::vector<int32_t> inputs, const std::vector<int32_t>& outs,
+                               int64_t tile_counters = 0);
 
     // lower_pointwise.cpp
     struct Batched {
