@@ -18,7 +18,8 @@
 // matmul family's choice for the same GEMM (matmul.cpp): the late layers' grids (7x7 images) and
 // every weight gradient (K = batch * OH * OW, up to 50176 in ResNet-50's stem) are far too small
 // to fill a large GPU unsplit. Split pieces write f32 partial outputs in the output's layout,
-// summed by the matmul family's split-sum pass.
+// summed by the workgroup that stores a tile's last piece (kPieceSum), or with MEGANEURA_SPLIT_SUM=dispatch
+// by the matmul family's split-sum pass.
 //
 // A 1x1 convolution with stride 1, no padding and one group is a plain matmul per image, and goes
 // to the matmul family itself (its vector loads and cooperative-matrix path): see as_matmul.
@@ -511,7 +512,9 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                  (summed ? sums : "") + kTileMain;
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
-    if (splits > 1) k.choice += "; K split in pieces of " + std::to_string(k_split) + (summed ? ", summed by the last piece of each tile" : "");
+    if (splits > 1) {
+        k.choice += "; K split in pieces of " + std::to_string(k_split) + (summed ? ", summed by the last piece of each tile" : "");
+    }
     k.choice += "; " + matmul_detail::gemm_size(gemm);
     const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {

@@ -230,10 +230,6 @@ std::string split_sum_head(DType out_dtype, const std::string& store) {
            view_of(0, "p4", false) + view_of(1, "c4", true, store4) + store;
 }
 
-}  // namespace
-
-namespace {
-
 // product_store_glsl's where the kernel sums its pieces.
 std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
     const size_t pieces = 2;  // binding c: the f32 pieces [pair][piece][batch][M][N]

@@ -491,10 +491,11 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                            std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s % 8 == 0; });
         return operand_dtype(spec, x) == DType::F16 && !tuning.coop_scaled && whole ? "1" : "0";
     };
+    const bool plain_c = partial || (!spec.epilogue && spec.column_parts.empty());  // its own stores: no epilogue, no parts
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % (f16 ? 8 : 4) == 0 && (partial || (!spec.epilogue && spec.column_parts.empty())) ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') + "\n#define B_RAW8 " +
-                       raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
+                       (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +
+                       "\n#define B_RAW8 " + raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec, summed != nullptr) + store +
              loader_glsl(spec, 'a') + loader_glsl(spec, 'b', pair) + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl +
              (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMatmulMain;
