@@ -189,6 +189,42 @@ TEST_P(AttentionForward, ChunksMergedInTheForwardMatchTheCombineBitForBit) {
     }
 }
 
+// A backward kernel whose sweep is split (here the blocked dK/dV's query rows: few workgroups of 128 keys) adds its
+// chunks in the workgroup that stores a block's last one, or with MEGANEURA_SPLIT_SUM=dispatch in a sum kernel of its
+// own: the same additions in the same order, so the same bits, run after run; and both as the reference.
+TEST(AttentionSplitBackward, ChunksAddedInTheKernelMatchTheSumBitForBit) {
+    std::map<std::string, std::vector<std::vector<float>>> runs;
+    std::map<std::string, size_t> dispatches;
+    for (const char* where : {"product", "dispatch"}) {
+        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", where);
+        Graph g;
+        const Tensor q = g.parameter("q", {1, 4, 128, 32}), k = g.parameter("k", {1, 2, 128, 32}), v = g.parameter("v", {1, 2, 128, 32});
+        const Tensor out = g.attention(q, k, v, {.causal = true});
+        const std::vector<Tensor> grads = grad(g.sum(out * g.input("w", out.shape())), {q, k, v});
+        for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::string(1, "qkv"[i]), grads[i]);
+        bool split = false;
+        for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {}))
+            split = split || (kernel.label.starts_with("attention_grad") && kernel.choice.find(" chunks of ") != std::string::npos);
+        ASSERT_TRUE(split) << "no split sweep to add";
+        Session s = compile(g, device());
+        dispatches[where] = s.stats().dispatches;
+        const ref::Feeds feeds = random_feeds(g, 31, {-0.5, 0.5});
+        for (int run = 0; run < 3; ++run) {
+            set_feeds(s, g, feeds);
+            s.run();
+            for (const char* name : {"dq", "dk", "dv"}) runs[where].push_back(s.get(name));
+        }
+        expect_matches_reference(g, feeds, 1e-4);
+    }
+    EXPECT_LT(dispatches["product"], dispatches["dispatch"]);
+    for (size_t i = 0; i < runs["product"].size(); ++i) {
+        const std::vector<float>& a = runs["product"][i];
+        const std::vector<float>& b = runs["dispatch"][i];
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "d" << "qkv"[i % 3] << ", run " << i / 3;
+    }
+}
+
 // The reference's loops against the composed formula, both in float64.
 TEST_P(AttentionForward, ReferenceMatchesComposedFormula) {
     const Case& c = GetParam();
@@ -339,7 +375,8 @@ TEST_P(AttentionBackward, MatchesReference) { expect_backward_matches_reference(
 // A model's heads: q, k and v split from [batch, len, heads * dim] (reshape, permute {0, 2, 1, 3}), out merged back;
 // the loss's gradients with respect to the unsplit tensors. The forward stores out merged though its gradients read
 // it too (through the delta kernel), and dQ, dK and dV are stored merged by their kernels (FusionPlan::
-// heads_merged_into): no copy reads what an attention kernel stores. With k rotated by RoPE too (SmolLM2's), dK is
+// heads_merged_into), or where dQ is a matmul of the stored dS (grad_q_from_scores) by that matmul (MatmulSpec::
+// heads_merged): no copy reads what an attention kernel stores. With k rotated by RoPE too (SmolLM2's), dK is
 // read by the inverse RoPE, which merges it itself, and dV alone is stored merged. Whole sweeps and split into 3
 // chunks (the forward's combine, the gradients' sums); `options` fast for the cooperative kernels.
 void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileOptions& options, double tolerance) {
@@ -372,7 +409,10 @@ void expect_merged_gradients_stored_without_a_copy(const Case& c, const CompileO
             }
         }
         for (const sched::Step& step : s.steps) {
-            if (step.kernel.label == "copy") EXPECT_NE(stored_by[s.root(step.values[0])].rfind("attention", 0), 0u) << "a copy of an attention's output";
+            if (step.kernel.label != "copy") continue;
+            const std::string& by = stored_by[s.root(step.values[0])];
+            EXPECT_NE(by.rfind("attention", 0), 0u) << "a copy of an attention's output";
+            EXPECT_NE(by, "matmul") << "a copy of dQ's matmul of the stored dS (the graph's one matmul)";
         }
         ref::Feeds feeds = random_feeds(g, 17, {-0.5, 0.5});
         if (c.start) feeds["start"] = {{}, {static_cast<double>(*c.start)}};
@@ -686,13 +726,11 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         Loss l = loss_of(e.c, 3);
         const Graph& g = with_backward_outputs(l);
         std::map<std::string, std::string> choices;  // by label
-        int sums = 0;  // of split sweeps' partials
+        int sums = 0;  // kernels that add a split sweep's chunks themselves (binding cnt: AttentionGradKernels::tile_counters)
         for (const codegen::KernelSource& k : compiler::program_kernels(g, h200, fast())) {
             if (k.label.rfind("attention_grad", 0) != 0) continue;
-            if (k.label.ends_with("_sum")) {
-                ++sums;
-                continue;
-            }
+            EXPECT_FALSE(k.label.ends_with("_sum")) << k.label;
+            sums += std::any_of(k.iface.bindings.begin(), k.iface.bindings.end(), [](const codegen::Binding& b) { return b.name == "cnt"; });
             EXPECT_TRUE(choices.emplace(k.label, k.choice).second) << k.label;
             if (k.label.find("_coop") == std::string::npos) continue;
             EXPECT_EQ(k.required_subgroup_size, 32u);

@@ -283,12 +283,13 @@ void combine_block(uint head, uint r0, uint qblock) {
 )";
 
 // The interface and the shared GLSL of the tiled kernels; `bindings` lists the inputs before
-// query_start, `outputs` those after it. splits > 0: the forward over that many key chunks; `merged`, whose last
-// chunk of each block of rows merges them (COMBINE: combine_block). `extensions` go right after #version.
+// query_start, `outputs` those after it. splits > 0: the forward over that many key chunks (a backward kernel: of
+// its sweep); `merge`, the GLSL with which the workgroup that stores a block's last chunk finishes the block (COMBINE:
+// the forward's combine_block, a backward's sum_block). `extensions` go right after #version.
 KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const AttentionTiles& t, bool blocked,
                           std::vector<Binding> inputs, const std::vector<Binding>& outputs, const std::string& body,
                           uint64_t groups, uint32_t max_groups, uint32_t splits = 0, const std::string& extensions = "",
-                          bool merged = false) {
+                          const std::string& merge = "") {
     if (s.query_start < INT32_MIN || s.query_start > INT32_MAX) throw Error("[attention] query_start does not fit 32 bits");
     KernelSource k;
     k.label = label;
@@ -308,13 +309,13 @@ KernelSource tiled_kernel(const char* label, const AttentionSpec& s, const Atten
     k.iface.bindings = std::move(inputs);
     k.iface.bindings.insert(k.iface.bindings.end(), outputs.begin(), outputs.end());
     const std::string defs = std::string(s.dynamic_start ? "#define DYNAMIC_START\n" : "") + (splits ? "#define SPLIT\n" : "") +
-                             (merged ? "#define COMBINE\n" : "") +
+                             (merge.empty() ? "" : "#define COMBINE\n") +
                              "#define BR " + std::to_string(t.rows) + "u\n#define TPR " +
                              std::to_string(t.threads_per_row) + "u\n#define BT " + std::to_string(t.tile) +
                              "u\n#define HC " + std::to_string(head_dim_chunk(s.head_dim)) +
                              "u\n#define STORE " + storage_type(s.dtype) + "\n";
-    const std::string merge = merged ? std::string(kLastPieceGlsl) + kMergeChunks + kCombineBlock : "";
-    k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") + merge + body;
+    k.glsl = glsl_preamble(k.iface) + defs + out_row_glsl(s) + kFlatGroupId + kCommon + (blocked ? kBlockedCommon : "") +
+             (merge.empty() ? "" : kLastPieceGlsl + merge) + body;
     k.glsl.insert(k.glsl.find('\n') + 1, extensions);
     k.groups = grid_for(groups, max_groups);
     return k;
@@ -371,7 +372,7 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
             const std::vector<Binding> outputs = {{"part", DType::F32, true, true}, {"cnt", DType::I32, true},
                                                   {"o", s.dtype, true}, {"lse", DType::F32, true}};
             out.forward = tiled_kernel((label + "_chunks").c_str(), s, t, blocked, qkv, outputs, body, groups * split.splits,
-                                       launch.max_groups, split.splits, extensions, true);
+                                       launch.max_groups, split.splits, extensions, std::string(kMergeChunks) + kCombineBlock);
             out.tile_counters = static_cast<int64_t>(groups);
             return;
         }
@@ -424,18 +425,53 @@ namespace {
 std::vector<Binding> grad_inputs(const AttentionSpec& s) {
     return {{"q", s.dtype}, {"k", s.dtype}, {"v", s.dtype}, {"dout", s.dtype}, {"lse", DType::F32}, {"delta", DType::F32}};
 }
-// dq, or dk and dv; where the sweep is split into chunks, the chunks' f32 partial sums in their place.
-std::vector<Binding> grad_outputs(const AttentionSpec& s, bool kv, bool chunks) {
-    if (chunks) return {{"part", DType::F32, true}};
-    if (kv) return {{"dk", s.dtype, true}, {"dv", s.dtype, true}};
-    return {{"dq", s.dtype, true}};
+// dq, or dk and dv; where the sweep is split into chunks, the chunks' f32 partial sums in their place, or where the
+// kernel adds its chunks itself (`merged`), the partial sums (coherent), the blocks' counters, then dq, or dk and dv.
+std::vector<Binding> grad_outputs(const AttentionSpec& s, bool kv, bool chunks, bool merged = false) {
+    std::vector<Binding> out;
+    if (chunks) out.push_back({"part", DType::F32, true, merged});
+    if (chunks && !merged) return out;
+    if (merged) out.push_back({"cnt", DType::I32, true});
+    if (kv) out.insert(out.end(), {{"dk", s.dtype, true}, {"dv", s.dtype, true}});
+    else out.push_back({"dq", s.dtype, true});
+    return out;
 }
+// The cooperative kernels' vec4 views of the inputs they stage and of their float outputs.
 std::vector<CoopView> grad_views(const AttentionSpec& s, const std::vector<Binding>& outputs) {
     std::vector<CoopView> views = {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}, {"dout", 3, false}};
     size_t binding = s.dynamic_start ? 7 : 6;  // after lse, delta and [start]
-    for (const Binding& out : outputs) views.push_back({out.name, binding++, true});
+    for (const Binding& out : outputs) {
+        if (out.dtype != DType::I32) views.push_back({out.name, binding, true, out.coherent});
+        ++binding;
+    }
     return views;
 }
+
+// A backward kernel's chunks added by the workgroup that stores a block's last one (AttentionTiles::last_chunk_merges),
+// as the sum kernel would (kGradSum: the same additions in the same order): `block` counts the block's chunks, whose
+// rows of the record (its dq rows, or both halves' dk and dv rows) are `rows` from flat row `first`. Every invocation
+// calls it after storing its chunk.
+const char* const kGradSumBlock = R"(
+const uint EACH = HEADS * (GS_KV != 0 ? TK : ROWS) * D, RECORD = (GS_KV + 1u) * EACH;
+void sum_block(uint block, uint first, uint rows) {
+    if (!last_piece(block, SPLITS)) return;
+    for (uint f = gl_LocalInvocationID.x; f < (GS_KV + 1u) * rows * D; f += WG) {
+        uint second = f / (rows * D), e = first * D + f % (rows * D);  // second: dv's half of the record
+        float sum = 0.0;
+        for (uint q = 0u; q < SPLITS; ++q) sum += part.d[q * RECORD + second * EACH + e];
+#if GS_KV
+        if (second == 1u) {
+            dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
+            continue;
+        }
+        dk.d[kv_row(e / D) * D + e % D] = STORE(sum);
+#else
+        dq.d[out_row(e / D) * D + e % D] = STORE(sum);
+#endif
+    }
+}
+)";
+std::string grad_sum_block_glsl(bool kv) { return std::string("#define GS_KV ") + (kv ? "1" : "0") + "\n" + kGradSumBlock; }
 
 // A thread per V elements (4 where the head dim allows: 16-byte accesses) of a chunk's record, dq or [dk, dv]
 // (P, OUT and DV: the bindings p, dq or dk, and dv, or their vec4 views):
@@ -459,16 +495,20 @@ void main() {
 )";
 
 // The f32 partials of a backward kernel whose sweep is split into `split.splits` chunks, and the kernel
-// that adds them in chunk order (deterministic: no atomics) into dq, or into dk and dv (the two halves
-// of each chunk's record).
+// that adds them in chunk order (deterministic: no atomic additions) into dq, or into dk and dv (the two halves
+// of each chunk's record); or where the product adds them itself (`blocks` > 0: sum_block), its counters.
 AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec& s, bool kv, const KeySplit& split,
-                                       uint32_t max_groups) {
+                                       uint32_t max_groups, uint64_t blocks = 0) {
     AttentionGradKernels out{std::move(product)};
     if (split.splits == 1) return out;
     const int64_t each = s.batch * s.head_dim * (kv ? s.kv_heads * s.kv_len : s.q_heads * s.q_len);
     const int64_t record = kv ? 2 * each : each;
     out.partial_elements = record * split.splits;
     checked_u32(out.partial_elements, "attention gradient partials");
+    if (blocks) {
+        out.tile_counters = static_cast<int64_t>(blocks);
+        return out;
+    }
     KernelSource& k = out.sum.emplace();
     k.label = kv ? "attention_grad_kv_sum" : "attention_grad_q_sum";
     k.iface.local_size = 256;
@@ -514,16 +554,16 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     const int64_t own = kv ? s.kv_len : s.q_len * (s.q_heads / s.kv_heads);
     const uint64_t groups = static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(own, t.rows);
     const KeySplit split = choose_key_split(grad_sweep(s, kv), kv ? "query rows" : "keys", t, groups, kLongSweep, kMinChunk);
-    const bool chunks = split.splits > 1;
-    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks);
+    const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
+    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged);
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv_coop" : "attention_grad_q_coop", s, t, false, grad_inputs(s),
                                   outputs, coop_glsl(s, grad_views(s, outputs), kv ? kCoopGradKV : kCoopGradQ), groups * split.splits,
-                                  max_groups, chunks ? split.splits : 0, coop_extensions());
+                                  max_groups, chunks ? split.splits : 0, coop_extensions(), merged ? grad_sum_block_glsl(kv) : "");
     k.required_subgroup_size = t.coop_subgroup;
     k.choice = "cooperative: " + std::to_string(own) + (kv ? " keys per kv head, " : " rows per kv head, ") +
                std::to_string(t.rows) + " per workgroup, " + std::to_string(t.tile) +
                (kv ? "-row query tiles" : "-key tiles") + split_words(split, kv ? "query rows" : "keys");
-    return with_partial_sums(std::move(k), s, kv, split, max_groups);
+    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
 }
 
 // At most this many bytes of dS (f32) are stored for dQ's matmul (grad_q_from_scores): Whisper-tiny's encoder
@@ -560,18 +600,19 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
         const int64_t steps = (kv ? group : 1) * ((stream + t.tile - 1) / t.tile);
         check_loop_limit(t, s.head_dim, (steps + split.splits - 1) / split.splits * t.tile, 1);
     }
-    const bool chunks = split.splits > 1;
+    const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
     if (store_scores && !(kv && blocked)) throw Error("[attention] only the blocked dK/dV kernel stores dS");
     std::vector<Binding> inputs = grad_inputs(s);
     if (store_scores) inputs.push_back(scores_binding());
     const std::string body = (store_scores ? scores_glsl(s) : "") +
                              (kv ? (blocked ? kBlockedGradKV : kRowwiseGradKV) : (blocked ? kBlockedGradQ : kRowwiseGradQ));
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv" : "attention_grad_q", s, t, blocked, inputs,
-                                  grad_outputs(s, kv, chunks), body, groups * split.splits, max_groups, chunks ? split.splits : 0);
+                                  grad_outputs(s, kv, chunks, merged), body, groups * split.splits, max_groups,
+                                  chunks ? split.splits : 0, "", merged ? grad_sum_block_glsl(kv) : "");
     k.choice = f32_choice(blocked, own, kv ? " keys per kv head" : " rows per kv head", sweep, kv ? " query rows" : " keys",
                           tiles, coop_declined, blocked && own >= kBlockedMinRows ? split_words(split, kv ? "query rows" : "keys") : "") +
                (store_scores ? "; stores dS for dQ's matmul" : "");
-    return with_partial_sums(std::move(k), s, kv, split, max_groups);
+    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
 }
 
 }  // namespace

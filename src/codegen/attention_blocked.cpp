@@ -225,6 +225,9 @@ void main() {
 #endif
         }
     }
+#ifdef COMBINE
+    sum_block(qblock, head * ROWS + r0, min(r0 + BR, ROWS) - r0);
+#endif
 }
 )";
 
@@ -354,6 +357,9 @@ void main() {
         }
 #endif
     }
+#ifdef COMBINE
+    sum_block(kblock, head * TK + j0, min(j0 + BR, TK) - j0);
+#endif
 }
 )";
 

@@ -392,7 +392,7 @@ std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views
     // The head dim as a literal too (DH, D's value): it sizes the arrays of matrices and the shared arrays.
     std::string glsl = "#define DH " + std::to_string(s.head_dim) + "u\n";
     for (const CoopView& v : views) {
-        glsl += "layout(std430, set = 0, binding = " + std::to_string(v.binding) + ") " +
+        glsl += "layout(std430, set = 0, binding = " + std::to_string(v.binding) + ") " + (v.coherent ? "coherent " : "") +
                 (v.writes ? "writeonly" : "readonly") + " buffer B_" + v.name + "4 { vec4 d[]; } " + v.name + "4;\n";
     }
     return glsl + matmul_detail::kCoopTypesGlsl + kCoopAttentionCommon + body;

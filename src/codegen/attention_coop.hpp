@@ -28,6 +28,7 @@ struct CoopView {
     std::string name;
     size_t binding;
     bool writes;
+    bool coherent = false;  // Binding::coherent
 };
 // After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and `body`.
 std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, const char* body);

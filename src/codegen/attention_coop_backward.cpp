@@ -93,11 +93,16 @@ void main() {
         DS_TO_PS(p, row_delta, g_scale, acc)
         ACCUMULATE_PS_TIMES(acc, KV, 0u)
     }
-    if (!rows_here) return;
 #ifdef SPLIT
     // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
-    STORE_ROWS(part4, acc, scale() / g_scale, split * HEADS * ROWS + head * ROWS + w0, ROWS - w0, flat_row)
+    if (rows_here) {
+        STORE_ROWS(part4, acc, scale() / g_scale, split * HEADS * ROWS + head * ROWS + w0, ROWS - w0, flat_row)
+    }
+#ifdef COMBINE
+    sum_block(qblock, head * ROWS + r0, min(r0 + BR, ROWS) - r0);
+#endif
 #else
+    if (!rows_here) return;
     STORE_ROWS(dq4, acc, scale() / g_scale, head * ROWS + w0, ROWS - w0, out_row)
 #endif
 }
@@ -191,12 +196,17 @@ void main() {
         DS_TO_PS(p, Dl[col], g_scale, dk)
         ACCUMULATE_PS_TIMES(dk, QO, 0u)
     }
-    if (!keys_here) return;
 #ifdef SPLIT
     // The chunk's partial sums, [SPLITS][dK, dV][HEADS * TK][D], which the sum kernel adds in chunk order.
-    STORE_ROWS(part4, dk, 1.0 / g_scale, 2u * split * HEADS * TK + head * TK + k0, TK - k0, flat_row)
-    STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0, flat_row)
+    if (keys_here) {
+        STORE_ROWS(part4, dk, 1.0 / g_scale, 2u * split * HEADS * TK + head * TK + k0, TK - k0, flat_row)
+        STORE_ROWS(part4, dv, 1.0 / o_scale, (2u * split + 1u) * HEADS * TK + head * TK + k0, TK - k0, flat_row)
+    }
+#ifdef COMBINE
+    sum_block(kblock, head * TK + j0, min(j0 + BR, TK) - j0);
+#endif
 #else
+    if (!keys_here) return;
     STORE_ROWS(dk4, dk, 1.0 / g_scale, head * TK + k0, TK - k0, kv_row)
     STORE_ROWS(dv4, dv, 1.0 / o_scale, head * TK + k0, TK - k0, dv_row)
 #endif

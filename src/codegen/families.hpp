@@ -153,6 +153,10 @@ struct MatmulSpec {
     // f32 C of whole 16-byte rows, no column parts, rows of at most kSumNormMaxColumns).
     double sum_norm_eps = 0;
     bool sum_layer_norm = false;
+    // > 0: C's rows, (b * heads_merged + h) * heads_seq + t (a product batched over heads; no column parts), are
+    // stored at row (b * heads_seq + t) * heads_merged + h: an attention's dQ stored with its heads merged back
+    // (the model's permute {0, 2, 1, 3}), no copy.
+    int64_t heads_merged = 0, heads_seq = 0;
 };
 inline constexpr int64_t kSumNormMaxColumns = 8192;
 // The dtype operand x ('a' or 'b') is stored in.
@@ -287,7 +291,8 @@ struct AttentionTiles {
     // dQ as a matmul of the dS the dK/dV kernel stores, where grad_q_from_scores allows (MEGANEURA_ATTENTION_GRAD_Q).
     bool grad_q_from_scores = true;
     // A forward whose keys are split in few chunks (a prefill's: kMaxColumnSplits) merges them in the workgroup that
-    // stores a block's last chunk (AttentionForwardKernels::tile_counters); false: the combine's own dispatch
+    // stores a block's last chunk (AttentionForwardKernels::tile_counters), and a backward kernel whose sweep is split
+    // adds its chunks so (AttentionGradKernels::tile_counters); false: the combine's and the sum's own dispatches
     // (MEGANEURA_SPLIT_SUM=dispatch, as split-K's sum).
     bool last_chunk_merges = true;
 };
@@ -318,6 +323,7 @@ struct AttentionGradKernels {
     KernelSource product;
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
+    int64_t tile_counters = 0;  // > 0: `product` adds its chunks itself (AttentionForwardKernels::tile_counters)
 };
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
 AttentionGradKernels attention_grad_q_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);

@@ -237,7 +237,7 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
     k.iface.bindings.push_back({"cnt", DType::I32, true});
     k.iface.bindings.push_back({"y", spec.dtype, true});
     const size_t y = k.iface.bindings.size() - 1;
-    const std::string store = store_glsl(k, spec.dtype, spec.column_parts, "y");
+    const std::string store = store_glsl(k, spec.dtype, spec.column_parts, "y", merged_heads(spec));
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string views = view_of(pieces, "p", false, "float", true) + view_of(pieces, "p4", false, "vec4", true) +
                         view_of(y, "y4", true, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
@@ -256,7 +256,8 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
 
 std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t k_split, const MatmulSpec* summed) {
     const bool partial = k_split < spec.k;  // a split sum, or the last piece (summed), stores C
-    const std::string store = store_glsl(k, spec.dtype, partial ? std::vector<ColumnPart>{} : spec.column_parts);
+    const std::string store = partial ? store_glsl(k, spec.dtype, {})
+                                      : store_glsl(k, spec.dtype, spec.column_parts, "c", merged_heads(spec));
     if (summed) return store + piece_sum_glsl(k, *summed);
     return store + epilogue_glsl(partial ? nullptr : spec.epilogue, k) +
            "#define SUMS 0\n#define PAIR 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
@@ -302,14 +303,15 @@ void sum_pieces() {
 )";
 
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
-                              const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts, bool pair) {
+                              const Epilogue* epilogue, const std::vector<ColumnPart>& column_parts, bool pair,
+                              const MergedHeads& merged) {
     KernelSource k;
     k.label = "matmul_split_sum";
     k.iface.local_size = 256;
     k.iface.spec_constants = {"T", "S"};
     k.spec_values = {checked_u32(elements, "matmul output size"), splits};
     k.iface.bindings = {{"p", DType::F32}, {"c", out_dtype, true}};
-    const std::string store = store_glsl(k, out_dtype, column_parts);
+    const std::string store = store_glsl(k, out_dtype, column_parts, "c", merged);
     const std::string epi = epilogue_glsl(epilogue, k);
     if (pair && (!epilogue || epilogue->product2 < 0)) throw Error("matmul: a pair's split sum needs an epilogue of both");
     if (pair) k.iface.bindings.push_back({"p2", DType::F32});
@@ -408,15 +410,44 @@ void main() {
     return k;
 }
 
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c) {
+namespace {
+
+// store_<c>4 as four calls of store_<c>.
+std::string store4_by_element(const std::string& c) {
+    return "void store_" + c + "4(uint i, vec4 v) { store_" + c + "(i, v.x); store_" + c + "(i + 1u, v.y); store_" + c +
+           "(i + 2u, v.z); store_" + c + "(i + 3u, v.w); }\n";
+}
+
+}  // namespace
+
+MergedHeads merged_heads(const MatmulSpec& spec) {
+    return spec.heads_merged ? MergedHeads{spec.heads_merged, spec.heads_seq, spec.n} : MergedHeads{};
+}
+
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c,
+                       const MergedHeads& merged) {
     if (std::any_of(parts.begin(), parts.end(), [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; })) {
         throw Error("matmul: only a GEMV stores parts that rotate or go into a cache");
     }
+    if (merged.heads && !parts.empty()) throw Error("matmul: merged heads of column parts");
     const std::string type = storage_type(dtype), type4 = dtype == DType::F16 ? "f16vec4" : "vec4";
     const std::string head = "void store_" + c + "(uint i, float v) {\n";
     if (parts.empty()) {
-        return head + "    " + c + ".d[i] = " + type + "(v);\n}\n" + "void store_" + c + "4(uint i, vec4 v) { " + c +
-               "4.d[i >> 2] = " + type4 + "(v); }\n";
+        // Element i's place: itself, or its row's with the heads merged (4 at once: rows of whole vec4s).
+        std::string at = "i", fn;
+        if (merged.heads) {
+            const std::string n = "_" + c;
+            for (const auto& [name, value] : {std::pair{"MERGED_HEADS", merged.heads}, {"MERGED_SEQ", merged.seq}, {"ROW_LENGTH", merged.row_length}}) {
+                k.iface.spec_constants.push_back(name + n);
+                k.spec_values.push_back(checked_u32(value, "matmul merged heads"));
+            }
+            fn = heads_row_fn("merged_row" + n, "MERGED_SEQ" + n, "MERGED_HEADS" + n) + "uint merged_at" + n +
+                 "(uint i) { return merged_row" + n + "(i / ROW_LENGTH" + n + ") * ROW_LENGTH" + n + " + i % ROW_LENGTH" + n + "; }\n";
+            at = "merged_at" + n + "(i)";
+        }
+        const std::string one = fn + head + "    " + c + ".d[" + at + "] = " + type + "(v);\n}\n";
+        if (merged.heads && merged.row_length % 4) return one + store4_by_element(c);  // 4 may span two rows
+        return one + "void store_" + c + "4(uint i, vec4 v) { " + c + "4.d[" + at + " >> 2] = " + type4 + "(v); }\n";
     }
     // The row's columns walked part by part, a split of heads' head dim and sequence (HEAD_DIMp, SEQp) constants too.
     std::string row = "0u";
@@ -432,9 +463,7 @@ std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPar
         return name + ".d[((row / SEQ" + n + ") * (" + width + " / HEAD_DIM" + n + ") + col / HEAD_DIM" + n + ") * (SEQ" + n +
                " * HEAD_DIM" + n + ") + (row % SEQ" + n + ") * HEAD_DIM" + n + " + col % HEAD_DIM" + n + "] = " + type + "(v);";
     }, c);
-    return head + "    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body + "}\n" + "void store_" + c +
-           "4(uint i, vec4 v) { store_" + c + "(i, v.x); store_" + c + "(i + 1u, v.y); store_" + c + "(i + 2u, v.z); store_" +
-           c + "(i + 3u, v.w); }\n";
+    return head + "    uint row = i / (" + row + "), col = i % (" + row + ");\n" + body + "}\n" + store4_by_element(c);
 }
 
 std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts,
@@ -707,7 +736,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
             out.sum = out.sum_stores_norm ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue,
                                                                   spec.sum_norm_eps, spec.sum_layer_norm)
                                           : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue,
-                                                             spec.column_parts, spec.b2);
+                                                             spec.column_parts, spec.b2, merged_heads(spec));
         }
     } else if (spec.b2) {
         throw Error("matmul: a pair of products of several rows is summed where K is split only");  // schedule/fusion.hpp

@@ -9,6 +9,12 @@
 
 namespace mn::codegen::matmul_detail {
 
+// Where a product's rows are stored with their heads merged (MatmulSpec::heads_merged; store_glsl): 0 heads, in place.
+struct MergedHeads {
+    int64_t heads = 0, seq = 0, row_length = 0;
+};
+MergedHeads merged_heads(const MatmulSpec& spec);
+
 // Bindings a, b, c and the constants M, N, K, BD0..3 (output batch dims), AS0..3 and BS0..3
 // (operand batch strides, 0 where broadcast), NB (batch count) and KSPLIT (the k range of one
 // split-K piece; K when not split). Checks the output fits 32-bit indices.
@@ -134,7 +140,7 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 // (MatmulSpec::b2 where K is split).
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
                               const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {},
-                              bool pair = false);
+                              bool pair = false, const MergedHeads& merged = {});
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b
 // (bindings p, c, the epilogue's, w, [b], y; MatmulSpec::sum_norm_eps).
@@ -146,7 +152,9 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
 // the part that holds its column, in that part's layout (ColumnPart), whose bindings (after c) and shapes
 // this adds to k. Call it after c's binding and before the epilogue's; c4 (c's 16-byte view) declared before
 // the text. A kernel that stores split-K partial products passes no parts. `c` names the binding (and the functions).
-std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c = "c");
+// With `merged` (MatmulSpec::heads_merged), rows of `row_length` stored with their heads merged (no parts).
+std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c = "c",
+                       const MergedHeads& merged = {});
 
 // The walk over a row's column parts that store_glsl and the GEMV's column pairs share: each part's width PART<p> as a
 // spec constant (then whatever `store` adds), the parts after c bound as c_1, c_2, ... (not c4: common_glsl's 4-wide

@@ -491,7 +491,8 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                            std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s % 8 == 0; });
         return operand_dtype(spec, x) == DType::F16 && !tuning.coop_scaled && whole ? "1" : "0";
     };
-    const bool plain_c = partial || (!spec.epilogue && spec.column_parts.empty());  // its own stores: no epilogue, no parts
+    // Its own stores: no epilogue, no parts, rows in place.
+    const bool plain_c = partial || (!spec.epilogue && spec.column_parts.empty() && !spec.heads_merged);
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
                        (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +

@@ -205,7 +205,8 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     while (rows > 1 && (outputs + rows * cw - 1) / (rows * cw) * batch < target) rows /= 2;
     if (half) rows = 2;  // a pair of columns
     KernelSource k = base_kernel(spec, kThreads, "matmul_gemv", checked_u32(spec.k, "matmul K"));
-    const std::string store = half ? store_pair_glsl(k, spec.dtype, spec.column_parts) : store_glsl(k, spec.dtype, spec.column_parts);
+    const std::string store = half ? store_pair_glsl(k, spec.dtype, spec.column_parts)
+                                   : store_glsl(k, spec.dtype, spec.column_parts, "c", merged_heads(spec));
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string defs = std::string("#define NORM ") + (spec.a_rms_eps > 0 ? "1" : "0") + "\n";
     if (spec.a_rms_eps > 0) {

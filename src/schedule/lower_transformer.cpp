@@ -149,7 +149,8 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     // dv), through f32 partials and their sum where it splits its sweep.
     auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs, std::vector<int32_t> scores = {}) {
         std::vector<int32_t> inputs = {in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))};
-        emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements, cat(cat(inputs, scores), start), outs);
+        emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements, cat(cat(inputs, scores), start), outs,
+                              k.tile_counters);
     };
     const AttentionKey key = attention_key(n);
     if (n.op == Op::AttentionGradQ) {
@@ -206,22 +207,18 @@ int32_t Lowering::attention_member(const Node& n, Op op) const {
 }
 
 // dQ = scores @ k for each kv head (codegen::grad_q_from_scores: scores holds dS times the scale), as
-// [B * Hkv, G * Tq, D], which is dQ's [B, Hq, Tq, D]; stored through a copy where out merges the heads
-// ([B, Tq, Hq, D]: the matmul's output rows are the heads'). The product is f32, as the attention's gradients are.
+// [B * Hkv, G * Tq, D], which is dQ's [B, Hq, Tq, D]; where out merges the heads ([B, Tq, Hq, D]: the matmul's
+// output rows are the heads'), the product stores its rows there (MatmulSpec::heads_merged). The product is f32, as
+// the attention's gradients are.
 void Lowering::grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out) {
     const int64_t heads = s.batch * s.kv_heads, rows = s.q_len * (s.q_heads / s.kv_heads);
-    const codegen::MatmulSpec spec{.dtype = s.dtype, .m = rows, .n = s.head_dim, .k = s.kv_len, .batch = {heads},
-                                   .a_batch_strides = {rows * s.kv_len}, .b_batch_strides = {s.kv_len * s.head_dim}};
+    codegen::MatmulSpec spec{.dtype = s.dtype, .m = rows, .n = s.head_dim, .k = s.kv_len, .batch = {heads},
+                             .a_batch_strides = {rows * s.kv_len}, .b_batch_strides = {s.kv_len * s.head_dim}};
+    if (s.merged_out) spec.heads_merged = s.q_heads, spec.heads_seq = s.q_len;
     codegen::MatmulTuning tuning = t_.matmul;
     tuning.coop_subgroup = 0;
     tuning.coop_declined = "the gradient of an f32 attention";
-    const Shape dims = {s.batch, s.q_heads, s.q_len, s.head_dim};
-    const int32_t dq = s.merged_out ? new_value(dims, s.dtype) : out;
-    emit_product(codegen::matmul_kernels(spec, tuning), scores, k, {dq}, {});
-    if (s.merged_out) {
-        copy(dq, out, {.dims = dims, .in_strides = contiguous_strides(dims),
-                       .out_strides = {s.q_len * s.q_heads * s.head_dim, s.head_dim, s.q_heads * s.head_dim, 1}});
-    }
+    emit_product(codegen::matmul_kernels(spec, tuning), scores, k, {out}, {});
 }
 
 // The attention tiles, cooperative where the matmuls' cooperative kernels run (the start-up self-test
