@@ -100,9 +100,11 @@ int run_shaders(const Flags& f) {
         const std::vector<sched::Step>& steps = program.schedule.steps;
         const std::set<int32_t> levels(program.schedule.step_level.begin() + static_cast<std::ptrdiff_t>(program.hoisted),
                                        program.schedule.step_level.end());
-        std::printf("%s %s for %s: %zu kernels, %zu dispatches a run in %zu levels (%zu hoisted) in %s\n",
-                    entry.name.c_str(), name.c_str(), caps.name.c_str(), written, steps.size() - program.hoisted,
-                    levels.size(), program.hoisted, dir.string().c_str());
+        std::set<std::pair<std::string, std::vector<uint32_t>>> pipelines;  // a kernel's specializations, each one
+        for (const sched::Step& step : steps) pipelines.emplace(step.kernel.glsl, step.kernel.spec_values);
+        std::printf("%s %s for %s: %zu kernels (%zu pipelines), %zu dispatches a run in %zu levels (%zu hoisted) in %s\n",
+                    entry.name.c_str(), name.c_str(), caps.name.c_str(), written, pipelines.size(),
+                    steps.size() - program.hoisted, levels.size(), program.hoisted, dir.string().c_str());
     }
     return 0;
 }
