@@ -214,6 +214,47 @@ TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
     }
 }
 
+// A prefill's q and k rotated by RoPE (SmolLM2's: reshape to [batch, seq, heads, head_dim], permute {0, 2, 1, 3},
+// rope) are stored rotated by their product where its last piece of a tile sums the pieces (FusionPlan::rope_in_gemv,
+// the sum's column pairs): no RoPE kernel. The q, k and v siblings of inference (one product, its v part stored split
+// into heads), and q and k products of their own (a training step's, whose gradients read the rotated rows). K unsplit
+// or its pieces summed in a dispatch of their own, the RoPE kernels stay. Against the float64 reference.
+TEST_F(FusionTest, RopeOfSplitProductRowsIsStoredByTheSum) {
+    for (const SplitK split_k : kSplitKs) {
+        for (const bool training : {false, true}) {
+            SCOPED_TRACE(testing::Message() << split_k << (training ? ", training" : ""));
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+            const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+            constexpr int64_t batch = 2, seq = 5, head_dim = 8, kv_heads = 1, q_heads = 3;
+            Graph g;
+            const Tensor x = g.input("x", {batch * seq, 96});
+            const Tensor positions = g.input("positions", {seq}, DType::I32);
+            std::vector<Tensor> weights;
+            auto heads = [&](const char* name, int64_t count, bool rotate) {
+                weights.push_back(g.parameter(std::string("w") + name, {count * head_dim, 96}));
+                const Tensor split = g.permute(g.reshape(g.linear(x, weights.back()), {batch, seq, count, head_dim}), {0, 2, 1, 3});
+                return rotate ? g.rope(split, positions, 100.0) : split;
+            };
+            const Tensor q = heads("q", q_heads, true), k = heads("k", kv_heads, true), v = heads("v", kv_heads, false);
+            const Tensor y = g.attention(q, k, v, {.causal = true});
+            g.output("y", y);
+            if (training) {
+                const std::vector<Tensor> dw = grad(g.sum(y * g.input("dy", y.shape())), weights);
+                for (size_t i = 0; i < dw.size(); ++i) g.output("dw" + std::to_string(i), dw[i]);
+            }
+            int ropes = 0;
+            for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) {
+                ropes += kernel.label == "rope";
+            }
+            const bool in_sum = std::string(split_k.pieces) != "1" && !split_k.summed_apart();
+            EXPECT_EQ(ropes, in_sum ? 0 : 2);
+            ref::Feeds feeds = random_feeds(g, 40 + training, {-0.5, 0.5});
+            feeds["positions"] = {{seq}, {0, 3, 1, 7, 2}};
+            expect_matches_reference(g, feeds, training ? 1e-4 : 1e-5);
+        }
+    }
+}
+
 // Whisper's q and v products have a bias (and q a scale): the matmul stores its epilogue's value split into heads as
 // it would its own, so no copy moves q or v into the heads' layout; from rows of two dims or, as a linear layer of
 // [batch, seq, features] gives them, three.

@@ -205,6 +205,7 @@ struct MatmulKernels {
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
     int64_t tile_counters = 0;
+    uint32_t tile_columns = 0;     // where the product sums its pieces: its tiles' width (BN)
     bool sum_stores_norm = false;  // MatmulSpec::sum_norm_eps
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);

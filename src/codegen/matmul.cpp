@@ -237,7 +237,9 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
     k.iface.bindings.push_back({"cnt", DType::I32, true});
     k.iface.bindings.push_back({"y", spec.dtype, true});
     const size_t y = k.iface.bindings.size() - 1;
-    const std::string store = store_glsl(k, spec.dtype, spec.column_parts, "y", merged_heads(spec));
+    const int64_t half = pair_half(spec, true);  // a q, k, v product's parts that rotate: stored in pairs of columns
+    const std::string store = half ? define("HALF", half) + store_pair_glsl(k, spec.dtype, spec.column_parts, "y")
+                                   : store_glsl(k, spec.dtype, spec.column_parts, "y", merged_heads(spec));
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string views = view_of(pieces, "p", false, "float", true) + view_of(pieces, "p4", false, "vec4", true) +
                         view_of(y, "y4", true, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
@@ -248,7 +250,8 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
                  view_of(k.iface.bindings.size(), "b28", false, "uvec4");
         k.iface.bindings.push_back({"b2", w});
     }
-    return views + store + epilogue + "#define SUMS 1\n#define PAIR " + (spec.b2 ? "1" : "0") + "\n#define VEC_Y " +
+    return views + store + epilogue + "#define SUMS 1\n#define COLUMN_PAIRS " + (half ? "1" : "0") + "\n#define PAIR " +
+           (spec.b2 ? "1" : "0") + "\n#define VEC_Y " +
            (spec.n % 4 == 0 ? "1" : "0") + "\n#define C_EPI(i, v) (v)\n#define C_EPI4(i, v) (v)\n";
 }
 
@@ -271,6 +274,19 @@ void sum_pieces() {
     uint tile = (batch * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (!last_piece(tile, (PAIR + 1u) * PIECES)) return;
     const uint T = NB * M * N;  // one piece's elements
+#if COLUMN_PAIRS
+    // Columns (j, j + HALF) of each head together (the tile's heads whole: its width a multiple of the head dim), as
+    // the parts that rotate them store them (store_pair).
+    for (uint e = gl_LocalInvocationID.x; e < BM * (BN / 2u); e += WG) {
+        uint h = e % (BN / 2u), gm = m0 + e / (BN / 2u), gn = n0 + h / HALF * (2u * HALF) + h % HALF;
+        if (gm >= M || gn >= N) continue;
+        uint i = gm * N + gn;
+        float s = 0.0, s2 = 0.0;
+        for (uint q = 0u; q < PIECES; ++q) s += p.d[q * T + i];
+        for (uint q = 0u; q < PIECES; ++q) s2 += p.d[q * T + i + HALF];
+        store_pair(gm, gn, s, s2);
+    }
+#else
     for (uint e = gl_LocalInvocationID.x; e < BM * (BN / 4u); e += WG) {
         uint gm = m0 + e / (BN / 4u), gn = n0 + e % (BN / 4u) * 4u;
         if (gm >= M || gn >= N) continue;
@@ -299,6 +315,7 @@ void sum_pieces() {
         }
 #endif
     }
+#endif
 }
 )";
 
@@ -477,6 +494,54 @@ std::string column_part_walk(KernelSource& k, DType dtype, const std::vector<Col
         body += "    if (col < " + width + ") { " + store(p, name) + " return; }\n    col -= " + width + ";\n";
     }
     return body;
+}
+
+int64_t pair_half(const MatmulSpec& spec, bool rows) {
+    const auto special = [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; };
+    const auto first = std::find_if(spec.column_parts.begin(), spec.column_parts.end(), special);
+    if (first == spec.column_parts.end()) return 0;
+    const int64_t head_dim = first->head_dim;
+    const bool fits = head_dim > 0 && head_dim % 2 == 0 && (spec.m == 1 || rows) && spec.batch.empty() && !spec.epilogue &&
+                      !spec.b2 && std::all_of(spec.column_parts.begin(), spec.column_parts.end(), [&](const ColumnPart& p) {
+                          return p.width % head_dim == 0 && (p.head_dim == 0 || p.head_dim == head_dim) &&
+                                 (p.cache_rows == 0 || spec.m == 1);
+                      });
+    if (!fits) throw Error("matmul: parts that rotate or go into a cache need no epilogue and whole heads of one size");
+    return head_dim / 2;
+}
+
+std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c) {
+    bool rope = false, cache = false;
+    const std::string type = storage_type(dtype);
+    const std::string body = column_part_walk(k, dtype, parts, [&](size_t p, const std::string& name) {
+        const std::string n = std::to_string(p), head = "(2u * HALF)";
+        std::string seq = "1u";
+        if (parts[p].seq > 1) {
+            k.iface.spec_constants.push_back("PAIR_SEQ" + n);
+            k.spec_values.push_back(checked_u32(parts[p].seq, "matmul column part"));
+            seq = "PAIR_SEQ" + n;
+        }
+        std::string store;
+        if (parts[p].rope) {
+            rope = true;
+            store = "rope_rotate(a, b, float(positions.d[row % " + seq + "]), float(inv_freq.d[col % " + head + "]), " +
+                    (parts[p].rope_inverse ? "-1.0" : "1.0") + "); ";
+        }
+        std::string at = "row * PART" + n + " + col";  // [rows, width]
+        if (parts[p].cache_rows > 0) {  // one row, at the cache's start
+            cache = true;
+            const std::string rows = std::to_string(checked_u32(parts[p].cache_rows, "cache rows")) + "u";
+            at = "(col / " + head + " * " + rows + " + cache_start(" + rows + ", 1u)) * " + head + " + col % " + head;
+        } else if (parts[p].head_dim > 0) {  // [rows / seq, heads, seq, head_dim]
+            at = "((row / " + seq + ") * (PART" + n + " / " + head + ") + col / " + head + ") * (" + seq + " * " + head +
+                 ") + (row % " + seq + ") * " + head + " + col % " + head;
+        }
+        return store + "uint at = " + at + "; " + name + ".d[at] = " + type + "(a); " + name + ".d[at + HALF] = " + type + "(b);";
+    }, c);
+    if (rope) k.iface.bindings.insert(k.iface.bindings.end(), {{"positions", DType::I32}, {"inv_freq", dtype}});
+    if (cache) k.iface.bindings.push_back({"start", DType::I32});
+    return (rope ? std::string(kRopeRotate) : "") + (cache ? kCacheStart : "") +
+           "void store_pair(uint row, uint col, float a, float b) {\n" + body + "}\n";
 }
 
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn) {
@@ -732,6 +797,10 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         checked_u32(out.partial_elements, "matmul split-K partial products");
         if (summed) {
             out.tile_counters = coop ? workgroups(spec, coop->bm, coop->bn) : workgroups(spec, tiled->bm, tiled->bn);
+            out.tile_columns = coop ? coop->bn : tiled->bn;
+            if (pair_half(spec, true) && out.tile_columns % (2 * pair_half(spec, true))) {
+                throw Error("matmul: a tile of parts that rotate must hold whole heads");  // schedule/fusion.hpp
+            }
         } else {
             out.sum = out.sum_stores_norm ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue,
                                                                   spec.sum_norm_eps, spec.sum_layer_norm)

@@ -133,6 +133,15 @@ void check_coop_geometry(const CoopGeometry& g, uint32_t subgroup_size);
 // M == 1 or N == 1: R output elements per group of threads that split K (its choice says how many).
 KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& tuning);
 
+// The half head dim of the column pairs (j, j + half) a kernel stores its parts in (parts that rotate or go into a
+// cache: every part then holds whole heads of one size; no epilogue), or 0: none. A GEMV's (one row), or with `rows`
+// the split sum's in a product kernel (several rows, no cache).
+int64_t pair_half(const MatmulSpec& spec, bool rows = false);
+// GLSL `void store_pair(uint row, uint col, float a, float b)`: columns col and col + HALF of row `row` into the part
+// that holds them (rotated by the row's position, or at the cache's row, in the part's layout); binds the parts after
+// `c`, then positions and inv_freq (a part rotates), then start (a cache). HALF defined before the text.
+std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts, const std::string& c = "c");
+
 // Split-K: C = the sum of the `splits` partial products [splits][elements] (f32).
 // The sum of `splits` f32 partial outputs, then the epilogue (the product's, where K is split), stored
 // into the column parts (MatmulSpec::column_parts) if any.

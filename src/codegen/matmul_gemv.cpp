@@ -128,7 +128,7 @@ void main() {
 #define SUM(q) partial[(q) * WG + lid]
 #endif
 #if COLUMN_PAIRS
-    if (j0 < J) store_pair(j0, SUM(0u), SUM(1u));
+    if (j0 < J) store_pair(0u, j0, SUM(0u), SUM(1u));
 #else
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         uint j = OUTPUT(r), i = gl_WorkGroupID.z * J + j;
@@ -141,46 +141,6 @@ void main() {
 #endif
 }
 )";
-
-// The half head dim of the pairs a GEMV's parts are computed in (column parts that rotate or go into a cache), or
-// 0: none. Every part then holds whole heads of that size.
-int64_t pair_half(const MatmulSpec& spec) {
-    const auto special = [](const ColumnPart& p) { return p.rope || p.cache_rows > 0; };
-    const auto first = std::find_if(spec.column_parts.begin(), spec.column_parts.end(), special);
-    if (first == spec.column_parts.end()) return 0;
-    const int64_t head_dim = first->head_dim;
-    const bool fits = head_dim > 0 && head_dim % 2 == 0 && spec.m == 1 && spec.batch.empty() && !spec.epilogue && !spec.b2 &&
-                      std::all_of(spec.column_parts.begin(), spec.column_parts.end(), [&](const ColumnPart& p) {
-                          return p.width % head_dim == 0 && (!special(p) || p.head_dim == head_dim);
-                      });
-    if (!fits) throw Error("matmul: parts that rotate or go into a cache need one row, no epilogue, and whole heads of one size");
-    return head_dim / 2;
-}
-
-// store_pair(j, a, b): columns j and j + HALF of the one row into the part that holds them (rotated, or at the cache's
-// row, as the part says); binds the parts after c, then positions and inv_freq (a part rotates), then start (a cache).
-std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPart>& parts) {
-    bool rope = false, cache = false;
-    const std::string body = column_part_walk(k, dtype, parts, [&](size_t p, const std::string& name) {
-        std::string store;
-        if (parts[p].rope) {
-            rope = true;
-            store = std::string("rope_rotate(a, b, float(positions.d[0]), float(inv_freq.d[col % (2u * HALF)]), ") +
-                    (parts[p].rope_inverse ? "-1.0" : "1.0") + "); ";
-        }
-        std::string at = "col";
-        if (parts[p].cache_rows > 0) {
-            cache = true;
-            const std::string rows = std::to_string(checked_u32(parts[p].cache_rows, "cache rows")) + "u";
-            at = "(col / (2u * HALF) * " + rows + " + cache_start(" + rows + ", 1u)) * (2u * HALF) + col % (2u * HALF)";
-        }
-        return store + "uint at = " + at + "; " + name + ".d[at] = STORE(a); " + name + ".d[at + HALF] = STORE(b);";
-    });
-    if (rope) k.iface.bindings.insert(k.iface.bindings.end(), {{"positions", DType::I32}, {"inv_freq", dtype}});
-    if (cache) k.iface.bindings.push_back({"start", DType::I32});
-    return (rope ? std::string(kRopeRotate) : "") + (cache ? kCacheStart : "") + "void store_pair(uint col, float a, float b) {\n" +
-           body + "}\n";
-}
 
 }  // namespace
 

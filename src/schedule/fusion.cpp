@@ -12,8 +12,10 @@ bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::
 class Planner {
 public:
     Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
-            const std::function<bool(int32_t)>& takes_update, const std::function<bool(int32_t)>& splits_k)
+            const std::function<bool(int32_t)>& takes_update, const std::function<bool(int32_t)>& splits_k,
+            const std::function<uint32_t(int32_t)>& summed_tile_columns)
         : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), splits_k_(splits_k),
+          summed_tile_columns_(summed_tile_columns),
           consumers_(g.nodes().size()),
           is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
@@ -89,6 +91,7 @@ public:
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
             if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
+            if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
         }
         return std::move(plan_);
     }
@@ -614,6 +617,62 @@ private:
         }
     }
 
+    // See fusion.hpp: a product of several rows whose heads RoPEs rotate (a prefill's q and k: its column slices', or its
+    // own value's), each through reshapes to [batch, seq, heads, head_dim] and the split of the heads that its RoPE
+    // alone reads (heads_split_by), stores them rotated where its last piece of a tile sums the pieces: a tile holds
+    // whole heads.
+    void try_rows_rotated_in_sum(int32_t product) {
+        const std::vector<int32_t>& column_slices = plan_.column_slices[static_cast<size_t>(product)];
+        const std::vector<int32_t> slices = column_slices.empty() ? std::vector<int32_t>{product} : column_slices;
+        const Node& p = g_.node(product);
+        if (p.shape.size() != 2 || p.shape[0] == 1 || p.dtype != DType::F32 || plan_.epilogue_of[static_cast<size_t>(product)] >= 0 ||
+            (column_slices.empty() && plan_.heads_split_stored[static_cast<size_t>(product)] >= 0)) {
+            return;
+        }
+        const auto before_product = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
+        struct Part {
+            int32_t rope = -1;
+            std::vector<int32_t> chain;  // the reshapes and the split of the heads
+        };
+        std::vector<Part> parts(slices.size());
+        int64_t head_dim = 0, seq = 0;
+        int32_t positions = -1, inv_freq = -1;
+        for (size_t i = 0; i < slices.size(); ++i) {
+            int32_t at = slices[i];
+            std::vector<int32_t> chain;
+            for (int32_t r = only_reader(at); r >= 0 && g_.node(r).op == Op::Reshape; r = only_reader(at)) chain.push_back(at = r);
+            const int32_t next = only_reader(at);
+            if (chain.empty() || next < 0 || g_.node(at).shape.size() != 4) continue;
+            // The split of the heads that the RoPE reads, [batch, seq, heads, head_dim]; or of one head, a view
+            // [batch, 1, seq, head_dim] the RoPE reads itself (the optimizer drops a permute of a dim of 1).
+            const Shape& view = g_.node(at).shape;
+            const bool one_head = g_.node(next).op == Op::Rope && g_.node(next).inputs[0] == at && view[1] == 1;
+            const int32_t rope = one_head ? next : plan_.heads_split_by[static_cast<size_t>(next)];
+            if (rope < 0 || plan_.rope_into_cache[static_cast<size_t>(rope)] >= 0 ||
+                plan_.heads_merged_into[static_cast<size_t>(rope)] >= 0) {
+                continue;
+            }
+            const Node& r = g_.node(rope);
+            const int64_t rows = one_head ? view[2] : view[1];  // positions
+            if ((head_dim && view[3] != head_dim) || (seq && rows != seq) || numel(g_.node(r.inputs[1]).shape) != rows) return;
+            if ((positions >= 0 && positions != r.inputs[1]) || (inv_freq >= 0 && inv_freq != r.inputs[2])) return;
+            head_dim = view[3], seq = rows, positions = r.inputs[1], inv_freq = r.inputs[2];
+            if (!one_head) chain.push_back(next);
+            parts[i] = {rope, std::move(chain)};
+        }
+        if (head_dim == 0 || head_dim % 2 != 0 || !before_product(positions) || !before_product(inv_freq)) return;
+        for (int32_t slice : slices) {
+            if (g_.node(slice).shape.back() % head_dim != 0) return;  // every part whole heads: the sum's column pairs
+        }
+        if (const uint32_t tile = summed_tile_columns_(product); tile == 0 || tile % head_dim != 0) return;
+        for (size_t i = 0; i < slices.size(); ++i) {
+            if (parts[i].rope < 0) continue;
+            plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = parts[i].rope;
+            for (int32_t n : parts[i].chain) plan_.in_gemv[static_cast<size_t>(n)] = product;
+            plan_.in_gemv[static_cast<size_t>(parts[i].rope)] = product;
+        }
+    }
+
     // See fusion.hpp: assign(x, slice_scatter(x, src, axis, start)) writes src's rows into x in place, when the
     // assignment alone reads the slice_scatter and every other reader of x's old contents runs in an earlier kernel.
     void try_write_rows_in_place(int32_t assign) {
@@ -671,6 +730,7 @@ private:
     const uint32_t max_inputs_;
     const std::function<bool(int32_t)>& takes_update_;
     const std::function<bool(int32_t)>& splits_k_;
+    const std::function<uint32_t(int32_t)>& summed_tile_columns_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
@@ -681,8 +741,9 @@ private:
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
-                       const std::function<bool(int32_t product)>& splits_k) {
-    return Planner(g, live, roots, max_inputs, takes_update, splits_k).run();
+                       const std::function<bool(int32_t product)>& splits_k,
+                       const std::function<uint32_t(int32_t product)>& summed_tile_columns) {
+    return Planner(g, live, roots, max_inputs, takes_update, splits_k, summed_tile_columns).run();
 }
 
 }  // namespace mn::sched

@@ -74,6 +74,13 @@
 // runs before the product (the rows are written there now), and the RoPEs' positions and frequencies and the
 // writes' start are lowered before it.
 //
+// A product of several f32 rows, without an epilogue, whose heads RoPEs rotate (a prefill's q and k: its column
+// slices', or its own value's), each through reshapes to [batch, seq, heads, head_dim] and the split of the heads its
+// RoPE alone reads (heads_split_by; for one head, the view [batch, 1, seq, head_dim] the RoPE reads itself), with
+// positions of seq elements, stores them rotated (the RoPE's value) where its last piece of a tile sums its split K
+// and its tiles hold whole heads (`summed_tile_columns`): the sum computes each head's pairs of columns together as
+// the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say so too).
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -144,8 +151,10 @@ struct FusionPlan {
     std::vector<int32_t> batched_update;
 };
 
+// summed_tile_columns: the width of the tiles of a product whose last piece of a tile sums its split K (0: it does not).
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
-                       const std::function<bool(int32_t product)>& splits_k);
+                       const std::function<bool(int32_t product)>& splits_k,
+                       const std::function<uint32_t(int32_t product)>& summed_tile_columns);
 
 }  // namespace mn::sched

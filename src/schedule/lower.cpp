@@ -29,7 +29,7 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
             using U = Tuning::UpdatesInProducts;
             return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && splits_k(product));
         },
-        [&](int32_t product) { return splits_k(product); });
+        [&](int32_t product) { return splits_k(product); }, [&](int32_t product) { return summed_tile_columns(product); });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
     s_.node_value.assign(live.size(), -1);
@@ -189,8 +189,8 @@ void Lowering::lower(int32_t id) {
         for (int32_t slice : slices) outs.push_back(product_output(slice, n.dtype));
         return lower_product(id, outs);
     }
-    if (n.op == Op::MatMul && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) {
-        return lower_product(id, {product_output(id, n.dtype)});
+    if (n.op == Op::MatMul && (fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0 || fusion_.rope_in_gemv[static_cast<size_t>(id)] >= 0)) {
+        return lower_product(id, {product_output(id, n.dtype)});  // its heads split, or rotated (its RoPE's value)
     }
     if (fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0 && op_info(n.op).archetype == Archetype::Pointwise) {
         return fused_pointwise(id, product_output(id, n.dtype));  // its matmul's epilogue stores it split into heads

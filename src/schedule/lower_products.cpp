@@ -82,6 +82,13 @@ bool Lowering::splits_k(int32_t id) const {
     return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).partial_elements > 0;
 }
 
+uint32_t Lowering::summed_tile_columns(int32_t id) const {
+    const Node& n = g_.node(id);
+    if (n.op != Op::MatMul) return 0;
+    const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
+    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).tile_columns;
+}
+
 void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                             const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
                             const std::vector<int32_t>& epilogue_inputs, const ProductExtras& extras) {
@@ -96,7 +103,8 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
     std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
     int32_t start = -1;
-    if (outs.size() > 1 || (value(outs[0]).node >= 0 && g_.node(value(outs[0]).node).op == Op::Permute)) {
+    const auto stands_for = [&](Op op) { return value(outs[0]).node >= 0 && g_.node(value(outs[0]).node).op == op; };
+    if (outs.size() > 1 || stands_for(Op::Permute) || stands_for(Op::Rope)) {
         for (int32_t o : outs) spec.column_parts.push_back(column_part(o, extra, start));
     }
     if (start >= 0) extra.push_back(start);

@@ -89,6 +89,8 @@ private:
     // Whether product `id` is a matmul whose K is split (its epilogue then runs in the sum of its pieces), for the fusion
     // plan.
     bool splits_k(int32_t id) const;
+    // The width of product `id`'s tiles where its last piece of a tile sums its split K; 0 where it does not.
+    uint32_t summed_tile_columns(int32_t id) const;
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                       const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
                       const std::vector<int32_t>& epilogue_inputs, const ProductExtras& extras);
