@@ -12,10 +12,8 @@ bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::
 class Planner {
 public:
     Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
-            const std::function<bool(int32_t)>& takes_update, const std::function<bool(int32_t)>& splits_k,
-            const std::function<uint32_t(int32_t)>& summed_tile_columns)
-        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), splits_k_(splits_k),
-          summed_tile_columns_(summed_tile_columns),
+            const std::function<bool(int32_t)>& takes_update, const std::function<ProductSplit(int32_t)>& split_of)
+        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), split_of_(split_of),
           consumers_(g.nodes().size()),
           is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
@@ -151,7 +149,7 @@ private:
             numel(g_.node(x).shape) != numel(p.shape) || plan_.epilogue_pair[static_cast<size_t>(product)] >= 0 ||
             !plan_.column_slices[static_cast<size_t>(product)].empty() ||
             plan_.heads_split_stored[static_cast<size_t>(x)] >= 0 || plan_.sum_norm[static_cast<size_t>(product)] >= 0 ||
-            !splits_k_(product)) {
+            !split_of_(product).splits_k) {
             return;
         }
         plan_.norm_in_sum[static_cast<size_t>(id)] = product;
@@ -465,7 +463,7 @@ private:
                 continue;
             }
             // Asked last: the split's choice builds the product's kernels.
-            if (rows && !splits_k_(product)) return;
+            if (rows && !split_of_(product).splits_k) return;
             plan_.epilogue_of[static_cast<size_t>(second)] = root;
             plan_.epilogue_pair[static_cast<size_t>(product)] = second;
             return;
@@ -664,7 +662,7 @@ private:
         for (int32_t slice : slices) {
             if (g_.node(slice).shape.back() % head_dim != 0) return;  // every part whole heads: the sum's column pairs
         }
-        if (const uint32_t tile = summed_tile_columns_(product); tile == 0 || tile % head_dim != 0) return;
+        if (const uint32_t tile = split_of_(product).summed_tile_columns; tile == 0 || tile % head_dim != 0) return;
         for (size_t i = 0; i < slices.size(); ++i) {
             if (parts[i].rope < 0) continue;
             plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = parts[i].rope;
@@ -729,8 +727,7 @@ private:
     const std::vector<bool>& live_;
     const uint32_t max_inputs_;
     const std::function<bool(int32_t)>& takes_update_;
-    const std::function<bool(int32_t)>& splits_k_;
-    const std::function<uint32_t(int32_t)>& summed_tile_columns_;
+    const std::function<ProductSplit(int32_t)>& split_of_;
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
@@ -741,9 +738,8 @@ private:
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
-                       const std::function<bool(int32_t product)>& splits_k,
-                       const std::function<uint32_t(int32_t product)>& summed_tile_columns) {
-    return Planner(g, live, roots, max_inputs, takes_update, splits_k, summed_tile_columns).run();
+                       const std::function<ProductSplit(int32_t product)>& split_of) {
+    return Planner(g, live, roots, max_inputs, takes_update, split_of).run();
 }
 
 }  // namespace mn::sched

@@ -1,10 +1,10 @@
 #pragma once
 // Pointwise fusion: which nodes become one kernel, decided before lowering.
 //
-// A pointwise node is inlined into its consumer when it is that consumer's only use, the consumer
-// is pointwise too, and the node is not a root (an output or an assignment). A node the consumer
-// broadcasts (a smaller shape) is then computed once per element of the consumer: see inlinable(). What remains is a set of fused roots, each one kernel that reads its leaves through
-// broadcast strides and evaluates the tree in registers.
+// A pointwise node is inlined into its consumer when it is that consumer's only use, the consumer is pointwise too, and
+// the node is not a root (an output or an assignment). A node the consumer broadcasts (a smaller shape) is then
+// computed once per element of the consumer: see inlinable(). What remains is a set of fused roots, each one kernel
+// that reads its leaves through broadcast strides and evaluates the tree in registers.
 //
 // A fused root whose every reader is inside one later kernel of the same shape (reading it element for
 // element), an assignment of it aside, is computed in that kernel and written as one more of its
@@ -36,25 +36,26 @@
 // reader of the target's old contents runs in an earlier kernel or reads it element-for-element
 // inside this one.
 //
-// Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's silu(x W_gate^T) *
-// (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree (codegen::MatmulSpec::b2): x read
-// once, and one dispatch and one level where the gate's product came before the up product's epilogue. Two such
-// products of several rows where K is split (`splits_k`; alike, they split alike), a prefill's SwiGLU, are one
-// product kernel over both weights whose last piece of a tile adds both products' pieces and stores the tree
-// (codegen::MatmulKernels::tile_counters; with the split sum a dispatch of its own, MEGANEURA_SPLIT_SUM=dispatch, the
-// two product dispatches and one sum of both): the gate's own product and its level go.
+// Two products of one f32 row of the same A whose only reader is one fused tree, as a SwiGLU's
+// silu(x W_gate^T) * (x W_up^T) in a decode step, are one GEMV over both weights that stores the tree
+// (codegen::MatmulSpec::b2): x read once, and one dispatch and one level where the gate's product came before the up
+// product's epilogue. Two such products of several rows where K is split (`ProductSplit::splits_k`; alike, they split
+// alike), a prefill's SwiGLU, are one product kernel over both weights whose last piece of a tile adds both products'
+// pieces and stores the tree (codegen::MatmulKernels::tile_counters; with the split sum a dispatch of its own,
+// MEGANEURA_SPLIT_SUM=dispatch, the two product dispatches and one sum of both): the gate's own product and its level
+// go.
 //
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs
 // themselves (codegen::MatmulSpec::a_rms_eps: each workgroup sums the row's squares, K is a few hundred): the
 // norm's dispatch and its level go, two per layer of a decode step.
 //
-// An RMSNorm or LayerNorm of f32 rows whose input is the value a matmul stores (its own, or its epilogue's), when
-// that matmul splits K (`splits_k`, the lowering's choice) and its rows are the norm's: the split's sum kernel, which
-// adds the pieces anyway, takes one workgroup per row and stores the norm after the row (codegen::MatmulSpec::
-// sum_norm_eps; a dispatch of its own, as a row spans the product's tiles): the norm's dispatch and its level go, two
-// per layer of a pre-norm transformer's forward where its residual products split K (SmolVLA's and SmolLM2's prefill,
-// Whisper's encoder).
+// An RMSNorm or LayerNorm of f32 rows whose input is the value a matmul stores (its own, or its epilogue's), when that
+// matmul splits K (`ProductSplit::splits_k`, the lowering's choice) and its rows are the norm's: the split's sum
+// kernel, which adds the pieces anyway, takes one workgroup per row and stores the norm after the row
+// (codegen::MatmulSpec::sum_norm_eps; a dispatch of its own, as a row spans the product's tiles): the norm's dispatch
+// and its level go, two per layer of a pre-norm transformer's forward where its residual products split K (SmolVLA's
+// and SmolLM2's prefill, Whisper's encoder).
 //
 // An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
 // KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
@@ -77,9 +78,10 @@
 // A product of several f32 rows, without an epilogue, whose heads RoPEs rotate (a prefill's q and k: its column
 // slices', or its own value's), each through reshapes to [batch, seq, heads, head_dim] and the split of the heads its
 // RoPE alone reads (heads_split_by; for one head, the view [batch, 1, seq, head_dim] the RoPE reads itself), with
-// positions of seq elements, stores them rotated (the RoPE's value) where its last piece of a tile sums its split K
-// and its tiles hold whole heads (`summed_tile_columns`): the sum computes each head's pairs of columns together as
-// the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say so too).
+// positions of seq elements, stores them rotated (the RoPE's value) where its last piece of a tile sums its split K and
+// its tiles hold whole heads (`ProductSplit::summed_tile_columns`): the sum computes each head's pairs of columns
+// together as the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say
+// so too).
 //
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
@@ -151,10 +153,14 @@ struct FusionPlan {
     std::vector<int32_t> batched_update;
 };
 
-// summed_tile_columns: the width of the tiles of a product whose last piece of a tile sums its split K (0: it does not).
+// How a matmul's K is split, as the lowering will choose it: whether it is, and the width of its tiles where its last
+// piece of a tile sums the pieces (0: a sum dispatch of its own sums them, or K is whole).
+struct ProductSplit {
+    bool splits_k = false;
+    uint32_t summed_tile_columns = 0;
+};
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
-                       const std::function<bool(int32_t product)>& splits_k,
-                       const std::function<uint32_t(int32_t product)>& summed_tile_columns);
+                       const std::function<ProductSplit(int32_t product)>& split_of);
 
 }  // namespace mn::sched

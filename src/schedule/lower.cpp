@@ -27,9 +27,9 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         g_, live, roots, t_.max_fused_inputs,
         [&](int32_t product) {
             using U = Tuning::UpdatesInProducts;
-            return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && splits_k(product));
+            return t_.updates_in_products == U::All || (t_.updates_in_products == U::SplitSums && product_split(product).splits_k);
         },
-        [&](int32_t product) { return splits_k(product); }, [&](int32_t product) { return summed_tile_columns(product); });
+        [&](int32_t product) { return product_split(product); });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
     s_.node_value.assign(live.size(), -1);

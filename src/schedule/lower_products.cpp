@@ -75,18 +75,16 @@ codegen::MatmulSpec Lowering::matmul_spec(const Node& n, const Shape& sa, const 
             .b_batch_strides = batch_strides(sb)};
 }
 
-bool Lowering::splits_k(int32_t id) const {
+ProductSplit Lowering::product_split(int32_t id) {
     const Node& n = g_.node(id);
-    if (n.op != Op::MatMul) return false;
-    const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
-    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).partial_elements > 0;
-}
-
-uint32_t Lowering::summed_tile_columns(int32_t id) const {
-    const Node& n = g_.node(id);
-    if (n.op != Op::MatMul) return 0;
-    const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
-    return codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_)).tile_columns;
+    if (n.op != Op::MatMul) return {};
+    auto [it, fresh] = product_splits_.try_emplace(id);
+    if (fresh) {  // the plan asks several times: the product's kernels are built once
+        const codegen::MatmulSpec spec = matmul_spec(n, g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape);
+        const codegen::MatmulKernels k = codegen::matmul_kernels(spec, product_tuning(g_, id, t_, split_));
+        it->second = {.splits_k = k.partial_elements > 0, .summed_tile_columns = k.tile_columns};
+    }
+    return it->second;
 }
 
 void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,

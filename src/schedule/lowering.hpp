@@ -86,11 +86,9 @@ private:
     int32_t weight_in_octets(int32_t w16);
     // The matmul spec of product `n` whose operands are shaped sa and sb (values: f16 copies keep the shapes).
     codegen::MatmulSpec matmul_spec(const Node& n, const Shape& sa, const Shape& sb) const;
-    // Whether product `id` is a matmul whose K is split (its epilogue then runs in the sum of its pieces), for the fusion
-    // plan.
-    bool splits_k(int32_t id) const;
-    // The width of product `id`'s tiles where its last piece of a tile sums its split K; 0 where it does not.
-    uint32_t summed_tile_columns(int32_t id) const;
+    // How product `id`'s K is split where it is a matmul (its epilogue then runs in the sum of its pieces), for the
+    // fusion plan (ProductSplit).
+    ProductSplit product_split(int32_t id);
     void lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b,
                       const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue,
                       const std::vector<int32_t>& epilogue_inputs, const ProductExtras& extras);
@@ -138,6 +136,7 @@ private:
     std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::map<int32_t, int32_t> octet_copies_;      // f16 copy -> the same stored in octets (weight_in_octets)
+    std::map<int32_t, ProductSplit> product_splits_;  // by matmul node, as the plan asked (product_split)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<std::pair<AttentionKey, Op>, int32_t> attention_members_;  // every live attention node (attention_member)
     std::map<AttentionKey, int32_t> attention_siblings_;
