@@ -370,15 +370,18 @@ private:
                 readers.insert(readers.end(), consumers_[static_cast<size_t>(c)].begin(), consumers_[static_cast<size_t>(c)].end());
             }
         }
+        // The first kernel that reads it element for element computes it; every other reader runs after that kernel.
         int32_t reader_kernel = -1;
         for (int32_t c : readers) {
-            const Node& cn = g_.node(c);
-            if (!is_pointwise(cn) || cn.shape != r.shape) return;
-            const int32_t k = kernel_of(c);
-            if (reader_kernel >= 0 && k != reader_kernel) return;
-            reader_kernel = k;
+            if (const Node& cn = g_.node(c); is_pointwise(cn) && cn.shape == r.shape) {
+                const int32_t k = kernel_of(c);
+                if (reader_kernel < 0 || k < reader_kernel) reader_kernel = k;
+            }
         }
         if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
+        for (int32_t c : readers) {
+            if (kernel_of(c) < reader_kernel) return;
+        }
         plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
         uint32_t& outputs = stored_outputs_[static_cast<size_t>(reader_kernel)];
         if (leaves_of(reader_kernel).size() + outputs + 1 > max_inputs_) {
@@ -437,7 +440,7 @@ private:
             (!is_named_update(root) || takes_update_(product))) {
             plan_.epilogue_of[static_cast<size_t>(product)] = root;
             plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
-            if (!keeps) try_pair(product, root, leaves);
+            try_pair(product, root, leaves);
         }
     }
 
@@ -449,13 +452,20 @@ private:
             return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
         };
         const bool rows = !one_row(p) && p.op == Op::MatMul;  // a pair for the split sum, if it splits K
-        if (!(one_row(p) || rows) || leaves.size() + stored_outputs_[static_cast<size_t>(root)] + p.inputs.size() + 1 > max_inputs_) {
+        const bool keeps = plan_.epilogue_keeps[static_cast<size_t>(product)];
+        if (!(one_row(p) || rows) ||
+            leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 1 > max_inputs_) {
             return;
         }
         for (int32_t leaf : leaves) {
-            if (!read_only_by(leaf, root)) continue;
             const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
             const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+            // Read later too (a training step's up product, which the backward reads): stored as well as the tree.
+            const bool second_keeps = !read_only_by(leaf, root);
+            if (second_keeps && (!read_here_or_later(leaf, root) ||
+                                 leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 2 > max_inputs_)) {
+                continue;
+            }
             const Node& q = g_.node(second);
             // A pair of several rows: the same split, since the products are alike (the same A, and B's shape).
             if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q)) || q.inputs[0] != p.inputs[0] ||
@@ -465,6 +475,7 @@ private:
             // Asked last: the split's choice builds the product's kernels.
             if (rows && !split_of_(product).splits_k) return;
             plan_.epilogue_of[static_cast<size_t>(second)] = root;
+            plan_.epilogue_keeps[static_cast<size_t>(second)] = second_keeps;
             plan_.epilogue_pair[static_cast<size_t>(product)] = second;
             return;
         }

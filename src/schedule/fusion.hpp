@@ -6,9 +6,11 @@
 // computed once per element of the consumer: see inlinable(). What remains is a set of fused roots, each one kernel
 // that reads its leaves through broadcast strides and evaluates the tree in registers.
 //
-// A fused root whose every reader is inside one later kernel of the same shape (reading it element for
-// element), an assignment of it aside, is computed in that kernel and written as one more of its
-// outputs: an optimizer's moments, which the parameter's update reads, cost no kernels of their own.
+// A fused root that a later kernel of the same shape reads element for element, an assignment of it aside, is computed
+// in the first such kernel and written as one more of its outputs, when every other reader runs after that kernel: an
+// optimizer's moments, which the parameter's update reads, cost no kernels of their own, nor does a training step's
+// activation that the backward reads too (a GELU's pre-activation, stored by the GELU's kernel; a SwiGLU's SiLU of the
+// gate, stored by the up product's epilogue).
 //
 // A matmul, convolution (forward or input gradient), norm or norm's gradient whose one reader is a fused
 // root's tree, reading it element for element (directly, or through a reshape that only that tree reads), is
@@ -17,8 +19,7 @@
 // product's round trip through memory, go. A norm's one workgroup per row finishes its statistics before it
 // stores anything, so its epilogue sees the row's final values as a product's does. A norm or matmul that
 // later kernels read too stores its own value there as well (training's GroupNorm + SiLU, whose backward
-// reads the norm; a SwiGLU's gate, which stores its SiLU, and up product, which stores the two's product,
-// both read by the backward).
+// reads the norm; a SwiGLU's up product, which stores the product of the two, both read by the backward).
 //
 // An attention whose one reader merges its heads back (permute {0, 2, 1, 3}; in training its gradients read it
 // too, through the delta kernel, which reads either layout) stores its output in that layout itself, and the
@@ -43,7 +44,8 @@
 // alike), a prefill's SwiGLU, are one product kernel over both weights whose last piece of a tile adds both products'
 // pieces and stores the tree (codegen::MatmulKernels::tile_counters; with the split sum a dispatch of its own,
 // MEGANEURA_SPLIT_SUM=dispatch, the two product dispatches and one sum of both): the gate's own product and its level
-// go.
+// go. Either product that later kernels read too (a training step's gate and up, which the backward reads) is stored
+// as well (epilogue_keeps).
 //
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs

@@ -68,12 +68,14 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
         extra.push_back(value_of(node));
     }
-    if (product >= 0 && fusion_.epilogue_keeps[static_cast<size_t>(product)]) {
+    // The products whose own values are stored too (FusionPlan::epilogue_keeps): the first, and a pair's second.
+    for (const int32_t kept : {product, product >= 0 ? fusion_.epilogue_pair[static_cast<size_t>(product)] : -1}) {
+        if (kept < 0 || !fusion_.epilogue_keeps[static_cast<size_t>(kept)]) continue;
         const auto read = std::find_if(step_of.begin(), step_of.end(), [&](const auto& at) {  // or a view of it
-            return at.first == product || is_view_of(at.first, product);
+            return at.first == kept || is_view_of(at.first, kept);
         });
-        spec.extra_outputs.emplace_back(read->second, g_.node(product).dtype);
-        extra.push_back(value_of(product));
+        spec.extra_outputs.emplace_back(read->second, g_.node(kept).dtype);
+        extra.push_back(value_of(kept));
     }
     if (product >= 0) {
         const auto position = [&](int32_t marker) {
