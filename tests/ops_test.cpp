@@ -1,5 +1,8 @@
 // Every op on the GPU against the float64 reference, at odd sizes that are multiples of no tile.
+#include <cstring>
+
 #include "gpu_check.hpp"
+#include "temp_dir.hpp"
 
 namespace mn::test {
 namespace {
@@ -93,32 +96,64 @@ TEST_F(OpsTest, PerChannelReductionIsOneKernel) {
     expect_matches_reference(g, random_feeds(g, 250));
 }
 
-// A sum over the rows of [rows, features] (a bias's gradient) reads the rows coalesced, in pieces
-// of rows whose partial sums a second kernel adds: two kernels; under 128 rows, one piece and one kernel.
+// g's output "y", three runs of one session, with a reduction's pieces summed where MEGANEURA_SPLIT_SUM says (by
+// the workgroup that stores an output's last piece, or a dispatch of their own), and the session's dispatches.
+std::vector<std::vector<float>> three_runs(const Graph& g, const ref::Feeds& feeds, const char* where, uint64_t* dispatches) {
+    const ScopedEnv sum("MEGANEURA_SPLIT_SUM", where);
+    Session s = compile(g, device());
+    *dispatches = s.stats().dispatches;
+    set_feeds(s, g, feeds);
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 3; ++run) {
+        s.run();
+        runs.push_back(s.get("y"));
+    }
+    return runs;
+}
+
+// A reduction in pieces (`pieces`: several, or one) is one kernel whose last piece of each output sums the pieces,
+// and two with MEGANEURA_SPLIT_SUM=dispatch (a sum kernel after the pieces): the same additions in the same order, so
+// the same bits, on every run (the counters are zero again after each). Against the float64 reference too.
+void expect_pieces_summed_in_the_kernel(const Graph& g, const ref::Feeds& feeds, bool pieces) {
+    uint64_t in_kernel = 0, apart = 0;
+    const auto summed = three_runs(g, feeds, "product", &in_kernel), dispatched = three_runs(g, feeds, "dispatch", &apart);
+    EXPECT_EQ(in_kernel, 1u);
+    EXPECT_EQ(apart, pieces ? 2u : 1u);
+    for (size_t run = 0; run < summed.size(); ++run) {
+        ASSERT_EQ(summed[run].size(), dispatched[run].size());
+        EXPECT_EQ(std::memcmp(summed[run].data(), dispatched[run].data(), summed[run].size() * sizeof(float)), 0) << "run " << run;
+    }
+    expect_matches_reference(g, feeds);
+}
+
+// A sum over the rows of [rows, features] (a bias's gradient) reads the rows coalesced, in pieces of rows; under
+// 128 rows, one piece. 96 and 97 columns: whole and partial blocks of 32.
 TEST_F(OpsTest, ColumnSumsReadRowsInPieces) {
-    for (const auto& [rows, dispatches] : std::vector<std::pair<int64_t, uint64_t>>{{3000, 2}, {100, 1}}) {
-        SCOPED_TRACE(rows);
-        Graph g;
-        g.output("sum", g.sum(g.input("x", {rows, 96}), {0}));
-        EXPECT_EQ(compile(g, device()).stats().dispatches, dispatches);
-        expect_matches_reference(g, random_feeds(g, 260));
+    for (const auto& [rows, pieces] : std::vector<std::pair<int64_t, bool>>{{3000, true}, {100, false}}) {
+        for (const int64_t columns : {96, 97}) {
+            for (const bool mean : {false, true}) {
+                SCOPED_TRACE(testing::Message() << rows << " x " << columns << (mean ? " mean" : " sum"));
+                Graph g;
+                const Tensor x = g.input("x", {rows, columns});
+                g.output("y", mean ? g.mean(x, {0}) : g.sum(x, {0}));
+                expect_pieces_summed_in_the_kernel(g, random_feeds(g, 260), pieces);
+            }
+        }
     }
 }
 
 // Few outputs over long rows (a loss's mean over a whole tensor, a per-channel sum over images and pixels)
-// cut each row into pieces, a workgroup a piece, whose partial sums a second kernel adds: two kernels. A
-// max, and rows under two pieces of 4096, stay one kernel.
+// cut each row into pieces, a workgroup a piece. A max, and rows under two pieces of 4096, stay one piece.
 TEST_F(OpsTest, LongRowsAreReducedInPieces) {
-    struct Case { Shape shape; std::vector<int64_t> axes; uint64_t dispatches; };
-    for (const Case& c : std::vector<Case>{{{3, 5000, 2}, {0, 1, 2}, 2}, {{9000}, {0}, 2}, {{4, 3, 70, 40}, {0, 2, 3}, 2},
-                                           {{2, 7, 4000}, {2}, 1}, {{8000}, {0}, 1}}) {
+    struct Case { Shape shape; std::vector<int64_t> axes; bool pieces; };
+    for (const Case& c : std::vector<Case>{{{3, 5000, 2}, {0, 1, 2}, true}, {{9000}, {0}, true}, {{4, 3, 70, 40}, {0, 2, 3}, true},
+                                           {{2, 7, 4000}, {2}, false}, {{8000}, {0}, false}}) {
         SCOPED_TRACE(shape_str(c.shape) + " axes " + shape_str(c.axes));
         for (int which = 0; which < 3; ++which) {
             Graph g;
             auto x = g.input("x", c.shape);
             g.output("y", which == 0 ? g.sum(x, c.axes) : which == 1 ? g.mean(x, c.axes) : g.max(x, c.axes));
-            EXPECT_EQ(compile(g, device()).stats().dispatches, which == 2 ? 1u : c.dispatches);
-            expect_matches_reference(g, random_feeds(g, 270 + which));
+            expect_pieces_summed_in_the_kernel(g, random_feeds(g, 270 + which), which != 2 && c.pieces);
         }
     }
 }

@@ -88,13 +88,18 @@ enum class ReduceMode { Sum, Mean, Max, Softmax, LogSoftmax };
 //   device (sum and mean);
 // - where few outputs each reduce a long row (a loss's mean over a whole tensor, a per-channel sum over
 //   images and pixels): each row cut into pieces of thousands of elements, a workgroup a piece (sum and mean).
+// With last_piece_sums, the partial kernel's workgroup that stores the last piece of an output (a block of 32
+// columns, or one output of long rows) adds the pieces in piece order and stores it, the sum kernel's additions in its
+// order (the same bits): no sum kernel, and tile_counters, its i32 counters (codegen::kLastPieceGlsl), bound after the
+// partials and before the output.
 struct Reduction {
     KernelSource partial;
     std::optional<KernelSource> sum;
-    int64_t partial_elements = 0;  // f32 scratch between the two, where there is a sum
+    int64_t partial_elements = 0;  // f32 scratch between the two, where there is a sum or a last piece sums
+    int64_t tile_counters = 0;
 };
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                         const Launch& launch, int64_t lead = 1);
+                         const Launch& launch, int64_t lead, bool last_piece_sums);
 
 // Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
 // ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,

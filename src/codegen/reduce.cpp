@@ -47,18 +47,41 @@ Pieces cut_rows(int64_t rows, int64_t groups, int64_t min_piece) {
 }
 
 // Where there are several pieces: their f32 partials of `outputs` elements, and the split sum that adds them in
-// piece order into the output.
-void add_pieces(Reduction& out, DType out_dtype, int64_t outputs, const Pieces& pieces, const Launch& launch) {
+// piece order into the output, or where the last piece of each of `blocks` sums them (last_piece_sums), its counters.
+void add_pieces(Reduction& out, DType out_dtype, int64_t outputs, const Pieces& pieces, const Launch& launch,
+                bool last_piece_sums, int64_t blocks) {
     if (pieces.count == 1) return;
     out.partial_elements = pieces.count * outputs;
-    out.sum = matmul_detail::split_sum_kernel(out_dtype, outputs, static_cast<uint32_t>(pieces.count), launch.max_groups);
+    if (last_piece_sums) {
+        out.tile_counters = blocks;
+    } else {
+        out.sum = matmul_detail::split_sum_kernel(out_dtype, outputs, static_cast<uint32_t>(pieces.count), launch.max_groups);
+    }
+}
+
+// The bindings of a kernel of pieces: the input, then the pieces (`part`), and where its last piece of an output sums
+// them, the counters and the output (`y`); else the pieces are `y`.
+std::vector<Binding> piece_bindings(DType in_dtype, DType out_dtype, bool several, bool last_piece_sums) {
+    if (!several) return {{"x", in_dtype}, {"y", out_dtype, true}};
+    if (!last_piece_sums) return {{"x", in_dtype}, {"y", DType::F32, true}};
+    return {{"x", in_dtype}, {"part", DType::F32, true, true}, {"cnt", DType::I32, true}, {"y", out_dtype, true}};
+}
+
+// After a piece's store of output `at` (`part.d[p * OUTPUTS + at]`, by invocation `lid`): the last piece's
+// workgroup adds the output's pieces in piece order, as split_sum_kernel does, and stores it.
+std::string last_piece_sum(const std::string& block, const std::string& lid, const std::string& at, DType out_dtype) {
+    return "    if (last_piece(" + block + ", PIECES) && " + lid + ") {\n"
+           "        float s = 0.0;\n"
+           "        for (uint q = 0u; q < PIECES; ++q) s += part.d[q * OUTER * INNER + " + at + "];\n"
+           "        y.d[" + at + "] = " + storage_type(out_dtype) + "(s);\n"
+           "    }\n";
 }
 
 // One workgroup per output element and piece of its row: threads stride over the piece, then a
 // shared-memory tree combines their partials. Several pieces (sum and mean) write each piece's f32
 // partial sum, [piece][outer * inner], for split_sum_kernel to add.
 KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                               const Launch& launch, int64_t lead, const Pieces& cut) {
+                               const Launch& launch, int64_t lead, const Pieces& cut, bool last_piece_sums) {
     static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
     const bool rows_only = mode == ReduceMode::Softmax || mode == ReduceMode::LogSoftmax;
     if (rows_only && lead != 1) throw Error("codegen: softmax reduces one axis, not a leading one too");
@@ -72,8 +95,9 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
                      checked_u32(r, "reduction size"), checked_u32(inner, "reduction size"),
                      checked_u32(piece, "reduction size"), checked_u32(pieces, "reduction size")};
     checked_u32(lead * outer * r * inner, "reduction size");
+    const bool summed_here = pieces > 1 && last_piece_sums;
     const DType result_dtype = pieces > 1 ? DType::F32 : out_dtype;
-    k.iface.bindings = {{"x", in_dtype}, {"y", result_dtype, true}};
+    k.iface.bindings = piece_bindings(in_dtype, out_dtype, pieces > 1, last_piece_sums);
     const std::string st = storage_type(result_dtype);
 
     std::string body =
@@ -93,8 +117,9 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
     const std::string loop = "    for (uint j = p * PIECE + lid; j < j1; j += WG) ";
     if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
         body += "    float acc = 0.0;\n" + loop + "acc += " + load + ";\n    red[lid] = acc;\n" + tree("a + b") +
-                "    if (lid == 0u) y.d[p * OUTER * INNER + g] = " + st + "(red[0]" +
-                (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n}\n";
+                "    if (lid == 0u) " + (summed_here ? "part" : "y") + ".d[p * OUTER * INNER + g] = " + st + "(red[0]" +
+                (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n" +
+                (summed_here ? last_piece_sum("g", "lid == 0u", "g", out_dtype) : "") + "}\n";
     } else if (pieces > 1) {
         throw Error("codegen: only a sum or a mean is reduced in pieces");
     } else if (mode == ReduceMode::Max) {
@@ -115,7 +140,7 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
                     " - lse);\n}\n";
         }
     }
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + body;
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + (summed_here ? kLastPieceGlsl : "") + body;
     k.groups = grid_for(static_cast<uint64_t>(pieces * outer * inner), launch.max_groups);
     return k;
 }
@@ -123,7 +148,8 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
 // Sum or mean over lead and r where inner is wide: 32 columns a workgroup, the rows in pieces
 // (families.hpp); nothing where that walk does not apply.
 std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
-                                               int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
+                                               int64_t r, int64_t inner, const Launch& launch, int64_t lead,
+                                               bool last_piece_sums) {
     constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
     constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
     const uint32_t wg = pow2_at_most(launch.local_size);
@@ -143,10 +169,11 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
                      checked_u32(r, "reduction size"), checked_u32(inner, "reduction size"),
                      checked_u32(piece, "reduction size"), checked_u32(splits, "reduction size")};
     checked_u32(rows * outer * inner, "reduction size");
+    const bool summed_here = splits > 1 && last_piece_sums;
     const DType partial_dtype = splits > 1 ? DType::F32 : out_dtype;
-    k.iface.bindings = {{"x", in_dtype}, {"y", partial_dtype, true}};
+    k.iface.bindings = piece_bindings(in_dtype, out_dtype, splits > 1, last_piece_sums);
     // Row j of the LEAD * R reduced ones, in column c (see reduce_kernel).
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + R"(
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + (summed_here ? kLastPieceGlsl : "") + R"(
 const uint CW = 32u, RL = WG / CW, CB = (INNER + CW - 1u) / CW;  // columns, row lanes, column blocks
 shared float red[WG];
 float at(uint base, uint j) {
@@ -170,19 +197,22 @@ void main() {
         if (lane < s) red[lid] += red[lid + s * CW];
         barrier();
     }
-)" + std::string("    if (lane == 0u && c < INNER) y.d[p * OUTER * INNER + o * INNER + c] = ") +
-             storage_type(partial_dtype) + "(red[lid]" +
-             (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n}\n";
+)" + "    if (lane == 0u && c < INNER) " + (summed_here ? "part" : "y") + ".d[p * OUTER * INNER + o * INNER + c] = " +
+             storage_type(partial_dtype) + "(red[lid]" + (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n" +
+             (summed_here ? last_piece_sum("o * CB + g % CB", "lane == 0u && c < INNER", "o * INNER + c", out_dtype) : "") +
+             "}\n";
     k.groups = grid_for(static_cast<uint64_t>(splits * blocks), launch.max_groups);
-    add_pieces(out, out_dtype, outer * inner, cut, launch);
+    add_pieces(out, out_dtype, outer * inner, cut, launch, last_piece_sums, blocks);
     return out;
 }
 
 }  // namespace
 
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                         const Launch& launch, int64_t lead) {
-    if (auto columns = column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, launch, lead)) return *columns;
+                         const Launch& launch, int64_t lead, bool last_piece_sums) {
+    if (auto columns = column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, last_piece_sums)) {
+        return *columns;
+    }
     // A row cut into pieces of at least this many elements (16 a thread at 256 threads): shorter rows gain less
     // than the second kernel and its barrier cost. Whisper-tiny's loss, a mean over 1500 x 384, took 0.11 ms
     // on the H200 in one workgroup.
@@ -191,8 +221,8 @@ Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64
     const Pieces cut = mode == ReduceMode::Sum || mode == ReduceMode::Mean ? cut_rows(rows, outputs, kMinRowPiece)
                                                                           : Pieces{rows, 1};
     Reduction out;
-    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, cut);
-    add_pieces(out, out_dtype, outputs, cut, launch);
+    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, cut, last_piece_sums);
+    add_pieces(out, out_dtype, outputs, cut, launch, last_piece_sums, outputs);
     return out;
 }
 

@@ -171,8 +171,9 @@ void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {
 void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                       int64_t lead) {
     const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
-    codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead);
-    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in}, {out});
+    codegen::Reduction k =
+        codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead, t_.reduction_last_piece_sums);
+    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in}, {out}, k.tile_counters);
 }
 
 // The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.

@@ -63,6 +63,9 @@ const char* coop_path_name(CoopPath path);  // "NV", "KHR", "none"
 struct Tuning {
     CoopChoice coop;  // precision fast's (strict: none)
     codegen::Launch pointwise, reduction;
+    // A reduction cut in pieces (a bias's gradient over many rows) summed by its last piece of each output, not a
+    // sum dispatch of its own (MEGANEURA_SPLIT_SUM=dispatch): codegen::Reduction.
+    bool reduction_last_piece_sums = true;
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel

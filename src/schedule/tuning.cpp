@@ -149,11 +149,12 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
     t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
-    // MEGANEURA_SPLIT_SUM=dispatch sums a product's split-K pieces, and merges a prefill attention's key chunks, in a
-    // dispatch of its own (product: in the product's last piece of each tile, and the attention's last chunk of each
-    // block of rows, the default), to measure one against the other.
+    // MEGANEURA_SPLIT_SUM=dispatch sums a product's split-K pieces, a reduction's pieces, and merges a prefill
+    // attention's key chunks, in a dispatch of its own (product: in the product's last piece of each tile, the
+    // reduction's of each output, and the attention's last chunk of each block of rows, the default), to measure one
+    // against the other.
     if (const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch"})) {
-        t.matmul.pieces_summed_in_product = t.attention.last_chunk_merges = *v == "product";
+        t.matmul.pieces_summed_in_product = t.attention.last_chunk_merges = t.reduction_last_piece_sums = *v == "product";
     }
     if (const auto v = env_choice("MEGANEURA_UPDATES", {"auto", "batched", "epilogue"})) {
         using U = Tuning::UpdatesInProducts;
