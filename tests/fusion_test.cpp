@@ -49,6 +49,29 @@ TEST_F(FusionTest, ChainWithBroadcastLeavesIsOneKernel) {
     expect_matches_reference(g, random_feeds(g, 1));
 }
 
+// A permute that only pointwise nodes read is no copy: their kernels read its input through its strides (Whisper's
+// convolution's channels and frames swapped into the positions' add, and back in the backward). Broadcast against a
+// bias and read by two kernels; a permute a product reads stays a copy. With its gradient (the permute back into a
+// GELU's derivative), against the float64 reference.
+TEST_F(FusionTest, PermuteOnlyPointwiseNodesReadIsNoCopy) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 6, 1, 9});
+    const Tensor w = g.parameter("w", {6, 6, 1, 3}, Init::uniform(-0.5, 0.5));
+    const Tensor h = g.gelu(g.conv2d(x, w, std::nullopt, {.padding = 0}));  // [2, 6, 1, 7]
+    const Tensor t = g.permute(h, {0, 2, 3, 1});                            // [2, 1, 7, 6]
+    const Tensor y = t + g.parameter("positions", {7, 6});
+    g.output("y", y);
+    g.output("z", g.exp(t) * 0.5);
+    g.output("p", g.matmul(g.permute(y, {0, 1, 3, 2}), g.input("m", {7, 3})));
+    const std::vector<Tensor> grads = grad(g.sum(y * y), {x, w});
+    g.output("dx", grads[0]);
+    g.output("dw", grads[1]);
+    int copies = 0;
+    for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) copies += k.label == "copy";
+    EXPECT_EQ(copies, 2);  // the permute of y that the product reads, and the loss's seed expanded to y's shape
+    expect_matches_reference(g, random_feeds(g, 31), 1e-4);
+}
+
 TEST_F(FusionTest, SharedValuesAndOutputsAreMaterialized) {
     Graph g;
     Tensor x = g.input("x", {257});

@@ -34,6 +34,7 @@ public:
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
+        plan_.read_permuted.assign(g.nodes().size(), false);
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.heads_split_stored.assign(g.nodes().size(), -1);
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
@@ -91,10 +92,28 @@ public:
             if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
         }
+        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way
+            if (live_[i] && g_.nodes()[i].op == Op::Permute) try_read_permuted(static_cast<int32_t>(i));
+        }
         return std::move(plan_);
     }
 
 private:
+    // See fusion.hpp: a permute that only pointwise nodes read, none of them in a batch of updates, read through its
+    // strides. Not one that a RoPE, an attention or a product stores or reads in its layout.
+    void try_read_permuted(int32_t id) {
+        const int32_t in = g_.node(id).inputs[0];
+        const auto& readers = consumers_[static_cast<size_t>(id)];
+        if (is_root_[static_cast<size_t>(id)] || readers.empty() || plan_.heads_split_by[static_cast<size_t>(id)] >= 0 ||
+            plan_.heads_merged_into[static_cast<size_t>(in)] == id || plan_.heads_split_stored[static_cast<size_t>(in)] == id) {
+            return;
+        }
+        for (int32_t r : readers) {
+            if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
+        }
+        plan_.read_permuted[static_cast<size_t>(id)] = true;
+    }
+
     void try_split_heads_in_rope(int32_t id) {
         const auto& readers = consumers_[static_cast<size_t>(id)];
         if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;

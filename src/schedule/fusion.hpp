@@ -85,6 +85,11 @@
 // together as the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say
 // so too).
 //
+// A permute whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the fused
+// trees read its input through the permute's strides (Whisper's convolutions' [batch, channels, frames] as
+// [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's).
+// A dispatch and its level go where it was one.
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -153,6 +158,8 @@ struct FusionPlan {
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;
+    // per Permute node: its readers' fused trees read its input through its strides (see above), so it is never stored.
+    std::vector<bool> read_permuted;
 };
 
 // How a matmul's K is split, as the lowering will choose it: whether it is, and the width of its tiles where its last

@@ -177,6 +177,7 @@ void Lowering::lower(int32_t id) {
         return;
     }
     if (n.op == Op::Permute && value_of(id) >= 0) return;  // its input's kernel stored it (heads_merged_into)
+    if (fusion_.read_permuted[static_cast<size_t>(id)]) return;  // its readers read its input
     if (fusion_.heads_split_by[static_cast<size_t>(id)] >= 0) return;  // its rope reads its input
     if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
         const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);

@@ -50,10 +50,21 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
             spec.in_strides.emplace_back();
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
         } else if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
-            bind.push_back(value_of(node));
-            add_leaf(spec, value_of(node));
-            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1),
-                                    .dtype = value(value_of(node)).dtype});
+            // a permute read through its strides (FusionPlan::read_permuted): its input
+            const bool permuted = fusion_.read_permuted[static_cast<size_t>(node)];
+            const int32_t v = value_of(permuted ? g_.node(node).inputs[0] : node);
+            bind.push_back(v);
+            add_leaf(spec, v);
+            if (permuted) {
+                const Node& p = g_.node(node);
+                const std::vector<int64_t> in_strides = contiguous_strides(value(v).shape);
+                std::vector<int64_t>& st = spec.in_strides.back();  // aligned to the right, 0 where broadcast
+                const size_t lead = st.size() - p.shape.size();
+                for (size_t d = 0; d < p.shape.size(); ++d) {
+                    st[lead + d] = p.shape[d] == 1 ? 0 : in_strides[static_cast<size_t>(p.ints[d])];
+                }
+            }
+            spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = value(v).dtype});
         } else {
             const Node& n = g_.node(node);
             const int32_t a = self(self, n.inputs[0]);
