@@ -189,39 +189,74 @@ TEST_P(AttentionForward, ChunksMergedInTheForwardMatchTheCombineBitForBit) {
     }
 }
 
-// A backward kernel whose sweep is split (here the blocked dK/dV's query rows: few workgroups of 128 keys) adds its
-// chunks in the workgroup that stores a block's last one, or with MEGANEURA_SPLIT_SUM=dispatch in a sum kernel of its
-// own: the same additions in the same order, so the same bits, run after run; and both as the reference.
+// A backward kernel whose sweep is split (the blocked dK/dV's query rows: few workgroups of 128 keys; dQ's keys: few
+// workgroups of 16 rows over 1024 keys) adds its chunks in the workgroup that stores a block's last one, or with
+// MEGANEURA_SPLIT_SUM=dispatch in a sum kernel of its own: the same additions in the same order, so the same bits, run
+// after run; and both as the reference. With q and k rotated first (RoPE, through a split of their heads), the kernel
+// that adds dK's (dQ's) chunks stores it rotated back, the RoPE's gradient, with the heads merged
+// (FusionPlan::rope_of_gradient; the same bits too, f32): one rope_inverse kernel fewer; the other gradient, whose sweep
+// is not split, keeps its RoPE's kernel.
 TEST(AttentionSplitBackward, ChunksAddedInTheKernelMatchTheSumBitForBit) {
-    std::map<std::string, std::vector<std::vector<float>>> runs;
-    std::map<std::string, size_t> dispatches;
-    for (const char* where : {"product", "dispatch"}) {
-        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", where);
-        Graph g;
-        const Tensor q = g.parameter("q", {1, 4, 128, 32}), k = g.parameter("k", {1, 2, 128, 32}), v = g.parameter("v", {1, 2, 128, 32});
-        const Tensor out = g.attention(q, k, v, {.causal = true});
-        const std::vector<Tensor> grads = grad(g.sum(out * g.input("w", out.shape())), {q, k, v});
-        for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::string(1, "qkv"[i]), grads[i]);
-        bool split = false;
-        for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {}))
-            split = split || (kernel.label.starts_with("attention_grad") && kernel.choice.find(" chunks of ") != std::string::npos);
-        ASSERT_TRUE(split) << "no split sweep to add";
-        Session s = compile(g, device());
-        dispatches[where] = s.stats().dispatches;
-        const ref::Feeds feeds = random_feeds(g, 31, {-0.5, 0.5});
-        for (int run = 0; run < 3; ++run) {
-            set_feeds(s, g, feeds);
-            s.run();
-            for (const char* name : {"dq", "dk", "dv"}) runs[where].push_back(s.get(name));
+    struct Case {
+        int64_t q_heads, q_len, kv_len;
+        bool causal;
+    };
+    const ScopedEnv grad_q("MEGANEURA_ATTENTION_GRAD_Q", "kernel");  // dQ's kernel, not a matmul of dS, where not causal
+    for (const Case& c : {Case{4, 128, 128, true}, Case{2, 16, 1024, false}}) {
+        for (const bool rotary : {false, true}) {
+            SCOPED_TRACE(testing::Message() << c.q_len << " rows, " << c.kv_len << " keys" << (rotary ? ", rotary" : ""));
+            std::map<std::string, std::vector<std::vector<float>>> runs;
+            std::map<std::string, size_t> dispatches;
+            std::map<std::string, int> ropes;
+            for (const char* where : {"product", "dispatch"}) {
+                const ScopedEnv sum("MEGANEURA_SPLIT_SUM", where);
+                Graph g;
+                // Rotated, q and k are a model's split of the heads first.
+                const auto operand = [&](const char* name, int64_t heads, int64_t len) {
+                    return rotary ? g.parameter(name, {1, len, heads, 32}) : g.parameter(name, {1, heads, len, 32});
+                };
+                const Tensor q = operand("q", c.q_heads, c.q_len), k = operand("k", 2, c.kv_len);
+                const Tensor v = g.parameter("v", {1, 2, c.kv_len, 32});
+                Tensor rq = q, rk = k;
+                if (rotary) {
+                    rq = g.rope(g.permute(q, {0, 2, 1, 3}), g.input("q_positions", {c.q_len}, DType::I32), 10000.0);
+                    rk = g.rope(g.permute(k, {0, 2, 1, 3}), g.input("k_positions", {c.kv_len}, DType::I32), 10000.0);
+                }
+                const Tensor out = g.permute(g.attention(rq, rk, v, {.causal = c.causal}), {0, 2, 1, 3});
+                const std::vector<Tensor> grads = grad(g.sum(out * g.input("w", out.shape())), {q, k, v});
+                for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::string(1, "qkv"[i]), grads[i]);
+                bool split = false;
+                for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) {
+                    split = split || (kernel.label.starts_with("attention_grad") && kernel.choice.find(" chunks of ") != std::string::npos);
+                    ropes[where] += kernel.label == "rope_inverse";
+                }
+                ASSERT_TRUE(split) << "no split sweep to add";
+                Session s = compile(g, device());
+                dispatches[where] = s.stats().dispatches;
+                ref::Feeds feeds = random_feeds(g, 31, {-0.5, 0.5});
+                for (const auto& [name, len] : {std::pair{"q_positions", c.q_len}, std::pair{"k_positions", c.kv_len}}) {
+                    if (!rotary) continue;
+                    std::vector<double> positions(static_cast<size_t>(len));
+                    for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<double>(3 * i + 1);
+                    feeds[name] = {{len}, positions};
+                }
+                for (int run = 0; run < 3; ++run) {
+                    set_feeds(s, g, feeds);
+                    s.run();
+                    for (const char* name : {"dq", "dk", "dv"}) runs[where].push_back(s.get(name));
+                }
+                expect_matches_reference(g, feeds, 1e-4);
+            }
+            EXPECT_LT(dispatches["product"], dispatches["dispatch"]);
+            EXPECT_EQ(ropes["product"], rotary ? 1 : 0);
+            EXPECT_EQ(ropes["dispatch"], rotary ? 2 : 0);
+            for (size_t i = 0; i < runs["product"].size(); ++i) {
+                const std::vector<float>& a = runs["product"][i];
+                const std::vector<float>& b = runs["dispatch"][i];
+                ASSERT_EQ(a.size(), b.size());
+                EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "d" << "qkv"[i % 3] << ", run " << i / 3;
+            }
         }
-        expect_matches_reference(g, feeds, 1e-4);
-    }
-    EXPECT_LT(dispatches["product"], dispatches["dispatch"]);
-    for (size_t i = 0; i < runs["product"].size(); ++i) {
-        const std::vector<float>& a = runs["product"][i];
-        const std::vector<float>& b = runs["dispatch"][i];
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "d" << "qkv"[i % 3] << ", run " << i / 3;
     }
 }
 

@@ -451,10 +451,44 @@ std::vector<CoopView> grad_views(const AttentionSpec& s, const std::vector<Bindi
 // as the sum kernel would (kGradSum: the same additions in the same order): `block` counts the block's chunks, whose
 // rows of the record (its dq rows, or both halves' dk and dv rows) are `rows` from flat row `first`. Every invocation
 // calls it after storing its chunk.
+//
+// With ROT_SIGN (AttentionSpec::rotate_sign), dq (or the record's dk half) is stored rotated, the RoPE that reads it
+// computed here: each row's column pairs (p, p + D / 2) added and rotated together (its position: the row's place in
+// its head, TQ or TK rows), then dv's rows as they are.
 const char* const kGradSumBlock = R"(
 const uint EACH = HEADS * (GS_KV != 0 ? TK : ROWS) * D, RECORD = (GS_KV + 1u) * EACH;
 void sum_block(uint block, uint first, uint rows) {
     if (!last_piece(block, SPLITS)) return;
+#ifdef ROT_SIGN
+    const uint HALF = D / 2u, LEN = GS_KV != 0 ? TK : TQ;
+    for (uint f = gl_LocalInvocationID.x; f < rows * HALF; f += WG) {
+        uint r = first + f / HALF, p = f % HALF, e = r * D + p;
+        float a = 0.0, b = 0.0;
+        for (uint q = 0u; q < SPLITS; ++q) {
+            a += part.d[q * RECORD + e];
+            b += part.d[q * RECORD + e + HALF];
+        }
+        rope_rotate(a, b, float(positions.d[r % LEN]), float(inv_freq.d[p]), ROT_SIGN);
+#if GS_KV
+        uint at = kv_row(r) * D + p;
+        dk.d[at] = STORE(a);
+        dk.d[at + HALF] = STORE(b);
+#else
+        uint at = out_row(r) * D + p;
+        dq.d[at] = STORE(a);
+        dq.d[at + HALF] = STORE(b);
+#endif
+    }
+#if GS_KV
+    for (uint f = gl_LocalInvocationID.x; f < rows * D; f += WG) {
+        uint e = first * D + f;
+        float sum = 0.0;
+        for (uint q = 0u; q < SPLITS; ++q) sum += part.d[q * RECORD + EACH + e];
+        dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
+    }
+#endif
+    return;
+#endif
     for (uint f = gl_LocalInvocationID.x; f < (GS_KV + 1u) * rows * D; f += WG) {
         uint second = f / (rows * D), e = first * D + f % (rows * D);  // second: dv's half of the record
         float sum = 0.0;
@@ -471,7 +505,18 @@ void sum_block(uint block, uint first, uint rows) {
     }
 }
 )";
-std::string grad_sum_block_glsl(bool kv) { return std::string("#define GS_KV ") + (kv ? "1" : "0") + "\n" + kGradSumBlock; }
+std::string grad_sum_block_glsl(const AttentionSpec& s, bool kv) {
+    return std::string("#define GS_KV ") + (kv ? "1" : "0") + "\n" +
+           (s.rotate_sign != 0 ? "#define ROT_SIGN " + std::to_string(s.rotate_sign) + "\n" + kRopeRotate : "") + kGradSumBlock;
+}
+
+// Where a backward kernel stores dq (dk) rotated (its last chunk of a block adds the chunks: `merged`), the RoPE's
+// positions and frequencies, bound after its outputs; else nothing (and `s` asks for no rotation).
+std::vector<Binding> rotation_bindings(AttentionSpec& s, bool merged) {
+    if (!merged) s.rotate_sign = 0;
+    if (s.rotate_sign == 0) return {};
+    return {{"positions", DType::I32}, {"inv_freq", s.rotate_freq_dtype}};
+}
 
 // A thread per V elements (4 where the head dim allows: 16-byte accesses) of a chunk's record, dq or [dk, dv]
 // (P, OUT and DV: the bindings p, dq or dk, and dv, or their vec4 views):
@@ -500,6 +545,7 @@ void main() {
 AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec& s, bool kv, const KeySplit& split,
                                        uint32_t max_groups, uint64_t blocks = 0) {
     AttentionGradKernels out{std::move(product)};
+    out.rotated = s.rotate_sign != 0;
     if (split.splits == 1) return out;
     const int64_t each = s.batch * s.head_dim * (kv ? s.kv_heads * s.kv_len : s.q_heads * s.q_len);
     const int64_t record = kv ? 2 * each : each;
@@ -555,15 +601,18 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     const uint64_t groups = static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(own, t.rows);
     const KeySplit split = choose_key_split(grad_sweep(s, kv), kv ? "query rows" : "keys", t, groups, kLongSweep, kMinChunk);
     const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
-    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged);
+    AttentionSpec rs = s;
+    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged), rotation = rotation_bindings(rs, merged);
+    std::vector<Binding> bound = outputs;
+    bound.insert(bound.end(), rotation.begin(), rotation.end());
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv_coop" : "attention_grad_q_coop", s, t, false, grad_inputs(s),
-                                  outputs, coop_glsl(s, grad_views(s, outputs), kv ? kCoopGradKV : kCoopGradQ), groups * split.splits,
-                                  max_groups, chunks ? split.splits : 0, coop_extensions(), merged ? grad_sum_block_glsl(kv) : "");
+                                  bound, coop_glsl(s, grad_views(s, outputs), kv ? kCoopGradKV : kCoopGradQ), groups * split.splits,
+                                  max_groups, chunks ? split.splits : 0, coop_extensions(), merged ? grad_sum_block_glsl(rs, kv) : "");
     k.required_subgroup_size = t.coop_subgroup;
     k.choice = "cooperative: " + std::to_string(own) + (kv ? " keys per kv head, " : " rows per kv head, ") +
                std::to_string(t.rows) + " per workgroup, " + std::to_string(t.tile) +
                (kv ? "-row query tiles" : "-key tiles") + split_words(split, kv ? "query rows" : "keys");
-    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
+    return with_partial_sums(std::move(k), rs, kv, split, max_groups, merged ? groups : 0);
 }
 
 // At most this many bytes of dS (f32) are stored for dQ's matmul (grad_q_from_scores): Whisper-tiny's encoder
@@ -601,18 +650,21 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
         check_loop_limit(t, s.head_dim, (steps + split.splits - 1) / split.splits * t.tile, 1);
     }
     const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
+    AttentionSpec rs = s;
+    std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged);
+    for (Binding& b : rotation_bindings(rs, merged)) outputs.push_back(std::move(b));
     if (store_scores && !(kv && blocked)) throw Error("[attention] only the blocked dK/dV kernel stores dS");
     std::vector<Binding> inputs = grad_inputs(s);
     if (store_scores) inputs.push_back(scores_binding());
     const std::string body = (store_scores ? scores_glsl(s) : "") +
                              (kv ? (blocked ? kBlockedGradKV : kRowwiseGradKV) : (blocked ? kBlockedGradQ : kRowwiseGradQ));
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv" : "attention_grad_q", s, t, blocked, inputs,
-                                  grad_outputs(s, kv, chunks, merged), body, groups * split.splits, max_groups,
-                                  chunks ? split.splits : 0, "", merged ? grad_sum_block_glsl(kv) : "");
+                                  outputs, body, groups * split.splits, max_groups,
+                                  chunks ? split.splits : 0, "", merged ? grad_sum_block_glsl(rs, kv) : "");
     k.choice = f32_choice(blocked, own, kv ? " keys per kv head" : " rows per kv head", sweep, kv ? " query rows" : " keys",
                           tiles, coop_declined, blocked && own >= kBlockedMinRows ? split_words(split, kv ? "query rows" : "keys") : "") +
                (store_scores ? "; stores dS for dQ's matmul" : "");
-    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
+    return with_partial_sums(std::move(k), rs, kv, split, max_groups, merged ? groups : 0);
 }
 
 }  // namespace

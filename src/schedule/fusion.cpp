@@ -35,6 +35,7 @@ public:
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
         plan_.read_permuted.assign(g.nodes().size(), false);
+        plan_.rope_of_gradient.assign(g.nodes().size(), -1);
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.heads_split_stored.assign(g.nodes().size(), -1);
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
@@ -94,6 +95,9 @@ public:
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way
             if (live_[i] && g_.nodes()[i].op == Op::Permute) try_read_permuted(static_cast<int32_t>(i));
+            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
+                try_rope_of_gradient(static_cast<int32_t>(i));
+            }
         }
         return std::move(plan_);
     }
@@ -112,6 +116,20 @@ private:
             if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
         }
         plan_.read_permuted[static_cast<size_t>(id)] = true;
+    }
+
+    // See fusion.hpp: dQ or dK that a RoPE alone reads, stored rotated by its kernel.
+    void try_rope_of_gradient(int32_t id) {
+        const int32_t rope = only_reader(id);
+        if (rope < 0 || g_.node(rope).op != Op::Rope || g_.node(rope).inputs[0] != id || g_.node(rope).dtype != g_.node(id).dtype ||
+            plan_.rope_into_cache[static_cast<size_t>(rope)] >= 0 || plan_.in_gemv[static_cast<size_t>(rope)] >= 0 ||
+            plan_.in_place_of[static_cast<size_t>(rope)] >= 0) {
+            return;
+        }
+        for (int32_t in : {g_.node(rope).inputs[1], g_.node(rope).inputs[2]}) {  // lowered before the gradient
+            if (in > id && op_info(g_.node(in).op).archetype != Archetype::Leaf) return;
+        }
+        plan_.rope_of_gradient[static_cast<size_t>(id)] = rope;
     }
 
     void try_split_heads_in_rope(int32_t id) {

@@ -85,6 +85,12 @@
 // together as the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say
 // so too).
 //
+// An attention's gradient dQ or dK that a RoPE alone reads (the gradient of the forward's RoPE of q or k) is stored
+// rotated by the attention gradient's kernel, the RoPE's value (in its permute's layout where that merges the heads),
+// where the workgroup that stores a block's last chunk adds the chunks (codegen::AttentionGradKernels::rotated); where
+// the kernel cannot, the lowering stores the gradient and lowers the RoPE after it. A RoPE kernel and its level go, per
+// layer of a training step of a model with rotary positions (SmolLM2's).
+//
 // A permute whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the fused
 // trees read its input through the permute's strides (Whisper's convolutions' [batch, channels, frames] as
 // [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's).
@@ -160,6 +166,9 @@ struct FusionPlan {
     std::vector<int32_t> batched_update;
     // per Permute node: its readers' fused trees read its input through its strides (see above), so it is never stored.
     std::vector<bool> read_permuted;
+    // per AttentionGradQ or AttentionGradK node: the Rope that alone reads it, whose value its kernel stores (see
+    // above); or -1.
+    std::vector<int32_t> rope_of_gradient;
 };
 
 // How a matmul's K is split, as the lowering will choose it: whether it is, and the width of its tiles where its last

@@ -161,6 +161,12 @@ void Lowering::lower(int32_t id) {
         return;
     }
     const bool stored = fusion_.stored_in[static_cast<size_t>(id)] >= 0;  // by a later kernel
+    if (n.op == Op::Rope && value_of(id) >= 0) return;  // its attention gradient's kernel stored it (rope_of_gradient)
+    if (const int32_t rope = fusion_.rope_of_gradient[static_cast<size_t>(id)]; rope >= 0) {
+        // into the RoPE's value; dK's is there already where its dV was lowered first
+        if (value_of(rope) < 0) lower_attention(id, rotated_value(rope), fusion_.heads_merged_into[static_cast<size_t>(rope)] >= 0);
+        return;
+    }
     if (const int32_t scatter = fusion_.rope_into_cache[static_cast<size_t>(id)]; scatter >= 0) {
         const int32_t cache = fusion_.in_place_of[static_cast<size_t>(scatter)];
         lower(cache);  // a leaf, which a model may declare after the RoPE
@@ -182,7 +188,7 @@ void Lowering::lower(int32_t id) {
     if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
         const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
         s_.node_value[static_cast<size_t>(id)] = s_.node_value[static_cast<size_t>(permute)] = v;
-        return n.op == Op::Rope ? lower_rope(n, v, true) : lower_attention(n, v, true);
+        return n.op == Op::Rope ? lower_rope(n, v, true) : lower_attention(id, v, true);
     }
     if (n.op == Op::Slice && !fusion_.column_slices[static_cast<size_t>(n.inputs[0])].empty()) return;  // its product stored it
     if (const auto& slices = fusion_.column_slices[static_cast<size_t>(id)]; !slices.empty()) {
@@ -203,7 +209,7 @@ void Lowering::lower(int32_t id) {
     switch (op_info(n.op).archetype) {
         case Archetype::Pointwise: return fused_pointwise(id, out);
         case Archetype::MatMul: case Archetype::Conv: return lower_product(id, {out});
-        case Archetype::Attention: return lower_attention(n, out);
+        case Archetype::Attention: return lower_attention(id, out);
         case Archetype::Leaf: case Archetype::Reduction: case Archetype::DataMovement: break;
     }
     const Shape x = shape_of(in(0));  // a copy: new values may reallocate

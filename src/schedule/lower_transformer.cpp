@@ -136,8 +136,12 @@ void Lowering::lower_rope(const Node& n, int32_t out, bool merged_out, const Nod
     emit(codegen::rope_kernel(n.dtype, rows, n.shape[n.shape.size() - 2], dim, n.flag, t_.pointwise, layout), std::move(bind));
 }
 
-// merged_out: out is the merge of the heads (FusionPlan::heads_merged_into).
-void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
+// merged_out: out is the merge of the heads (FusionPlan::heads_merged_into). A gradient that a RoPE alone reads (dQ,
+// or dK: FusionPlan::rope_of_gradient) is out, or dK's sibling value, as the RoPE's value (rotated_value), stored
+// rotated where the kernel can (AttentionGradKernels::rotated); where it cannot, the gradient goes into a value of its
+// own and the RoPE's kernel follows.
+void Lowering::lower_attention(int32_t id, int32_t out, bool merged_out) {
+    const Node& n = g_.node(id);
     const bool backward = n.op != Op::Attention && n.op != Op::AttentionLse;
     auto in = [&](size_t k) { return value_of(n.inputs[k]); };
     codegen::AttentionSpec spec = attention_spec(n);
@@ -146,26 +150,54 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
     if (spec.dynamic_start) start.push_back(in(backward ? 6 : 3));
     auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) { a.insert(a.end(), b.begin(), b.end()); return a; };
     // A backward kernel's inputs (and `scores`, where the dK/dV kernel stores dS), then its outputs (dq, or dk and
-    // dv), through f32 partials and their sum where it splits its sweep.
-    auto emit_grad = [&](codegen::AttentionGradKernels k, const std::vector<int32_t>& outs, std::vector<int32_t> scores = {}) {
+    // dv), through f32 partials and their sum where it splits its sweep; then the positions and frequencies of the
+    // RoPE whose value it stores.
+    auto emit_grad = [&](codegen::AttentionGradKernels k, std::vector<int32_t> outs, int32_t rope, std::vector<int32_t> scores = {}) {
         std::vector<int32_t> inputs = {in(0), in(1), in(2), in(4), in(5), attention_delta(attention_spec(n), in(3), in(4))};
+        if (k.rotated) outs.insert(outs.end(), {value_of(g_.node(rope).inputs[1]), value_of(g_.node(rope).inputs[2])});
         emit_through_partials(std::move(k.product), std::move(k.sum), k.partial_elements, cat(cat(inputs, scores), start), outs,
                               k.tile_counters);
     };
+    // The RoPE that reads a gradient (-1: none), and its sign for the kernel.
+    const auto rope_of = [&](int32_t grad) { return grad >= 0 ? fusion_.rope_of_gradient[static_cast<size_t>(grad)] : -1; };
+    const auto rotate = [&](int32_t rope) { spec.rotate_sign = rope < 0 ? 0.0f : g_.node(rope).flag ? -1.0f : 1.0f; };
+    // Where the kernel does not rotate: the gradient into a value of its own, for the RoPE's kernel after it.
+    const auto unrotated = [&](int32_t grad) {
+        spec.rotate_sign = 0;
+        spec.merged_out = false;
+        return s_.node_value[static_cast<size_t>(grad)] = new_value(g_.node(grad).shape, g_.node(grad).dtype, Storage::Transient, grad);
+    };
+    const auto rope_after = [&](int32_t rope, int32_t rotated) {
+        lower_rope(g_.node(rope), rotated, fusion_.heads_merged_into[static_cast<size_t>(rope)] >= 0);
+    };
     const AttentionKey key = attention_key(n);
     if (n.op == Op::AttentionGradQ) {
-        if (const auto it = attention_scores_.find(key); it != attention_scores_.end()) {
-            return grad_q_from_scores(spec, it->second, in(1), out);
+        const int32_t rope = rope_of(id);
+        rotate(rope);
+        const auto scores = attention_scores_.find(key);
+        if (scores == attention_scores_.end()) {
+            codegen::AttentionGradKernels k = codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups);
+            if (rope < 0 || k.rotated) return emit_grad(std::move(k), {out}, rope);
         }
-        return emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {out});
+        const int32_t dq = rope < 0 ? out : unrotated(id);
+        if (scores != attention_scores_.end()) {
+            grad_q_from_scores(spec, scores->second, in(1), dq);
+        } else {
+            emit_grad(codegen::attention_grad_q_kernels(spec, attention_tiles(true), t_.pointwise.max_groups), {dq}, -1);
+        }
+        if (rope >= 0) rope_after(rope, out);
+        return;
     }
     if (const auto it = attention_siblings_.find(key); it != attention_siblings_.end()) {
         s_.values[static_cast<size_t>(out)].view_of = it->second;
         return;
     }
     // out is the first of the pair; the sibling's value: lse / out of the forward, dV / dK, each of dK and dV in the
-    // layout its reader takes (FusionPlan::heads_merged_into), the merged one's shape that of its permute.
+    // layout its reader takes (FusionPlan::heads_merged_into), the merged one's shape that of its permute; a rotated dK
+    // the RoPE's value.
     const bool first = n.op == Op::Attention || n.op == Op::AttentionGradK;
+    const int32_t dk_node = n.op == Op::AttentionGradK ? id : backward ? attention_member(n, Op::AttentionGradK) : -1;
+    const int32_t rope = rope_of(dk_node);
     const Shape& q = g_.node(n.inputs[0]).shape;
     Shape sibling_shape = n.op == Op::Attention ? Shape{q[0], q[1], q[2]} : backward ? n.shape : q;
     if (backward) {
@@ -174,27 +206,49 @@ void Lowering::lower_attention(const Node& n, int32_t out, bool merged_out) {
         if (sibling_merged) sibling_shape = {n.shape[0], n.shape[2], n.shape[1], n.shape[3]};
         spec.merged_out = first ? merged_out : sibling_merged;  // dK's layout
         spec.merged_dv = first ? sibling_merged : merged_out;
+        if (!first && rope >= 0) spec.merged_out = fusion_.heads_merged_into[static_cast<size_t>(rope)] >= 0;
     }
     const DType sibling_dtype = n.op == Op::Attention ? DType::F32 : spec.dtype;
-    const int32_t sibling = new_value(sibling_shape, sibling_dtype);
+    const int32_t sibling = !first && rope >= 0 ? rotated_value(rope) : new_value(sibling_shape, sibling_dtype);
     attention_siblings_[key] = sibling;
-    const std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
+    std::vector<int32_t> pair = first ? std::vector<int32_t>{out, sibling} : std::vector<int32_t>{sibling, out};
     if (!backward) {
         codegen::AttentionForwardKernels f = codegen::attention_forward_kernels(spec, attention_tiles(false), t_.pointwise);
         emit_through_partials(std::move(f.forward), std::move(f.combine), f.partial_elements,
                               cat({in(0), in(1), in(2)}, start), pair, f.tile_counters);
-    } else {
-        // dQ, lowered after this pair (autodiff appends it last), is a matmul of the dS this kernel stores where
-        // grad_q_from_scores allows.
-        const codegen::AttentionTiles tiles = attention_tiles(true);
-        const bool store_scores = attention_member(n, Op::AttentionGradQ) >= 0 && codegen::grad_q_from_scores(spec, tiles);
-        std::vector<int32_t> scores;
-        if (store_scores) {
-            scores.push_back(new_value({spec.batch * spec.kv_heads, spec.q_len * (spec.q_heads / spec.kv_heads), spec.kv_len}, DType::F32));
-            attention_scores_[key] = scores[0];
-        }
-        emit_grad(codegen::attention_grad_kv_kernels(spec, tiles, t_.pointwise.max_groups, store_scores), pair, scores);
+        return;
     }
+    // dQ, lowered after this pair (autodiff appends it last), is a matmul of the dS this kernel stores where
+    // grad_q_from_scores allows.
+    const codegen::AttentionTiles tiles = attention_tiles(true);
+    const bool store_scores = attention_member(n, Op::AttentionGradQ) >= 0 && codegen::grad_q_from_scores(spec, tiles);
+    std::vector<int32_t> scores;
+    if (store_scores) {
+        scores.push_back(new_value({spec.batch * spec.kv_heads, spec.q_len * (spec.q_heads / spec.kv_heads), spec.kv_len}, DType::F32));
+        attention_scores_[key] = scores[0];
+    }
+    rotate(rope);
+    codegen::AttentionGradKernels k = codegen::attention_grad_kv_kernels(spec, tiles, t_.pointwise.max_groups, store_scores);
+    if (rope < 0 || k.rotated) return emit_grad(std::move(k), pair, rope, scores);
+    const int32_t rotated = pair[0];
+    pair[0] = unrotated(dk_node);
+    emit_grad(codegen::attention_grad_kv_kernels(spec, tiles, t_.pointwise.max_groups, store_scores), pair, -1, scores);
+    rope_after(rope, rotated);
+}
+
+// The value that RoPE `rope` stores (its own, or where its one reader merges the heads, the permute's), for the
+// attention gradient that stores it (FusionPlan::rope_of_gradient); its leaves lowered first.
+int32_t Lowering::rotated_value(int32_t rope) {
+    const Node& r = g_.node(rope);
+    for (int32_t leaf : {r.inputs[1], r.inputs[2]}) {
+        if (op_info(g_.node(leaf).op).archetype == Archetype::Leaf) lower(leaf);
+    }
+    const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(rope)];
+    const int32_t stands = permute >= 0 ? permute : rope;
+    const int32_t v = new_value(g_.node(stands).shape, r.dtype, Storage::Transient, stands);
+    s_.node_value[static_cast<size_t>(rope)] = v;
+    if (permute >= 0) s_.node_value[static_cast<size_t>(permute)] = v;
+    return v;
 }
 
 Lowering::AttentionKey Lowering::attention_key(const Node& n) {

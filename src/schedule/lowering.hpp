@@ -121,7 +121,8 @@ private:
     std::vector<int32_t> norm_bindings(const Node& n, int32_t out, const std::vector<int32_t>& epilogue_inputs) const;
     codegen::AttentionSpec attention_spec(const Node& n) const;
     void lower_rope(const Node& n, int32_t out, bool merged_out, const Node* cache = nullptr);
-    void lower_attention(const Node& n, int32_t out, bool merged_out = false);
+    void lower_attention(int32_t id, int32_t out, bool merged_out = false);
+    int32_t rotated_value(int32_t rope);
     // The live node of `op` over n's operands and attributes (n's sibling, or the dQ of n's dK/dV), or -1.
     int32_t attention_member(const Node& n, Op op) const;
     void grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out);
