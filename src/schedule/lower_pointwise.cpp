@@ -50,20 +50,11 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
             spec.in_strides.emplace_back();
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
         } else if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
-            // a permute read through its strides (FusionPlan::read_permuted): its input
-            const bool permuted = fusion_.read_permuted[static_cast<size_t>(node)];
+            const bool permuted = fusion_.read_permuted[static_cast<size_t>(node)];  // its input, through its strides
             const int32_t v = value_of(permuted ? g_.node(node).inputs[0] : node);
             bind.push_back(v);
-            add_leaf(spec, v);
-            if (permuted) {
-                const Node& p = g_.node(node);
-                const std::vector<int64_t> in_strides = contiguous_strides(value(v).shape);
-                std::vector<int64_t>& st = spec.in_strides.back();  // aligned to the right, 0 where broadcast
-                const size_t lead = st.size() - p.shape.size();
-                for (size_t d = 0; d < p.shape.size(); ++d) {
-                    st[lead + d] = p.shape[d] == 1 ? 0 : in_strides[static_cast<size_t>(p.ints[d])];
-                }
-            }
+            if (permuted) add_permuted_leaf(spec, v, g_.node(node));
+            else add_leaf(spec, v);
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = value(v).dtype});
         } else {
             const Node& n = g_.node(node);
@@ -172,6 +163,19 @@ bool Lowering::is_view_of(int32_t node, int32_t product) const {
 void Lowering::add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
     spec.in_dtypes.push_back(value(v).dtype);
     spec.in_strides.push_back(broadcast_strides(value(v).shape, spec.out_shape));
+}
+
+// Value v, the input of `permute` (FusionPlan::read_permuted), read as the permute's value: the permute's dims walk
+// v's strides in its order, aligned to the right of the tree's shape, 0 where the tree broadcasts them.
+void Lowering::add_permuted_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& permute) {
+    const std::vector<int64_t> in_strides = contiguous_strides(value(v).shape);
+    std::vector<int64_t> st(spec.out_shape.size(), 0);
+    const size_t lead = st.size() - permute.shape.size();
+    for (size_t d = 0; d < permute.shape.size(); ++d) {
+        if (permute.shape[d] != 1) st[lead + d] = in_strides[static_cast<size_t>(permute.ints[d])];
+    }
+    spec.in_dtypes.push_back(value(v).dtype);
+    spec.in_strides.push_back(std::move(st));
 }
 
 void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {

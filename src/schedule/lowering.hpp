@@ -65,6 +65,7 @@ private:
     void emit_batches(const std::string& name, const std::vector<Batched>& members);
     bool is_view_of(int32_t node, int32_t product) const;
     void add_leaf(codegen::PointwiseSpec& spec, int32_t v);
+    void add_permuted_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& permute);
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1);
