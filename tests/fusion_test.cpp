@@ -68,7 +68,7 @@ TEST_F(FusionTest, PermuteOnlyPointwiseNodesReadIsNoCopy) {
     g.output("dw", grads[1]);
     int copies = 0;
     for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) copies += k.label == "copy";
-    EXPECT_EQ(copies, 2);  // the permute of y that the product reads, and the loss's seed expanded to y's shape
+    EXPECT_EQ(copies, 1);  // the permute of y that the product reads (the loss's seed, expanded, is read through strides)
     expect_matches_reference(g, random_feeds(g, 31), 1e-4);
 }
 
@@ -173,7 +173,7 @@ TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
     for (const sched::Step& step : sched::lower(g, roots, sched::tune_for(device().context()->caps())).steps) {
         labels += step.kernel.label + " ";
     }
-    EXPECT_EQ(labels, "rope copy mul rope_inverse ");  // copy and mul: the sum's gradient, expanded, times w
+    EXPECT_EQ(labels, "rope mul rope_inverse ");  // mul: the sum's gradient, expanded (read through strides), times w
     feeds = random_feeds(g, 12);
     feeds["positions"] = {{5}, {4, 0, 9, 2, 6}};
     expect_matches_reference(g, feeds);
@@ -420,8 +420,9 @@ TEST_F(FusionTest, NormGradientsStoreThroughTheirEpilogue) {
     }
 }
 
-// Training's GroupNorm + SiLU: the forward's one kernel stores the norm as well, which the SiLU's backward reads;
-// the backward's gy * xhat is the recomputed norm's epilogue.
+// Training's GroupNorm + SiLU: the forward's one kernel stores the norm as well, which the SiLU's backward reads, and
+// here computes that backward too (a co-root: it reads the norm and the upstream gradient, an input); the backward's
+// gy * xhat is the recomputed norm's epilogue.
 TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {
     Graph g;
     Tensor x = g.input("x", {2, 6, 5, 7});
@@ -432,7 +433,7 @@ TEST_F(FusionTest, GroupNormAndSiluTrainInTheirKernels) {
     g.output("y", y);
     for (size_t k = 0; k < grads.size(); ++k) g.output("g" + std::to_string(k), grads[k]);
     const std::vector<std::string> labels = kernel_labels(g);
-    EXPECT_EQ(labels[0], "group_norm+silu");
+    EXPECT_EQ(labels[0], "group_norm+silu+mul+sigmoid+mul+sub+mul+add+mul");
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "group_norm"), 0);
     EXPECT_EQ(std::count(labels.begin(), labels.end(), "silu"), 0);
     expect_matches_reference(g, random_feeds(g, 17));
@@ -864,7 +865,8 @@ TEST_F(FusionTest, SwigluOfSeveralRowsIsOneSplitSumOfBothProducts) {
 // are the epilogue of, with their inputs: a GELU MLP's pre-activation (its bias add) and GELU; a SwiGLU's gate, its
 // SiLU and up, where K is split, by the one product kernel of the pair (FusionPlan::stored_in: a fused root is stored
 // by its first reader's kernel when every other reader runs later; epilogue_keeps for both of a pair). No kernel of
-// an activation's own, and none of the gate's. Loss gradients of every weight and of x against the float64
+// an activation's own, and none of the gate's. In the backward, the gate's and up's gradients are the down product's
+// input gradient's one kernel (FusionPlan::co_roots). Loss gradients of every weight and of x against the float64
 // reference, outputs NaN-poisoned first.
 TEST_F(FusionTest, ActivationsTheBackwardReadsAreStoredByTheirProducts) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
@@ -888,17 +890,40 @@ TEST_F(FusionTest, ActivationsTheBackwardReadsAreStoredByTheirProducts) {
             weights.push_back(x);
             const std::vector<Tensor> grads = grad(g.sum(y * g.input("t", y.shape())), weights);
             for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
-            std::vector<std::string> activations;  // the kernels that compute the activation
+            std::vector<std::string> activations, derivatives;  // the kernels that compute the activation, its derivative
             for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {})) {
                 if (k.label.find(swiglu ? "silu" : "gelu") != std::string::npos && k.label.find("deriv") == std::string::npos) {
                     activations.push_back(k.label);
                 }
+                if (k.label.find(swiglu ? "sigmoid" : "gelu_deriv") != std::string::npos) derivatives.push_back(k.label);
             }
             const std::string sum = split_k.summed_apart() ? "matmul_split_sum" : "matmul";
             EXPECT_EQ(activations, std::vector<std::string>{swiglu ? sum + "+silu+mul" : sum + "+add+gelu"});
+            // The down product's input gradient dh stores the gate's and up's gradients (dG a co-root of dU = dh * silu),
+            // or GELU's, through its epilogue: dh itself is not stored.
+            EXPECT_EQ(derivatives, std::vector<std::string>{swiglu ? "matmul+mul+mul+sigmoid+mul+sub+mul+add+mul" : "matmul+gelu_deriv+mul"});
             expect_matches_reference(g, random_feeds(g, swiglu), 1e-4);
         }
     }
+}
+
+// A loss's seed, the gradient of mean(y * y), reads y alone (and constants: the mean's divisor, the seed's 1 expanded
+// and read through strides): the kernel that stores y, the norm's with its square as epilogue, stores it too
+// (FusionPlan::co_roots), no kernel of its own, and the norm's gradient follows it a level sooner. Against the float64
+// reference.
+TEST_F(FusionTest, ALossSeedIsStoredByTheKernelOfWhatItReads) {
+    Graph g;
+    const Tensor x = g.input("x", {6, 40});
+    const Tensor w = g.parameter("w", {40}), b = g.parameter("b", {40});
+    const Tensor y = g.layer_norm(x, w, b, 1e-5);
+    const Tensor loss = g.mean(y * y);
+    g.output("loss", loss);
+    const std::vector<Tensor> grads = grad(loss, {x, w, b});
+    for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
+    // the norm with y * y and the seed; the loss; the norm's gradient; w's and b's: gy * xhat and the sums
+    EXPECT_EQ(kernel_labels(g), (std::vector<std::string>{"layer_norm+mul+div+mul+mul+add", "mean", "layer_norm_grad",
+                                                           "layer_norm+mul", "sum", "sum"}));
+    expect_matches_reference(g, random_feeds(g, 41), 1e-5);
 }
 
 // A program's levels (compiler::program_schedule, what `meganeura shaders` counts for a device profile) are the

@@ -28,9 +28,11 @@ struct PointwiseSpec {
     DType out_dtype;
     Shape out_shape;
     std::vector<std::vector<int64_t>> in_strides;
-    // Steps whose values are stored too (bindings out1, out2, ... after out0, the last step), each in
+    // Steps whose values are stored too (bindings out1, out2, ... after out0, the result), each in
     // its own dtype.
     std::vector<std::pair<int32_t, DType>> extra_outputs;
+    int32_t result = -1;  // the step stored as out0 (an epilogue's value): -1, the last
+    int32_t result_step() const { return result >= 0 ? result : static_cast<int32_t>(program.size()) - 1; }
 };
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 

@@ -131,7 +131,7 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
     }
     // The bindings are declared by the preamble, before this text: it only reads them.
     return kMathHelpers + funcs + "float mn_epilogue(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
-           std::to_string(t.program.size() - 1) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v, 0.0)\n"
+           std::to_string(t.result_step()) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v, 0.0)\n"
            "#define EPI2(i, v, v2) mn_epilogue(i, v, v2)\n"
            "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n"
            "#define EPI2_4(i, v, v2) vec4(EPI2(i, v.x, v2.x), EPI2(i + 1u, v.y, v2.y), EPI2(i + 2u, v.z, v2.z), "
@@ -167,7 +167,7 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
              "void main() {\n"
              "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
              "    if (i >= N) return;\n" +
-             body + stores + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.program.size() - 1) + ");\n}\n";
+             body + stores + "    out0.d[i] = " + storage_type(spec.out_dtype) + "(r" + std::to_string(spec.result_step()) + ");\n}\n";
     k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
     return k;
 }
@@ -247,7 +247,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
             stores += "    " + b.name(member.out_keys[o + 1]) + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
         }
         stores += "    " + b.name(member.out_keys[0]) + ".d[i] = " + storage_type(spec.out_dtype) + "(r" +
-                  std::to_string(spec.program.size() - 1) + ");\n";
+                  std::to_string(spec.result_step()) + ");\n";
         const std::string first = m == 0 ? "0u" : "E" + std::to_string(m - 1);
         funcs += "void member" + ms + "(uint g) {\n    uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
                  "    if (i >= N" + ms + ") return;\n" + body + stores + "}\n";

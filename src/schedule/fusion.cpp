@@ -34,8 +34,9 @@ public:
         plan_.heads_merged_into.assign(g.nodes().size(), -1);
         plan_.heads_split_by.assign(g.nodes().size(), -1);
         plan_.batched_update.assign(g.nodes().size(), -1);
-        plan_.read_permuted.assign(g.nodes().size(), false);
+        plan_.read_strided.assign(g.nodes().size(), false);
         plan_.rope_of_gradient.assign(g.nodes().size(), -1);
+        plan_.co_roots.assign(g.nodes().size(), {});
         plan_.column_slices.assign(g.nodes().size(), {});
         plan_.heads_split_stored.assign(g.nodes().size(), -1);
         plan_.rope_into_cache.assign(g.nodes().size(), -1);
@@ -56,6 +57,9 @@ public:
         }
         for (size_t i = g_.nodes().size(); i-- > 0;) {
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_store_in_reader(static_cast<int32_t>(i));
+        }
+        for (size_t i = g_.nodes().size(); i-- > 0;) {
+            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_co_root(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {
             if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
@@ -94,7 +98,9 @@ public:
             if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
         }
         for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way
-            if (live_[i] && g_.nodes()[i].op == Op::Permute) try_read_permuted(static_cast<int32_t>(i));
+            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Permute || op == Op::Expand)) {
+                try_read_strided(static_cast<int32_t>(i));
+            }
             if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
                 try_rope_of_gradient(static_cast<int32_t>(i));
             }
@@ -103,9 +109,9 @@ public:
     }
 
 private:
-    // See fusion.hpp: a permute that only pointwise nodes read, none of them in a batch of updates, read through its
-    // strides. Not one that a RoPE, an attention or a product stores or reads in its layout.
-    void try_read_permuted(int32_t id) {
+    // See fusion.hpp: a permute or expand that only pointwise nodes read, none of them in a batch of updates, read
+    // through its strides. Not a permute that a RoPE, an attention or a product stores or reads in its layout.
+    void try_read_strided(int32_t id) {
         const int32_t in = g_.node(id).inputs[0];
         const auto& readers = consumers_[static_cast<size_t>(id)];
         if (is_root_[static_cast<size_t>(id)] || readers.empty() || plan_.heads_split_by[static_cast<size_t>(id)] >= 0 ||
@@ -115,7 +121,7 @@ private:
         for (int32_t r : readers) {
             if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
         }
-        plan_.read_permuted[static_cast<size_t>(id)] = true;
+        plan_.read_strided[static_cast<size_t>(id)] = true;
     }
 
     // See fusion.hpp: dQ or dK that a RoPE alone reads, stored rotated by its kernel.
@@ -365,6 +371,7 @@ private:
     template <class Evaluated, class Leaf>
     void walk(int32_t root, Evaluated evaluated, Leaf leaf) const {
         std::vector<int32_t> stack{root};
+        stack.insert(stack.end(), plan_.co_roots[static_cast<size_t>(root)].begin(), plan_.co_roots[static_cast<size_t>(root)].end());
         while (!stack.empty()) {
             const int32_t n = stack.back();
             stack.pop_back();
@@ -425,6 +432,58 @@ private:
             plan_.stored_in[static_cast<size_t>(root)] = -1;
         } else {
             ++outputs;
+        }
+    }
+
+    // Whether node n depends on leaves alone through views and broadcasts (a loss's seed: a constant reshaped and
+    // expanded), which the lowering can give a value at any point (Lowering::value_now).
+    bool early(int32_t n) const {
+        const Node& x = g_.node(n);
+        if (op_info(x.op).archetype == Archetype::Leaf) return true;
+        return (x.op == Op::Reshape || x.op == Op::Expand) && early(x.inputs[0]);
+    }
+
+    // See fusion.hpp: a fused root that no kernel reads element for element, computed and stored by the kernel of a
+    // root of its shape that one of its leaves is, or that reads one of its leaves (the earliest such kernel where
+    // everything it reads is computed and every reader runs after it).
+    void try_co_root(int32_t r) {
+        const Node& rn = g_.node(r);
+        if (plan_.stored_in[static_cast<size_t>(r)] >= 0 || !plan_.co_roots[static_cast<size_t>(r)].empty() || is_named_update(r)) {
+            return;
+        }
+        const std::set<int32_t> leaves = leaves_of(r);
+        std::set<int32_t> hosts;
+        for (int32_t leaf : leaves) {  // a value computed here, not a parameter or constant that many kernels read
+            if (op_info(g_.node(leaf).op).archetype == Archetype::Leaf) continue;
+            std::vector<int32_t> around = consumers_[static_cast<size_t>(leaf)];
+            around.push_back(leaf);
+            for (int32_t c : around) {
+                if (c != r && live_[static_cast<size_t>(c)] && is_pointwise(g_.node(c)) && g_.node(c).shape == rn.shape) {
+                    hosts.insert(kernel_of(c));
+                }
+            }
+        }
+        for (int32_t host : hosts) {  // the earliest first
+            const auto before = [&](int32_t n) { return !is_named_update(n) && (kernel_of(n) <= host || early(n)); };
+            const auto after = [&](int32_t n) { return kernel_of(n) > host; };
+            const auto& readers = consumers_[static_cast<size_t>(r)];
+            // Not an update's kernel: a batch of them runs last (try_batch).
+            if (host == r || g_.node(host).shape != rn.shape || plan_.stored_in[static_cast<size_t>(host)] >= 0 || is_named_update(host) ||
+                !std::all_of(leaves.begin(), leaves.end(), before) || readers.empty() ||
+                !std::all_of(readers.begin(), readers.end(), [&](int32_t c) { return g_.node(c).op != Op::Assign && after(c); })) {
+                continue;
+            }
+            std::set<int32_t> all = leaves_of(host);
+            all.insert(leaves.begin(), leaves.end());
+            if (all.size() + stored_outputs_[static_cast<size_t>(host)] + stored_outputs_[static_cast<size_t>(r)] + 1 > max_inputs_) continue;
+            plan_.stored_in[static_cast<size_t>(r)] = host;
+            plan_.co_roots[static_cast<size_t>(host)].push_back(r);
+            // and what r's kernel would have stored (a value its tree reads twice): the host's outputs now
+            for (size_t n = 0; n < plan_.stored_in.size(); ++n) {
+                if (plan_.stored_in[n] == r) plan_.stored_in[n] = host, ++stored_outputs_[static_cast<size_t>(host)];
+            }
+            stored_outputs_[static_cast<size_t>(host)] += 1;
+            return;
         }
     }
 

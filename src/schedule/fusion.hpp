@@ -12,6 +12,12 @@
 // activation that the backward reads too (a GELU's pre-activation, stored by the GELU's kernel; a SwiGLU's SiLU of the
 // gate, stored by the up product's epilogue).
 //
+// A fused root that no later kernel reads element for element is computed and stored by the kernel of another root of
+// its shape, a co-root, where that root is one of its leaves or reads one of them, everything it reads is computed by
+// then and every reader runs after (the earliest such kernel): a SwiGLU's backward, whose gate's and up's gradients
+// both read the down product's input gradient, one kernel, that product's epilogue, which no longer stores it; a
+// loss's seed, a function of the output it reads, stored by that output's kernel.
+//
 // A matmul, convolution (forward or input gradient), norm or norm's gradient whose one reader is a fused
 // root's tree, reading it element for element (directly, or through a reshape that only that tree reads), is
 // computed in that root's place and stores the root's value through the tree (its epilogue: eval batch norm,
@@ -91,10 +97,10 @@
 // the kernel cannot, the lowering stores the gradient and lowers the RoPE after it. A RoPE kernel and its level go, per
 // layer of a training step of a model with rotary positions (SmolLM2's).
 //
-// A permute whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the fused
-// trees read its input through the permute's strides (Whisper's convolutions' [batch, channels, frames] as
-// [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's).
-// A dispatch and its level go where it was one.
+// A permute or expand whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the
+// fused trees read its input through its strides (Whisper's convolutions' [batch, channels, frames] as
+// [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's; a
+// loss's seed, its scalar expanded to the output's shape). A dispatch and its level go where it was one.
 //
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
@@ -123,6 +129,8 @@ struct FusionPlan {
     std::vector<int32_t> in_place_of;
     std::vector<bool> assign_elided;    // per Assign node: no copy needed
     std::vector<int32_t> stored_in;     // per node: the fused root whose kernel computes and stores it, or -1
+    // per fused root: the roots its kernel computes and stores that its tree does not read (see above; their stored_in)
+    std::vector<std::vector<int32_t>> co_roots;
     std::vector<int32_t> epilogue_of;   // per matmul / conv2d / norm node: the fused root it stores through, or -1
     // per fused root: the product that stores it through its epilogue (of a pair, the first), or -1; epilogue_of's
     // inverse, for the planner's later steps and the lowering
@@ -164,8 +172,9 @@ struct FusionPlan {
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;
-    // per Permute node: its readers' fused trees read its input through its strides (see above), so it is never stored.
-    std::vector<bool> read_permuted;
+    // per Permute or Expand node: its readers' fused trees read its input through its strides (see above), so it is
+    // never stored.
+    std::vector<bool> read_strided;
     // per AttentionGradQ or AttentionGradK node: the Rope that alone reads it, whose value its kernel stores (see
     // above); or -1.
     std::vector<int32_t> rope_of_gradient;

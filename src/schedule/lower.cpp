@@ -33,6 +33,7 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
     s_.node_value.assign(live.size(), -1);
+    lowered_.assign(live.size(), false);
     // Assignments copy last, once every other kernel has read the targets' old contents.
     std::vector<int32_t> copies;
     for (size_t i = 0; i < live.size(); ++i) {
@@ -127,6 +128,8 @@ void Lowering::emit_through_partials(codegen::KernelSource first, std::optional<
 }
 
 void Lowering::lower(int32_t id) {
+    if (lowered_[static_cast<size_t>(id)]) return;
+    lowered_[static_cast<size_t>(id)] = true;
     const Node& n = g_.node(id);
     auto in = [&](size_t k) { return value_of(n.inputs[k]); };
     auto shape_of = [&](int32_t v) -> const Shape& { return s_.values[static_cast<size_t>(v)].shape; };
@@ -183,7 +186,7 @@ void Lowering::lower(int32_t id) {
         return;
     }
     if (n.op == Op::Permute && value_of(id) >= 0) return;  // its input's kernel stored it (heads_merged_into)
-    if (fusion_.read_permuted[static_cast<size_t>(id)]) return;  // its readers read its input
+    if (fusion_.read_strided[static_cast<size_t>(id)]) return;  // its readers read its input
     if (fusion_.heads_split_by[static_cast<size_t>(id)] >= 0) return;  // its rope reads its input
     if (const int32_t permute = fusion_.heads_merged_into[static_cast<size_t>(id)]; permute >= 0) {
         const int32_t v = new_value(g_.node(permute).shape, n.dtype, Storage::Transient, permute);
@@ -202,6 +205,7 @@ void Lowering::lower(int32_t id) {
     if (fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0 && op_info(n.op).archetype == Archetype::Pointwise) {
         return fused_pointwise(id, product_output(id, n.dtype));  // its matmul's epilogue stores it split into heads
     }
+    if (stored && value_of(id) >= 0) return;  // a co-root its kernel, earlier, stored
     const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
     s_.node_value[static_cast<size_t>(id)] = out;
     if (stored) return;

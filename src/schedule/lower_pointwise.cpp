@@ -50,10 +50,10 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
             spec.in_strides.emplace_back();
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = g_.node(node).dtype});
         } else if (node != root && !fusion_.inlined[static_cast<size_t>(node)] && !stored_here) {
-            const bool permuted = fusion_.read_permuted[static_cast<size_t>(node)];  // its input, through its strides
-            const int32_t v = value_of(permuted ? g_.node(node).inputs[0] : node);
+            const bool strided = fusion_.read_strided[static_cast<size_t>(node)];  // its input, through its strides
+            const int32_t v = value_now(strided ? g_.node(node).inputs[0] : node);
             bind.push_back(v);
-            if (permuted) add_permuted_leaf(spec, v, g_.node(node));
+            if (strided) add_strided_leaf(spec, v, g_.node(node));
             else add_leaf(spec, v);
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = value(v).dtype});
         } else {
@@ -65,8 +65,12 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         return step_of[node] = static_cast<int32_t>(spec.program.size() - 1);
     };
     build(build, root);
+    for (int32_t co : fusion_.co_roots[static_cast<size_t>(root)]) build(build, co);  // after the root, its value
+    spec.result = step_of.at(root);
     std::vector<int32_t> extra;  // bound after the leaves (and, in a pointwise kernel, out0)
     for (int32_t node : stored) {
+        const auto at = static_cast<size_t>(node);  // a co-root may come after the kernel in the graph
+        if (s_.node_value[at] < 0) s_.node_value[at] = new_value(g_.node(node).shape, g_.node(node).dtype, Storage::Transient, node);
         spec.extra_outputs.emplace_back(step_of.at(node), value(value_of(node)).dtype);
         extra.push_back(value_of(node));
     }
@@ -165,17 +169,32 @@ void Lowering::add_leaf(codegen::PointwiseSpec& spec, int32_t v) {
     spec.in_strides.push_back(broadcast_strides(value(v).shape, spec.out_shape));
 }
 
-// Value v, the input of `permute` (FusionPlan::read_permuted), read as the permute's value: the permute's dims walk
-// v's strides in its order, aligned to the right of the tree's shape, 0 where the tree broadcasts them.
-void Lowering::add_permuted_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& permute) {
-    const std::vector<int64_t> in_strides = contiguous_strides(value(v).shape);
+// Value v, the input of a permute or expand (FusionPlan::read_strided), read as its value: the permute's dims walk v's
+// strides in its order, the expand's v's broadcast ones, aligned to the right of the tree's shape, 0 where the tree
+// broadcasts them.
+void Lowering::add_strided_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& n) {
+    std::vector<int64_t> by_dim = broadcast_strides(value(v).shape, n.shape);  // the expand's
+    if (n.op == Op::Permute) {
+        const std::vector<int64_t> in_strides = contiguous_strides(value(v).shape);
+        for (size_t d = 0; d < n.shape.size(); ++d) by_dim[d] = in_strides[static_cast<size_t>(n.ints[d])];
+    }
     std::vector<int64_t> st(spec.out_shape.size(), 0);
-    const size_t lead = st.size() - permute.shape.size();
-    for (size_t d = 0; d < permute.shape.size(); ++d) {
-        if (permute.shape[d] != 1) st[lead + d] = in_strides[static_cast<size_t>(permute.ints[d])];
+    const size_t lead = st.size() - n.shape.size();
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+        if (n.shape[d] != 1) st[lead + d] = by_dim[d];
     }
     spec.in_dtypes.push_back(value(v).dtype);
     spec.in_strides.push_back(std::move(st));
+}
+
+// Node n's value, lowering it (and its inputs) first where a co-root's kernel reads it before its place in the graph:
+// leaves, and their views and broadcasts (FusionPlan::co_roots).
+int32_t Lowering::value_now(int32_t n) {
+    if (value_of(n) < 0 && fusion_.stored_in[static_cast<size_t>(n)] < 0) {
+        for (int32_t in : g_.node(n).inputs) value_now(in);
+        lower(n);
+    }
+    return value_of(n);
 }
 
 void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {

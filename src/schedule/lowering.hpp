@@ -65,7 +65,8 @@ private:
     void emit_batches(const std::string& name, const std::vector<Batched>& members);
     bool is_view_of(int32_t node, int32_t product) const;
     void add_leaf(codegen::PointwiseSpec& spec, int32_t v);
-    void add_permuted_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& permute);
+    void add_strided_leaf(codegen::PointwiseSpec& spec, int32_t v, const Node& n);
+    int32_t value_now(int32_t n);
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1);
@@ -134,6 +135,7 @@ private:
     const Tuning& t_;
     Schedule s_;
     FusionPlan fusion_;
+    std::vector<bool> lowered_;                    // by node: lower() has run (value_now may run it early)
     std::vector<bool> invariant_;                  // by node, where f16 weights are on (parameter_only_nodes)
     std::vector<bool> split_;                      // by node, where split_forward is (before_piecewise_gradients)
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
