@@ -39,6 +39,23 @@ void expect_session_matches(Session& s, const Graph& g, const ref::Feeds& feeds)
         EXPECT_LE(relative_l2(s.get(name), want[static_cast<size_t>(id)].data), 1e-5) << name;
 }
 
+// A value of parameters alone that two kernels of the run read stays a hoisted kernel of its own: the first reader's
+// kernel, which would store it for the second (FusionPlan::stored_in), runs every time.
+TEST(HoistTest, AParameterOnlyValueTwoRunKernelsReadStaysHoisted) {
+    Graph g;
+    const Tensor x = g.input("x", {5, 33});
+    const Tensor folded = g.exp(g.parameter("p", {5, 33})) * 2.0;
+    g.output("y", g.tanh(x + folded));
+    g.output("z", x * folded);
+    Session s = compile(g, device());
+    EXPECT_EQ(s.stats().hoisted_dispatches, 1u);  // exp(p) * 2
+    EXPECT_EQ(s.stats().dispatches, 2u);          // y, z
+    const ref::Feeds feeds = random_feeds(g, 14);
+    set_feeds(s, g, feeds);
+    s.run();
+    expect_session_matches(s, g, feeds);
+}
+
 TEST(HoistTest, ParameterOnlyStepsRunWhenAParameterChanges) {
     Folded m;
     Session s = compile(m.g, device());

@@ -17,6 +17,12 @@ public:
           consumers_(g.nodes().size()),
           is_root_(g.nodes().size(), false) {
         for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
+        varies_.assign(g.nodes().size(), false);
+        for (size_t i = 0; i < g.nodes().size(); ++i) {
+            const Node& n = g.nodes()[i];
+            varies_[i] = n.op == Op::Input || n.op == Op::State ||
+                         std::any_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return varies_[static_cast<size_t>(in)]; });
+        }
         for (size_t i = 0; i < live.size(); ++i) {
             if (!live[i]) continue;
             for (int32_t in : g.nodes()[i].inputs) {
@@ -423,9 +429,13 @@ private:
             }
         }
         if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
+        bool read_elsewhere = false;
         for (int32_t c : readers) {
             if (kernel_of(c) < reader_kernel) return;
+            read_elsewhere = read_elsewhere || kernel_of(c) != reader_kernel;
         }
+        // Read by later kernels too, it goes only into a kernel that runs as often (neither or both hoisted).
+        if (read_elsewhere && varies_[static_cast<size_t>(root)] != varies_[static_cast<size_t>(reader_kernel)]) return;
         plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
         uint32_t& outputs = stored_outputs_[static_cast<size_t>(reader_kernel)];
         if (leaves_of(reader_kernel).size() + outputs + 1 > max_inputs_) {
@@ -467,8 +477,9 @@ private:
             const auto before = [&](int32_t n) { return !is_named_update(n) && (kernel_of(n) <= host || early(n)); };
             const auto after = [&](int32_t n) { return kernel_of(n) > host; };
             const auto& readers = consumers_[static_cast<size_t>(r)];
-            // Not an update's kernel: a batch of them runs last (try_batch).
+            // Not an update's kernel: a batch of them runs last (try_batch); and one that runs as often (hoisting).
             if (host == r || g_.node(host).shape != rn.shape || plan_.stored_in[static_cast<size_t>(host)] >= 0 || is_named_update(host) ||
+                varies_[static_cast<size_t>(host)] != varies_[static_cast<size_t>(r)] ||
                 !std::all_of(leaves.begin(), leaves.end(), before) || readers.empty() ||
                 !std::all_of(readers.begin(), readers.end(), [&](int32_t c) { return g_.node(c).op != Op::Assign && after(c); })) {
                 continue;
@@ -838,6 +849,7 @@ private:
     std::vector<std::vector<int32_t>> consumers_;
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
+    std::vector<bool> varies_;  // by node: depends on the run's inputs or state (else hoistable: schedule/hoist.cpp)
     FusionPlan plan_;
 };
 
