@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -117,7 +118,9 @@ TEST_F(MatmulTest, SplitK) {
 // own dispatch (MEGANEURA_SPLIT_SUM=dispatch): the same additions in the same order, so the same bits, and again on
 // the second and third runs (each tile's counter is zero again after a dispatch). A batched product with B transposed
 // and rows of 41 (scalar sums, tiles past the edges), a linear layer's epilogue (vec4 sums), a SwiGLU's pair (one
-// product kernel over both weights), an f16 product and a strided convolution's implicit GEMM with its ReLU.
+// product kernel over both weights), a sum of two products of different operands (one kernel over both A's and B's:
+// MatmulSpec::a2, as a SwiGLU's backward's dU Wu + dG Wg), an f16 product and a strided convolution's implicit GEMM
+// with its ReLU.
 TEST_F(MatmulTest, PiecesSummedInTheProductMatchTheirSumsBitForBit) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
     Graph g;
@@ -126,11 +129,13 @@ TEST_F(MatmulTest, PiecesSummedInTheProductMatchTheirSumsBitForBit) {
     g.output("linear", g.gelu(g.linear(x, g.parameter("w", {40, 96}), g.parameter("bias", {40}))));
     const Tensor gate = g.linear(x, g.parameter("gate.weight", {36, 96})), up = g.linear(x, g.parameter("up.weight", {36, 96}));
     g.output("swiglu", g.silu(gate) * up);
+    g.output("sum", g.matmul(g.input("d1", {9, 44}), g.input("w1", {44, 30})) + g.matmul(g.input("d2", {9, 44}), g.input("w2", {44, 30})));
     g.output("f16", g.matmul(g.input("h", {33, 80}, DType::F16), g.input("k", {80, 20}, DType::F16)));
     g.output("conv", g.relu(g.conv2d(g.input("image", {2, 8, 9, 9}), g.input("filter", {5, 8, 3, 3}), std::nullopt,
                                      {.stride = 2, .padding = 1})));
     const ref::Feeds feeds = random_feeds(g, 4900);
-    constexpr const char* kOutputs[] = {"batched", "linear", "swiglu", "f16", "conv"};
+    constexpr const char* kOutputs[] = {"batched", "linear", "swiglu", "sum", "f16", "conv"};
+    constexpr size_t kCount = std::size(kOutputs);
     std::map<std::string, std::vector<std::vector<float>>> runs;  // by where the sum is: each output, three runs
     std::map<std::string, size_t> dispatches;
     for (const char* where : {"product", "dispatch"}) {
@@ -143,14 +148,14 @@ TEST_F(MatmulTest, PiecesSummedInTheProductMatchTheirSumsBitForBit) {
             for (const char* out : kOutputs) runs[where].push_back(s.get(out));
         }
     }
-    EXPECT_EQ(dispatches["product"], 5u);    // a product each
-    EXPECT_EQ(dispatches["dispatch"], 11u);  // and a sum each, the pair's two products one sum
+    EXPECT_EQ(dispatches["product"], 6u);    // a product each
+    EXPECT_EQ(dispatches["dispatch"], 14u);  // and a sum each, each pair's two products one sum
     ASSERT_EQ(runs["product"].size(), runs["dispatch"].size());
     for (size_t i = 0; i < runs["product"].size(); ++i) {
         const std::vector<float>& a = runs["product"][i];
         const std::vector<float>& b = runs["dispatch"][i];
         ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kOutputs[i % 5] << ", run " << i / 5;
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kOutputs[i % kCount] << ", run " << i / kCount;
     }
     expect_matches_reference(g, feeds, 2e-3);  // f16's rounding
 }
@@ -402,6 +407,24 @@ TEST(MatmulCoopSource, CompilesWithGlslang) {
             codegen::MatmulTuning tuning = h200_like();
             tuning.coop_scaled = scaled;
             expect_coop_sources_compile(tuning, dtype, scaled ? "matmul_coop_scaled" : "matmul_coop");
+        }
+    }
+    // A pair's one product kernel where K is split and its last piece sums (a second B; and a second A too, a sum of
+    // two products: MatmulSpec::a2), f32 and f16 operands (f16 rows of whole 16 bytes: the 8-element loads).
+    codegen::PointwiseSpec both{.program = {{Op::Input, 0, -1, DType::F32}, {Op::Input, 1, -1, DType::F32}, {Op::Add, 0, 1, DType::F32}},
+                                .in_dtypes = {DType::F32, DType::F32}, .out_dtype = DType::F32, .out_shape = {128, 64},
+                                .in_strides = {{}, {}}};
+    const codegen::Epilogue sum_of_both{.tree = both, .product = 0, .product2 = 1};
+    for (const bool second_a : {false, true}) {
+        for (const DType dtype : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(second_a ? "a sum of two products " : "a pair ") + dtype_name(dtype));
+            codegen::MatmulSpec spec{.dtype = dtype, .m = 128, .n = 64, .k = 4096, .trans_b = true};
+            spec.epilogue = &sum_of_both, spec.b2 = true, spec.a2 = second_a;
+            codegen::MatmulTuning tuning = h200_like();
+            tuning.forced_splits = 4;
+            const auto k = codegen::matmul_kernels(spec, tuning).product;
+            EXPECT_NE(k.glsl.find(second_a ? "a28" : "b28"), std::string::npos);
+            EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, {.vulkan_minor = 3}));
         }
     }
     // Split products (f32 operands): the tiles chosen by size, and forced ones within 48 KiB with two parts.

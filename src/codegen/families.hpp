@@ -153,6 +153,9 @@ struct MatmulSpec {
     // takes it only where K is split: its kernel runs over each B into its own partials (schedule/lower_products.cpp),
     // and the split sum, summing both (the second's partials bound last), stores the epilogue of the two.
     bool b2 = false;
+    // With b2, where K is split: the second product reads an A of its own too, of A's shape and layout, bound after the
+    // second W, so the epilogue of the two can be their sum (a SwiGLU's backward: dU Wu + dG Wg, in one level).
+    bool a2 = false;
     // > 0: C's rows (of N values, after the epilogue) are a norm's input (an RMSNorm's; with sum_layer_norm, a
     // LayerNorm's), with this epsilon. Where K is split, the sum kernel stores the norm too (a workgroup per row: the
     // row, then its statistics, then the norm), its weight (and bias) and output bound after the epilogue's inputs, so

@@ -194,10 +194,10 @@ std::string loader_glsl(const MatmulSpec& spec, char operand, bool pair) {
          "    uint at = off + o * " + X + "_INNER + i;\n";
     if (vec4_operand(spec, operand)) {
         // i is a multiple of 4 and so is the row length: the 4 elements are all in or all out.
-        g += "    if (i < " + X + "_INNER) v = vec4(" + (pair ? "second_b ? b24.d[at >> 2] : " : "") + x + "4.d[at >> 2]);\n";
+        g += "    if (i < " + X + "_INNER) v = vec4(" + (pair ? "second_b ? " + x + "24.d[at >> 2] : " : "") + x + "4.d[at >> 2]);\n";
     } else {
         g += "    for (uint q = 0u; q < 4u; ++q) if (i + q < " + X + "_INNER) v[q] = float(" +
-             (pair ? "second_b ? b2.d[at + q] : " : "") + x + ".d[at + q]);\n";
+             (pair ? "second_b ? " + x + "2.d[at + q] : " : "") + x + ".d[at + q]);\n";
     }
     return g + "    return v;\n}\n";
 }
@@ -430,10 +430,11 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     if (spec.b2 && (!spec.epilogue || spec.epilogue->product2 < 0 || !spec.column_parts.empty())) {
         throw Error("matmul: a second B needs an epilogue of both products and one output");
     }
+    if (spec.a2 && (!spec.b2 || spec.a_f16)) throw Error("matmul: a second A goes with a second B, both f32");
     const bool gemv = spec.m == 1 || spec.n == 1;
     if (gemv) {
-        if (spec.b2 && (!spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32)) {
-            throw Error("matmul: a GEMV's second B needs an unbatched f32 row");
+        if (spec.b2 && (!spec.batch.empty() || spec.trans_a || spec.dtype != DType::F32 || spec.a2)) {
+            throw Error("matmul: a GEMV's second B needs an unbatched f32 row, and no second A");
         }
         out.product = gemv_kernel(spec, t);
         return out;

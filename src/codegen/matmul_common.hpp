@@ -30,8 +30,8 @@ std::string common_glsl(const MatmulSpec& spec, bool pieces_summed = false);
 // GLSL: `vec4 load_<x>(uint off, uint o, uint i)`, the elements (o, i..i+3) of operand x ("a" or
 // "b") in its memory order (o: the strided dimension, i: the contiguous one), zero outside the
 // matrix; 16-byte loads when the contiguous dimension is a multiple of 4. Also defines
-// <X>_OUTER and <X>_INNER (the operand's two dims in memory order). With `pair`, B's loads read b2 (views b24) where
-// second_b is set.
+// <X>_OUTER and <X>_INNER (the operand's two dims in memory order). With `pair`, the operand's loads read its second
+// (b2 or a2, views b24 or a24) where second_b is set.
 std::string loader_glsl(const MatmulSpec& spec, char operand, bool pair = false);
 
 // "M x N x K 128x576x1536" (and the batch), for KernelSource::choice.

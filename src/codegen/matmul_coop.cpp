@@ -375,6 +375,11 @@ layout(std430, set = 0, binding = 1) readonly buffer B_b8 { uvec4 d[]; } b8;
 #else
 #define B8(j) b8.d[j]
 #endif
+#if PAIR_A
+#define A8(j) (second_b ? a28.d[j] : a8.d[j])
+#else
+#define A8(j) a8.d[j]
+#endif
 )";
 
 const char* const kMatmulMain = R"(
@@ -383,7 +388,7 @@ void fetch(uint k0) {
         uint g = lid + p * WG, o = g / A_G, i = (g % A_G) * 8u;
 #if A_RAW8
         uint ao = TRANS_A != 0 ? k0 + o : m0 + o, ai = TRANS_A != 0 ? m0 + i : k0 + i;
-        ra[p] = ao < A_OUTER && ai < A_INNER ? a8.d[(a_off + ao * A_INNER + ai) >> 3] : uvec4(0u);
+        ra[p] = ao < A_OUTER && ai < A_INNER ? A8((a_off + ao * A_INNER + ai) >> 3) : uvec4(0u);
 #elif TRANS_A
         put_a(p, load_a(a_off, k0 + o, m0 + i), load_a(a_off, k0 + o, m0 + i + 4u));
 #else
@@ -498,7 +503,7 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                        (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +
                        "\n#define B_RAW8 " + raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec, summed != nullptr) + store +
-             loader_glsl(spec, 'a') + loader_glsl(spec, 'b', pair) + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl +
+             loader_glsl(spec, 'a', pair && summed->a2) + loader_glsl(spec, 'b', pair) + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl +
              (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups, pair);
     return k;

@@ -38,15 +38,19 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     std::string views = view_of(pieces, "p", false, "float", true) + view_of(pieces, "p4", false, "vec4", true) +
                         view_of(y, "y4", true, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
-    if (spec.b2) {  // the second W, its 16-byte views too (a pair's loads: loader_glsl, kMatmulStaging's B8)
+    // The second W, and a second A (a sum of two products), with their 16-byte views (a pair's loads: loader_glsl,
+    // kMatmulStaging's B8 and A8).
+    for (const char operand : {'b', 'a'}) {
+        if (!(operand == 'b' ? spec.b2 : spec.a2)) continue;
         if (!spec.epilogue || spec.epilogue->product2 < 0) throw Error("matmul: a pair's sum needs an epilogue of both");
-        const DType w = operand_dtype(spec, 'b');
-        views += view_of(k.iface.bindings.size(), "b24", false, w == DType::F16 ? "f16vec4" : "vec4") +
-                 view_of(k.iface.bindings.size(), "b28", false, "uvec4");
-        k.iface.bindings.push_back({"b2", w});
+        const DType w = operand_dtype(spec, operand);
+        const std::string name = std::string(1, operand) + "2";
+        views += view_of(k.iface.bindings.size(), name + "4", false, w == DType::F16 ? "f16vec4" : "vec4") +
+                 view_of(k.iface.bindings.size(), name + "8", false, "uvec4");
+        k.iface.bindings.push_back({name, w});
     }
     return views + store + epilogue + "#define SUMS 1\n#define COLUMN_PAIRS " + (half ? "1" : "0") + "\n#define PAIR " +
-           (spec.b2 ? "1" : "0") + "\n#define VEC_Y " +
+           (spec.b2 ? "1" : "0") + "\n#define PAIR_A " + (spec.a2 ? "1" : "0") + "\n#define VEC_Y " +
            (spec.n % 4 == 0 ? "1" : "0") + "\n#define C_EPI(i, v) (v)\n#define C_EPI4(i, v) (v)\n";
 }
 
@@ -58,7 +62,7 @@ std::string product_store_glsl(KernelSource& k, const MatmulSpec& spec, uint32_t
                                       : store_glsl(k, spec.dtype, spec.column_parts, "c", merged_heads(spec));
     if (summed) return store + piece_sum_glsl(k, *summed);
     return store + epilogue_glsl(partial ? nullptr : spec.epilogue, k) +
-           "#define SUMS 0\n#define PAIR 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
+           "#define SUMS 0\n#define PAIR 0\n#define PAIR_A 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
 }
 
 const char* const kPieceSumGlsl = R"(

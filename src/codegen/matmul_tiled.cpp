@@ -95,7 +95,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     const bool pair = summed && summed->b2;
     std::string defs = tiled_defines(t) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") + "\n#define TRANS_B " +
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec, summed != nullptr) + store + loader_glsl(spec, 'a') +
+    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec, summed != nullptr) + store + loader_glsl(spec, 'a', pair && summed->a2) +
              loader_glsl(spec, 'b', pair) + kTiledSharedGlsl + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl +
              (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups, pair);

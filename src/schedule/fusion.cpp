@@ -574,9 +574,13 @@ private:
                 continue;
             }
             const Node& q = g_.node(second);
-            // A pair of several rows: the same split, since the products are alike (the same A, and B's shape).
-            if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q)) || q.inputs[0] != p.inputs[0] ||
-                q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape) {
+            // A pair of several rows: the same split, since the products are alike (A's and B's shapes; a GEMV's the same
+            // A). Of two A's, a sum of products (MatmulSpec::a2): one more binding.
+            if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q))) continue;
+            const bool two_a = q.inputs[0] != p.inputs[0];
+            if ((two_a && !rows) || q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape ||
+                g_.node(q.inputs[0]).shape != g_.node(p.inputs[0]).shape || g_.node(q.inputs[0]).dtype != g_.node(p.inputs[0]).dtype ||
+                leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + second_keeps + two_a + p.inputs.size() + 1 > max_inputs_) {
                 continue;
             }
             // Asked last: the split's choice builds the product's kernels.

@@ -51,7 +51,9 @@
 // pieces and stores the tree (codegen::MatmulKernels::tile_counters; with the split sum a dispatch of its own,
 // MEGANEURA_SPLIT_SUM=dispatch, the two product dispatches and one sum of both): the gate's own product and its level
 // go. Either product that later kernels read too (a training step's gate and up, which the backward reads) is stored
-// as well (epilogue_keeps).
+// as well (epilogue_keeps). Two products of several rows of different A's, alike in shapes, pair the same way where K is
+// split (codegen::MatmulSpec::a2: the second product's loads read its own A): a SwiGLU's backward's input gradient
+// dU Wu + dG Wg is one product kernel, and one level, where the up's product came before the gate's and its add.
 //
 // An RMSNorm of one f32 row whose every reader (directly or through reshapes) is a product of one row reading it
 // as A, a decode step's norm before q, k, v and before gate and up, is computed by those products' GEMVs

@@ -19,6 +19,7 @@ void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const
     const int32_t second = fusion_.epilogue_pair[static_cast<size_t>(id)];
     std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
     ProductExtras extras{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1,
+                         .a2_node = second >= 0 && g_.node(second).inputs[0] != n.inputs[0] ? g_.node(second).inputs[0] : -1,
                          .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)]};
     int32_t row = a;
     if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
@@ -29,6 +30,7 @@ void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const
         extras.a_rms_eps = rms.data[0];
     }
     if (second >= 0) extra.push_back(value_of(g_.node(second).inputs[1]));
+    if (extras.a2_node >= 0) extra.push_back(value_of(extras.a2_node));
     lower_matmul(n, product_tuning(g_, id, t_, split_), row, b, outs, epilogue, extra, extras);
 }
 
@@ -94,6 +96,7 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     spec.epilogue = epilogue;
     spec.a_rms_eps = extras.a_rms_eps;
     spec.b2 = extras.b2;
+    spec.a2 = extras.a2_node >= 0;
     if (extras.sum_norm >= 0) {
         spec.sum_norm_eps = g_.node(extras.sum_norm).data[0];
         spec.sum_layer_norm = g_.node(extras.sum_norm).op == Op::LayerNorm;
@@ -107,16 +110,18 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     }
     if (start >= 0) extra.push_back(start);
     extra.insert(extra.end(), epilogue_inputs.begin(), epilogue_inputs.end());
-    if (const int32_t a16 = f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
-    // A GEMV's second W (bound last) is read in B's dtype: both f16 or neither.
+    // A second A (bound last) is read as A is: f32 (no f16 copy of A then).
+    if (const int32_t a16 = spec.a2 ? -1 : f16_weight(n.inputs[0], a); a16 >= 0) a = a16, spec.a_f16 = true;
+    // The second W (bound last, or before a second A) is read in B's dtype: both f16 or neither.
+    const size_t w2_at = extra.size() - (spec.a2 ? 2 : 1);
     const int32_t b16 = f16_weight(n.inputs[1], b);
-    const int32_t w2_16 = b16 >= 0 && extras.b2 ? f16_weight(extras.b2_node, extra.back()) : -1;
+    const int32_t w2_16 = b16 >= 0 && extras.b2 ? f16_weight(extras.b2_node, extra[w2_at]) : -1;
     if (b16 >= 0 && (!extras.b2 || w2_16 >= 0)) {
         b = b16, spec.b_f16 = true;
-        if (extras.b2) extra.back() = w2_16;
+        if (extras.b2) extra[w2_at] = w2_16;
     }
     codegen::MatmulKernels kernels = codegen::matmul_kernels(spec, tuning);
-    if (extras.b2 && kernels.sum) return emit_product_pair(std::move(kernels), a, b, outs, std::move(extra));
+    if (extras.b2 && kernels.sum) return emit_product_pair(std::move(kernels), a, b, outs, std::move(extra), spec.a2);
     // Where the sum stores the norm (else, no split or rows it cannot hold, the norm is lowered in its turn).
     if (kernels.sum_stores_norm) {
         const Node& norm = g_.node(extras.sum_norm);
@@ -156,15 +161,18 @@ codegen::ColumnPart Lowering::column_part(int32_t out, std::vector<int32_t>& rop
 // pieces a dispatch sums (where the product's last piece does, MatmulKernels::tile_counters, its kernel reads W2
 // itself: emit_product): the one product kernel over b and over W2, each into its own partials (one level: they are
 // independent), and one split sum of both that stores the epilogue of the two (a SwiGLU's silu(gate) * up), where
-// each product had a sum of its own.
+// each product had a sum of its own. With second_a, the second product reads its own A (the last of epilogue_inputs,
+// after W2: MatmulSpec::a2), as a sum of two products does.
 void Lowering::emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
-                                 std::vector<int32_t> epilogue_inputs) {
+                                 std::vector<int32_t> epilogue_inputs, bool second_a) {
+    const int32_t a2 = second_a ? epilogue_inputs.back() : a;  // a sum of two products: the second's own A, last
+    if (second_a) epilogue_inputs.pop_back();
     const int32_t w2 = epilogue_inputs.back();
     epilogue_inputs.pop_back();
     const int32_t partial = new_value({kernels.partial_elements}, DType::F32);
     const int32_t partial2 = new_value({kernels.partial_elements}, DType::F32);
     emit(kernels.product, {a, b, partial});
-    emit(std::move(kernels.product), {a, w2, partial2});
+    emit(std::move(kernels.product), {a2, w2, partial2});
     std::vector<int32_t> reads = {partial};
     reads.insert(reads.end(), outs.begin(), outs.end());
     reads.insert(reads.end(), epilogue_inputs.begin(), epilogue_inputs.end());

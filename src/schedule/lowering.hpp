@@ -80,6 +80,7 @@ private:
         double a_rms_eps = 0;
         bool b2 = false;
         int32_t b2_node = -1;  // the second product's W, cast to f16 with the first's (f16_weight)
+        int32_t a2_node = -1;  // the second product's A where it has one of its own (MatmulSpec::a2), bound after W2
         int32_t sum_norm = -1;  // FusionPlan::sum_norm
     };
     void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
@@ -98,7 +99,7 @@ private:
     void emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
                       const std::vector<int32_t>& epilogue_inputs);
     void emit_product_pair(codegen::MatmulKernels kernels, int32_t a, int32_t b, const std::vector<int32_t>& outs,
-                           std::vector<int32_t> epilogue_inputs);
+                           std::vector<int32_t> epilogue_inputs, bool second_a);
     void lower_conv(const Node& n, const codegen::MatmulTuning& tuning, int32_t a, int32_t b, int32_t out,
                     const codegen::Epilogue* epilogue, const std::vector<int32_t>& epilogue_inputs);
 
