@@ -3,866 +3,511 @@
 #include <algorithm>
 #include <set>
 
+#include "schedule/fusion_planner.hpp"
+
 namespace mn::sched {
 
-namespace {
+namespace detail {
 
-bool is_pointwise(const Node& n) { return op_info(n.op).archetype == Archetype::Pointwise; }
-
-class Planner {
-public:
-    Planner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots, uint32_t max_inputs,
-            const std::function<bool(int32_t)>& takes_update, const std::function<ProductSplit(int32_t)>& split_of)
-        : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), split_of_(split_of),
-          consumers_(g.nodes().size()),
-          is_root_(g.nodes().size(), false) {
-        for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
-        varies_.assign(g.nodes().size(), false);
-        for (size_t i = 0; i < g.nodes().size(); ++i) {
-            const Node& n = g.nodes()[i];
-            varies_[i] = n.op == Op::Input || n.op == Op::State ||
-                         std::any_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return varies_[static_cast<size_t>(in)]; });
-        }
-        for (size_t i = 0; i < live.size(); ++i) {
-            if (!live[i]) continue;
-            for (int32_t in : g.nodes()[i].inputs) {
-                auto& c = consumers_[static_cast<size_t>(in)];
-                if (c.empty() || c.back() != static_cast<int32_t>(i)) c.push_back(static_cast<int32_t>(i));
-            }
-        }
-        plan_.inlined.assign(g.nodes().size(), false);
-        plan_.in_place_of.assign(g.nodes().size(), -1);
-        plan_.assign_elided.assign(g.nodes().size(), false);
-        plan_.stored_in.assign(g.nodes().size(), -1);
-        plan_.epilogue_of.assign(g.nodes().size(), -1);
-        plan_.epilogue_product.assign(g.nodes().size(), -1);
-        plan_.epilogue_keeps.assign(g.nodes().size(), false);
-        plan_.heads_merged_into.assign(g.nodes().size(), -1);
-        plan_.heads_split_by.assign(g.nodes().size(), -1);
-        plan_.batched_update.assign(g.nodes().size(), -1);
-        plan_.read_strided.assign(g.nodes().size(), false);
-        plan_.rope_of_gradient.assign(g.nodes().size(), -1);
-        plan_.co_roots.assign(g.nodes().size(), {});
-        plan_.column_slices.assign(g.nodes().size(), {});
-        plan_.heads_split_stored.assign(g.nodes().size(), -1);
-        plan_.rope_into_cache.assign(g.nodes().size(), -1);
-        plan_.rope_in_gemv.assign(g.nodes().size(), -1);
-        plan_.cache_in_gemv.assign(g.nodes().size(), -1);
-        plan_.in_gemv.assign(g.nodes().size(), -1);
-        plan_.norm_in_products.assign(g.nodes().size(), false);
-        plan_.norm_in_sum.assign(g.nodes().size(), -1);
-        plan_.sum_norm.assign(g.nodes().size(), -1);
-        plan_.epilogue_pair.assign(g.nodes().size(), -1);
-        stored_outputs_.assign(g.nodes().size(), 0);
+FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
+                             uint32_t max_inputs, const std::function<bool(int32_t)>& takes_update,
+                             const std::function<ProductSplit(int32_t)>& split_of)
+    : g_(g), live_(live), max_inputs_(max_inputs), takes_update_(takes_update), split_of_(split_of),
+      consumers_(g.nodes().size()),
+      is_root_(g.nodes().size(), false) {
+    for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
+    varies_.assign(g.nodes().size(), false);
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+        const Node& n = g.nodes()[i];
+        varies_[i] = n.op == Op::Input || n.op == Op::State ||
+                     std::any_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return varies_[static_cast<size_t>(in)]; });
     }
-
-    FusionPlan run() {
-        // From the last node back: a node's consumers are decided before the node itself.
-        for (size_t i = g_.nodes().size(); i-- > 0;) {
-            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) grow(static_cast<int32_t>(i));
-        }
-        for (size_t i = g_.nodes().size(); i-- > 0;) {
-            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_store_in_reader(static_cast<int32_t>(i));
-        }
-        for (size_t i = g_.nodes().size(); i-- > 0;) {
-            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_co_root(static_cast<int32_t>(i));
-        }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {
-            if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
-        }
-        index_epilogue_products();  // epilogue_of is final from here on
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {
-            if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
-            if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
-                try_norm_in_sum(static_cast<int32_t>(i));
-            }
-            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
-            if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
-            if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
-        }
-        const std::vector<int32_t> stored_by = matmuls_storing_alone();
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
-            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||
-                                                               op == Op::AttentionGradK || op == Op::AttentionGradV)) {
-                try_merge_heads(static_cast<int32_t>(i));
-            }
-            for (int32_t slice : plan_.column_slices[i]) try_store_heads_split(slice);
-            if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) {
-                try_store_heads_split(static_cast<int32_t>(i));
-            }
-            // a matmul's epilogue (a bias; a scale) stored split into heads as the matmul's own value would be
-            if (live_[i] && stored_by[i] >= 0) try_store_heads_split(static_cast<int32_t>(i));
-        }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {
-            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i));
-        }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
-            if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
-        }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
-            if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
-            if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
-        }
-        for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way
-            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Permute || op == Op::Expand)) {
-                try_read_strided(static_cast<int32_t>(i));
-            }
-            if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
-                try_rope_of_gradient(static_cast<int32_t>(i));
-            }
-        }
-        return std::move(plan_);
-    }
-
-private:
-    // See fusion.hpp: a permute or expand that only pointwise nodes read, none of them in a batch of updates, read
-    // through its strides. Not a permute that a RoPE, an attention or a product stores or reads in its layout.
-    void try_read_strided(int32_t id) {
-        const int32_t in = g_.node(id).inputs[0];
-        const auto& readers = consumers_[static_cast<size_t>(id)];
-        if (is_root_[static_cast<size_t>(id)] || readers.empty() || plan_.heads_split_by[static_cast<size_t>(id)] >= 0 ||
-            plan_.heads_merged_into[static_cast<size_t>(in)] == id || plan_.heads_split_stored[static_cast<size_t>(in)] == id) {
-            return;
-        }
-        for (int32_t r : readers) {
-            if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
-        }
-        plan_.read_strided[static_cast<size_t>(id)] = true;
-    }
-
-    // See fusion.hpp: dQ or dK that a RoPE alone reads, stored rotated by its kernel.
-    void try_rope_of_gradient(int32_t id) {
-        const int32_t rope = only_reader(id);
-        if (rope < 0 || g_.node(rope).op != Op::Rope || g_.node(rope).inputs[0] != id || g_.node(rope).dtype != g_.node(id).dtype ||
-            plan_.rope_into_cache[static_cast<size_t>(rope)] >= 0 || plan_.in_gemv[static_cast<size_t>(rope)] >= 0 ||
-            plan_.in_place_of[static_cast<size_t>(rope)] >= 0) {
-            return;
-        }
-        for (int32_t in : {g_.node(rope).inputs[1], g_.node(rope).inputs[2]}) {  // lowered before the gradient
-            if (in > id && op_info(g_.node(in).op).archetype != Archetype::Leaf) return;
-        }
-        plan_.rope_of_gradient[static_cast<size_t>(id)] = rope;
-    }
-
-    void try_split_heads_in_rope(int32_t id) {
-        const auto& readers = consumers_[static_cast<size_t>(id)];
-        if (is_root_[static_cast<size_t>(id)] || readers.size() != 1 || g_.node(id).ints != std::vector<int64_t>{0, 2, 1, 3}) return;
-        const Node& rope = g_.node(readers[0]);
-        if (rope.op == Op::Rope && rope.inputs[0] == id) plan_.heads_split_by[static_cast<size_t>(id)] = readers[0];
-    }
-
-    // See fusion.hpp: an RMSNorm of one f32 row whose readers (through reshapes) are all products of one row
-    // reading it as A, which compute it themselves.
-    void try_norm_in_products(int32_t id) {
-        const Node& norm = g_.node(id);
-        const int64_t k = norm.shape.back();
-        if (is_root_[static_cast<size_t>(id)] || norm.dtype != DType::F32 || numel(norm.shape) != k ||
-            plan_.epilogue_of[static_cast<size_t>(id)] >= 0) {
-            return;
-        }
-        const auto reads_row = [&](int32_t reader, int32_t a) {
-            const Node& p = g_.node(reader);
-            return p.op == Op::MatMul && p.inputs[0] == a && p.inputs[1] != a && p.shape.size() == 2 && p.shape[0] == 1 &&
-                   p.ints[0] == 0 && p.dtype == DType::F32;
-        };
-        for (int32_t r : consumers_[static_cast<size_t>(id)]) {
-            if (reads_row(r, id)) continue;
-            const auto& readers = consumers_[static_cast<size_t>(r)];
-            if (g_.node(r).op != Op::Reshape || is_root_[static_cast<size_t>(r)] || readers.empty() ||
-                !std::all_of(readers.begin(), readers.end(), [&](int32_t m) { return reads_row(m, r); })) {
-                return;
-            }
-        }
-        plan_.norm_in_products[static_cast<size_t>(id)] = true;
-    }
-
-    // See fusion.hpp: an RMSNorm or LayerNorm of f32 rows stored by the split-K sum of the matmul that stores its input.
-    void try_norm_in_sum(int32_t id) {
-        const Node& norm = g_.node(id);
-        // The weight (and bias) leaves: the product's lowering reads them, where a model may declare them after it.
-        const auto leaf = [&](int32_t n) { return op_info(g_.node(n).op).archetype == Archetype::Leaf; };
-        if (plan_.norm_in_products[static_cast<size_t>(id)] || plan_.epilogue_of[static_cast<size_t>(id)] >= 0 ||
-            norm.dtype != DType::F32 || !std::all_of(norm.inputs.begin() + 1, norm.inputs.end(), leaf)) {
-            return;
-        }
-        int32_t x = norm.inputs[0];
-        if (const Node& r = g_.node(x); r.op == Op::Reshape && plan_.heads_split_stored[static_cast<size_t>(x)] < 0 &&
-                                        r.shape.back() == g_.node(r.inputs[0]).shape.back()) {
-            x = r.inputs[0];  // a linear layer's view of its rows
-        }
-        const bool own = g_.node(x).op == Op::MatMul && plan_.epilogue_of[static_cast<size_t>(x)] < 0;
-        const int32_t product = own ? x : plan_.epilogue_product[static_cast<size_t>(x)];
-        if (product < 0 || g_.node(product).op != Op::MatMul) return;
-        const Node& p = g_.node(product);
-        if (p.dtype != DType::F32 || g_.node(x).dtype != DType::F32 || p.shape.back() != norm.shape.back() ||
-            numel(g_.node(x).shape) != numel(p.shape) || plan_.epilogue_pair[static_cast<size_t>(product)] >= 0 ||
-            !plan_.column_slices[static_cast<size_t>(product)].empty() ||
-            plan_.heads_split_stored[static_cast<size_t>(x)] >= 0 || plan_.sum_norm[static_cast<size_t>(product)] >= 0 ||
-            !split_of_(product).splits_k) {
-            return;
-        }
-        plan_.norm_in_sum[static_cast<size_t>(id)] = product;
-        plan_.sum_norm[static_cast<size_t>(product)] = id;
-    }
-
-    void try_store_column_slices(int32_t id) {
-        const Node& p = g_.node(id);
-        std::vector<int32_t> slices = consumers_[static_cast<size_t>(id)];
-        const auto is_slice = [&](int32_t s) { return g_.node(s).op == Op::Slice; };
-        if (is_root_[static_cast<size_t>(id)] || p.shape.size() != 2 || slices.size() < 2 ||
-            !std::all_of(slices.begin(), slices.end(), is_slice)) {
-            return;
-        }
-        std::sort(slices.begin(), slices.end(), [&](int32_t a, int32_t b) { return g_.node(a).ints[1] < g_.node(b).ints[1]; });
-        int64_t at = 0;  // ints: starts, ends, steps
-        for (int32_t s : slices) {
-            const int64_t width = g_.node(s).shape[1];
-            if (g_.node(s).ints != std::vector<int64_t>{0, at, p.shape[0], at + width, 1, 1}) return;
-            at += width;
-        }
-        if (at == p.shape[1]) plan_.column_slices[static_cast<size_t>(id)] = std::move(slices);
-    }
-
-    // The one reader of a node that is no root, or -1.
-    int32_t only_reader(int32_t id) const {
-        const auto& readers = consumers_[static_cast<size_t>(id)];
-        return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
-    }
-
-    // FusionPlan::epilogue_product, epilogue_of's inverse: a pair's second product is not its root's (its first stores
-    // the epilogue).
-    void index_epilogue_products() {
-        std::set<int32_t> seconds;
-        for (int32_t second : plan_.epilogue_pair) seconds.insert(second);
-        for (size_t p = 0; p < plan_.epilogue_of.size(); ++p) {
-            if (const int32_t root = plan_.epilogue_of[p]; root >= 0 && !seconds.count(static_cast<int32_t>(p))) {
-                plan_.epilogue_product[static_cast<size_t>(root)] = static_cast<int32_t>(p);
-            }
+    for (size_t i = 0; i < live.size(); ++i) {
+        if (!live[i]) continue;
+        for (int32_t in : g.nodes()[i].inputs) {
+            auto& c = consumers_[static_cast<size_t>(in)];
+            if (c.empty() || c.back() != static_cast<int32_t>(i)) c.push_back(static_cast<int32_t>(i));
         }
     }
+    plan_.inlined.assign(g.nodes().size(), false);
+    plan_.in_place_of.assign(g.nodes().size(), -1);
+    plan_.assign_elided.assign(g.nodes().size(), false);
+    plan_.stored_in.assign(g.nodes().size(), -1);
+    plan_.epilogue_of.assign(g.nodes().size(), -1);
+    plan_.epilogue_product.assign(g.nodes().size(), -1);
+    plan_.epilogue_keeps.assign(g.nodes().size(), false);
+    plan_.heads_merged_into.assign(g.nodes().size(), -1);
+    plan_.heads_split_by.assign(g.nodes().size(), -1);
+    plan_.batched_update.assign(g.nodes().size(), -1);
+    plan_.read_strided.assign(g.nodes().size(), false);
+    plan_.rope_of_gradient.assign(g.nodes().size(), -1);
+    plan_.co_roots.assign(g.nodes().size(), {});
+    plan_.column_slices.assign(g.nodes().size(), {});
+    plan_.heads_split_stored.assign(g.nodes().size(), -1);
+    plan_.rope_into_cache.assign(g.nodes().size(), -1);
+    plan_.rope_in_gemv.assign(g.nodes().size(), -1);
+    plan_.cache_in_gemv.assign(g.nodes().size(), -1);
+    plan_.in_gemv.assign(g.nodes().size(), -1);
+    plan_.norm_in_products.assign(g.nodes().size(), false);
+    plan_.norm_in_sum.assign(g.nodes().size(), -1);
+    plan_.sum_norm.assign(g.nodes().size(), -1);
+    plan_.epilogue_pair.assign(g.nodes().size(), -1);
+    stored_outputs_.assign(g.nodes().size(), 0);
+}
 
-    // Per fused root: the unbatched matmul that stores it through its epilogue, that matmul storing nothing else (no
-    // value of its own, no column slices, no second product); else -1.
-    std::vector<int32_t> matmuls_storing_alone() const {
-        std::vector<int32_t> stored_by(g_.nodes().size(), -1);
-        for (size_t root = 0; root < stored_by.size(); ++root) {
-            const int32_t p = plan_.epilogue_product[root];
-            if (p < 0) continue;
-            const Node& product = g_.node(p);
-            const auto at = static_cast<size_t>(p);
-            if (product.op == Op::MatMul && product.shape.size() == 2 && !plan_.epilogue_keeps[at] &&
-                plan_.epilogue_pair[at] < 0 && plan_.column_slices[at].empty()) {
-                stored_by[root] = p;
-            }
-        }
-        return stored_by;
+FusionPlan FusionPlanner::run() {
+    // From the last node back: a node's consumers are decided before the node itself.
+    for (size_t i = g_.nodes().size(); i-- > 0;) {
+        if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) grow(static_cast<int32_t>(i));
     }
-
-    // `stored`: a product's column slice, an unsliced product of two dims, or a fused root a matmul alone stores.
-    void try_store_heads_split(int32_t stored) {
-        const Shape& s = g_.node(stored).shape;  // [rows, heads * head_dim]; an epilogue's may be [batch, seq, ...]
-        if (s.size() != 2 && (s.size() != 3 || g_.node(stored).op == Op::MatMul)) return;
-        std::vector<int32_t> reshapes;  // a linear layer's view [batch, seq, heads * head_dim] may come first
-        int32_t permute = only_reader(stored);
-        while (permute >= 0 && g_.node(permute).op == Op::Reshape) {
-            reshapes.push_back(permute);
-            permute = only_reader(permute);
-        }
-        if (reshapes.empty() || permute < 0 || g_.node(permute).op != Op::Permute ||
-            g_.node(permute).ints != std::vector<int64_t>{0, 2, 1, 3} || plan_.heads_split_by[static_cast<size_t>(permute)] >= 0) {
-            return;
-        }
-        const Shape& heads = g_.node(reshapes.back()).shape;
-        if (heads.size() != 4 || heads[0] * heads[1] != numel(s) / s.back() || heads[2] * heads[3] != s.back()) return;
-        plan_.heads_split_stored[static_cast<size_t>(stored)] = permute;
-        for (int32_t r : reshapes) plan_.heads_split_stored[static_cast<size_t>(r)] = permute;
+    for (size_t i = g_.nodes().size(); i-- > 0;) {
+        if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_store_in_reader(static_cast<int32_t>(i));
     }
-
-    // The Permute {0, 2, 1, 3} that is the one reader of `id` (a merge of the heads), or -1. An attention's output
-    // may be read by its gradients too, which read it through the delta kernel in either layout.
-    int32_t merge_of(int32_t id) const {
-        const auto is_merge = [&](int32_t p) {
-            return g_.node(p).op == Op::Permute && g_.node(p).ints == std::vector<int64_t>{0, 2, 1, 3} &&
-                   plan_.heads_split_by[static_cast<size_t>(p)] < 0;
-        };
-        const auto is_gradient = [&](int32_t r) {
-            const Op op = g_.node(r).op;
-            return (op == Op::AttentionGradQ || op == Op::AttentionGradK || op == Op::AttentionGradV) && g_.node(r).inputs[3] == id;
-        };
-        if (is_root_[static_cast<size_t>(id)]) return -1;
-        int32_t merge = -1;
-        for (int32_t r : consumers_[static_cast<size_t>(id)]) {
-            if (merge < 0 && is_merge(r)) {
-                merge = r;
-            } else if (g_.node(id).op != Op::Attention || !is_gradient(r)) {
-                return -1;
-            }
+    for (size_t i = g_.nodes().size(); i-- > 0;) {
+        if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_co_root(static_cast<int32_t>(i));
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
+    }
+    index_epilogue_products();  // epilogue_of is final from here on
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
+        if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
+            try_norm_in_sum(static_cast<int32_t>(i));
         }
-        return merge;
+        if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
+        if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
+        if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
     }
-
-    // An Attention, RoPE or attention gradient whose one reader merges its heads. The kernel that computes an
-    // attention's logsumexp too stores both from the one lowered first: not an attention lowered after its
-    // logsumexp (whose layout stays). dK and dV each take the layout their reader does (lower_attention).
-    void try_merge_heads(int32_t id) {
-        const int32_t permute = merge_of(id);
-        if (permute < 0) return;
-        const Node& n = g_.node(id);
-        for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {  // the kernel's other output
-            const Node& other = g_.node(c);
-            if (n.op == Op::Attention && other.op == Op::AttentionLse && other.inputs == n.inputs && other.ints == n.ints &&
-                other.data == n.data && c < id) {
-                return;
-            }
+    const std::vector<int32_t> stored_by = matmuls_storing_alone();
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
+        if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||
+                                                           op == Op::AttentionGradK || op == Op::AttentionGradV)) {
+            try_merge_heads(static_cast<int32_t>(i));
         }
-        plan_.heads_merged_into[static_cast<size_t>(id)] = permute;
+        for (int32_t slice : plan_.column_slices[i]) try_store_heads_split(slice);
+        if (live_[i] && g_.nodes()[i].op == Op::MatMul && plan_.column_slices[i].empty()) {
+            try_store_heads_split(static_cast<int32_t>(i));
+        }
+        // a matmul's epilogue (a bias; a scale) stored split into heads as the matmul's own value would be
+        if (live_[i] && stored_by[i] >= 0) try_store_heads_split(static_cast<int32_t>(i));
     }
-
-    // A node of a smaller shape that its consumer broadcasts (a per-channel scale, a row's rsqrt, a scalar) is
-    // inlined too, and so computed again for every element that reads it: a few ALU ops per element are free in
-    // a bandwidth-bound kernel (the H200 does ~60 f32 ops in the time it reads one), while its own kernel costs
-    // a dispatch and a barrier (~4 µs on the H200; 106 of them in ResNet-50's eval batch norms).
-    bool inlinable(int32_t node, int32_t consumer) const {
-        const Node& n = g_.node(node);
-        return is_pointwise(n) && !is_root_[static_cast<size_t>(node)] &&
-               consumers_[static_cast<size_t>(node)].size() == 1 && numel(n.shape) <= numel(g_.node(consumer).shape);
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i));
     }
-
-    // Inlines operands of `root`'s tree greedily while the kernel's distinct leaves fit.
-    void grow(int32_t root) {
-        std::set<int32_t> leaves;
-        std::vector<int32_t> stack{root};
-        while (!stack.empty()) {
-            const int32_t n = stack.back();
-            stack.pop_back();
-            for (int32_t in : g_.node(n).inputs) {
-                if (inlinable(in, n)) {
-                    // Inlining replaces one leaf with the operand's own inputs.
-                    std::set<int32_t> grown = leaves;
-                    for (int32_t x : g_.node(in).inputs) grown.insert(x);
-                    if (grown.size() + pending_leaves(stack, n) <= max_inputs_) {
-                        plan_.inlined[static_cast<size_t>(in)] = true;
-                        stack.push_back(in);
-                        continue;
-                    }
-                }
-                leaves.insert(in);
-            }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
+        if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
+        if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
+        if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way
+        if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Permute || op == Op::Expand)) {
+            try_read_strided(static_cast<int32_t>(i));
+        }
+        if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
+            try_rope_of_gradient(static_cast<int32_t>(i));
         }
     }
-    // An upper bound on the leaves the still-unvisited part of the tree adds.
-    size_t pending_leaves(const std::vector<int32_t>& stack, int32_t current) const {
-        size_t n = 0;
-        for (int32_t s : stack) n += g_.node(s).inputs.size();
-        return n + g_.node(current).inputs.size();
-    }
+    return std::move(plan_);
+}
 
-    // The node whose kernel evaluates `n`.
-    int32_t kernel_of(int32_t n) const {
-        for (;;) {
-            if (plan_.inlined[static_cast<size_t>(n)]) {
-                n = consumers_[static_cast<size_t>(n)].front();
-            } else if (plan_.stored_in[static_cast<size_t>(n)] >= 0) {
-                n = plan_.stored_in[static_cast<size_t>(n)];
-            } else if (plan_.epilogue_of[static_cast<size_t>(n)] >= 0) {
-                n = plan_.epilogue_of[static_cast<size_t>(n)];
-            } else {
-                return n;
-            }
+// See fusion.hpp: a permute or expand that only pointwise nodes read, none of them in a batch of updates, read
+// through its strides. Not a permute that a RoPE, an attention or a product stores or reads in its layout.
+void FusionPlanner::try_read_strided(int32_t id) {
+    const int32_t in = g_.node(id).inputs[0];
+    const auto& readers = consumers_[static_cast<size_t>(id)];
+    if (is_root_[static_cast<size_t>(id)] || readers.empty() || plan_.heads_split_by[static_cast<size_t>(id)] >= 0 ||
+        plan_.heads_merged_into[static_cast<size_t>(in)] == id || plan_.heads_split_stored[static_cast<size_t>(in)] == id) {
+        return;
+    }
+    for (int32_t r : readers) {
+        if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
+    }
+    plan_.read_strided[static_cast<size_t>(id)] = true;
+}
+
+// The one reader of a node that is no root, or -1.
+int32_t FusionPlanner::only_reader(int32_t id) const {
+    const auto& readers = consumers_[static_cast<size_t>(id)];
+    return is_root_[static_cast<size_t>(id)] || readers.size() != 1 ? -1 : readers[0];
+}
+
+// FusionPlan::epilogue_product, epilogue_of's inverse: a pair's second product is not its root's (its first stores
+// the epilogue).
+void FusionPlanner::index_epilogue_products() {
+    std::set<int32_t> seconds;
+    for (int32_t second : plan_.epilogue_pair) seconds.insert(second);
+    for (size_t p = 0; p < plan_.epilogue_of.size(); ++p) {
+        if (const int32_t root = plan_.epilogue_of[p]; root >= 0 && !seconds.count(static_cast<int32_t>(p))) {
+            plan_.epilogue_product[static_cast<size_t>(root)] = static_cast<int32_t>(p);
         }
     }
+}
 
-    // Calls evaluated(n) for every node the kernel rooted at `root` evaluates (root included) and leaf(n) for
-    // every input of its tree that it does not evaluate (a leaf read twice is visited twice).
-    template <class Evaluated, class Leaf>
-    void walk(int32_t root, Evaluated evaluated, Leaf leaf) const {
-        std::vector<int32_t> stack{root};
-        stack.insert(stack.end(), plan_.co_roots[static_cast<size_t>(root)].begin(), plan_.co_roots[static_cast<size_t>(root)].end());
-        while (!stack.empty()) {
-            const int32_t n = stack.back();
-            stack.pop_back();
-            evaluated(n);
-            for (int32_t in : g_.node(n).inputs) {
-                if (plan_.inlined[static_cast<size_t>(in)] || plan_.stored_in[static_cast<size_t>(in)] == root) {
+// A node of a smaller shape that its consumer broadcasts (a per-channel scale, a row's rsqrt, a scalar) is
+// inlined too, and so computed again for every element that reads it: a few ALU ops per element are free in
+// a bandwidth-bound kernel (the H200 does ~60 f32 ops in the time it reads one), while its own kernel costs
+// a dispatch and a barrier (~4 µs on the H200; 106 of them in ResNet-50's eval batch norms).
+bool FusionPlanner::inlinable(int32_t node, int32_t consumer) const {
+    const Node& n = g_.node(node);
+    return is_pointwise(n) && !is_root_[static_cast<size_t>(node)] &&
+           consumers_[static_cast<size_t>(node)].size() == 1 && numel(n.shape) <= numel(g_.node(consumer).shape);
+}
+
+// Inlines operands of `root`'s tree greedily while the kernel's distinct leaves fit.
+void FusionPlanner::grow(int32_t root) {
+    std::set<int32_t> leaves;
+    std::vector<int32_t> stack{root};
+    while (!stack.empty()) {
+        const int32_t n = stack.back();
+        stack.pop_back();
+        for (int32_t in : g_.node(n).inputs) {
+            if (inlinable(in, n)) {
+                // Inlining replaces one leaf with the operand's own inputs.
+                std::set<int32_t> grown = leaves;
+                for (int32_t x : g_.node(in).inputs) grown.insert(x);
+                if (grown.size() + pending_leaves(stack, n) <= max_inputs_) {
+                    plan_.inlined[static_cast<size_t>(in)] = true;
                     stack.push_back(in);
-                } else if (const Node& a = g_.node(in); a.op == Op::Assign && plan_.stored_in[static_cast<size_t>(a.inputs[1])] == root) {
-                    stack.push_back(a.inputs[1]);
-                } else {
-                    leaf(in);
+                    continue;
                 }
             }
+            leaves.insert(in);
         }
     }
-    // The distinct leaves of the kernel rooted at `root`.
-    std::set<int32_t> leaves_of(int32_t root) const {
-        std::set<int32_t> leaves;
-        walk(root, [](int32_t) {}, [&](int32_t n) { leaves.insert(n); });
-        return leaves;
-    }
+}
 
-    // Whether `root` is the value of a named assignment (an optimizer's update: compiler/training.cpp).
-    bool is_named_update(int32_t root) const {
-        const auto& readers = consumers_[static_cast<size_t>(root)];
-        return std::any_of(readers.begin(), readers.end(), [&](int32_t c) {
-            const Node& cn = g_.node(c);
-            return cn.op == Op::Assign && cn.inputs[1] == root && !cn.name.empty();
-        });
-    }
+// An upper bound on the leaves the still-unvisited part of the tree adds.
+size_t FusionPlanner::pending_leaves(const std::vector<int32_t>& stack, int32_t current) const {
+    size_t n = 0;
+    for (int32_t s : stack) n += g_.node(s).inputs.size();
+    return n + g_.node(current).inputs.size();
+}
 
-    void try_store_in_reader(int32_t root) {
-        const Node& r = g_.node(root);
-        // Readers of the value, and of an assignment of it (which reads as the value).
-        std::vector<int32_t> readers;
-        for (int32_t c : consumers_[static_cast<size_t>(root)]) {
-            if (g_.node(c).op != Op::Assign) {
-                readers.push_back(c);
-            } else if (g_.node(c).inputs[1] == root) {
-                readers.insert(readers.end(), consumers_[static_cast<size_t>(c)].begin(), consumers_[static_cast<size_t>(c)].end());
-            }
-        }
-        // The first kernel that reads it element for element computes it; every other reader runs after that kernel.
-        int32_t reader_kernel = -1;
-        for (int32_t c : readers) {
-            if (const Node& cn = g_.node(c); is_pointwise(cn) && cn.shape == r.shape) {
-                const int32_t k = kernel_of(c);
-                if (reader_kernel < 0 || k < reader_kernel) reader_kernel = k;
-            }
-        }
-        if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
-        bool read_elsewhere = false;
-        for (int32_t c : readers) {
-            if (kernel_of(c) < reader_kernel) return;
-            read_elsewhere = read_elsewhere || kernel_of(c) != reader_kernel;
-        }
-        // Read by later kernels too, it goes only into a kernel that runs as often (neither or both hoisted).
-        if (read_elsewhere && varies_[static_cast<size_t>(root)] != varies_[static_cast<size_t>(reader_kernel)]) return;
-        plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
-        uint32_t& outputs = stored_outputs_[static_cast<size_t>(reader_kernel)];
-        if (leaves_of(reader_kernel).size() + outputs + 1 > max_inputs_) {
-            plan_.stored_in[static_cast<size_t>(root)] = -1;
+// The node whose kernel evaluates `n`.
+int32_t FusionPlanner::kernel_of(int32_t n) const {
+    for (;;) {
+        if (plan_.inlined[static_cast<size_t>(n)]) {
+            n = consumers_[static_cast<size_t>(n)].front();
+        } else if (plan_.stored_in[static_cast<size_t>(n)] >= 0) {
+            n = plan_.stored_in[static_cast<size_t>(n)];
+        } else if (plan_.epilogue_of[static_cast<size_t>(n)] >= 0) {
+            n = plan_.epilogue_of[static_cast<size_t>(n)];
         } else {
-            ++outputs;
+            return n;
         }
     }
+}
 
-    // Whether node n depends on leaves alone through views and broadcasts (a loss's seed: a constant reshaped and
-    // expanded), which the lowering can give a value at any point (Lowering::value_now).
-    bool early(int32_t n) const {
-        const Node& x = g_.node(n);
-        if (op_info(x.op).archetype == Archetype::Leaf) return true;
-        return (x.op == Op::Reshape || x.op == Op::Expand) && early(x.inputs[0]);
-    }
+// The distinct leaves of the kernel rooted at `root`.
+std::set<int32_t> FusionPlanner::leaves_of(int32_t root) const {
+    std::set<int32_t> leaves;
+    walk(root, [](int32_t) {}, [&](int32_t n) { leaves.insert(n); });
+    return leaves;
+}
 
-    // See fusion.hpp: a fused root that no kernel reads element for element, computed and stored by the kernel of a
-    // root of its shape that one of its leaves is, or that reads one of its leaves (the earliest such kernel where
-    // everything it reads is computed and every reader runs after it).
-    void try_co_root(int32_t r) {
-        const Node& rn = g_.node(r);
-        if (plan_.stored_in[static_cast<size_t>(r)] >= 0 || !plan_.co_roots[static_cast<size_t>(r)].empty() || is_named_update(r)) {
-            return;
-        }
-        const std::set<int32_t> leaves = leaves_of(r);
-        std::set<int32_t> hosts;
-        for (int32_t leaf : leaves) {  // a value computed here, not a parameter or constant that many kernels read
-            if (op_info(g_.node(leaf).op).archetype == Archetype::Leaf) continue;
-            std::vector<int32_t> around = consumers_[static_cast<size_t>(leaf)];
-            around.push_back(leaf);
-            for (int32_t c : around) {
-                if (c != r && live_[static_cast<size_t>(c)] && is_pointwise(g_.node(c)) && g_.node(c).shape == rn.shape) {
-                    hosts.insert(kernel_of(c));
-                }
-            }
-        }
-        for (int32_t host : hosts) {  // the earliest first
-            const auto before = [&](int32_t n) { return !is_named_update(n) && (kernel_of(n) <= host || early(n)); };
-            const auto after = [&](int32_t n) { return kernel_of(n) > host; };
-            const auto& readers = consumers_[static_cast<size_t>(r)];
-            // Not an update's kernel: a batch of them runs last (try_batch); and one that runs as often (hoisting).
-            if (host == r || g_.node(host).shape != rn.shape || plan_.stored_in[static_cast<size_t>(host)] >= 0 || is_named_update(host) ||
-                varies_[static_cast<size_t>(host)] != varies_[static_cast<size_t>(r)] ||
-                !std::all_of(leaves.begin(), leaves.end(), before) || readers.empty() ||
-                !std::all_of(readers.begin(), readers.end(), [&](int32_t c) { return g_.node(c).op != Op::Assign && after(c); })) {
-                continue;
-            }
-            std::set<int32_t> all = leaves_of(host);
-            all.insert(leaves.begin(), leaves.end());
-            if (all.size() + stored_outputs_[static_cast<size_t>(host)] + stored_outputs_[static_cast<size_t>(r)] + 1 > max_inputs_) continue;
-            plan_.stored_in[static_cast<size_t>(r)] = host;
-            plan_.co_roots[static_cast<size_t>(host)].push_back(r);
-            // and what r's kernel would have stored (a value its tree reads twice): the host's outputs now
-            for (size_t n = 0; n < plan_.stored_in.size(); ++n) {
-                if (plan_.stored_in[n] == r) plan_.stored_in[n] = host, ++stored_outputs_[static_cast<size_t>(host)];
-            }
-            stored_outputs_[static_cast<size_t>(host)] += 1;
-            return;
+// Whether `root` is the value of a named assignment (an optimizer's update: compiler/training.cpp).
+bool FusionPlanner::is_named_update(int32_t root) const {
+    const auto& readers = consumers_[static_cast<size_t>(root)];
+    return std::any_of(readers.begin(), readers.end(), [&](int32_t c) {
+        const Node& cn = g_.node(c);
+        return cn.op == Op::Assign && cn.inputs[1] == root && !cn.name.empty();
+    });
+}
+
+void FusionPlanner::try_store_in_reader(int32_t root) {
+    const Node& r = g_.node(root);
+    // Readers of the value, and of an assignment of it (which reads as the value).
+    std::vector<int32_t> readers;
+    for (int32_t c : consumers_[static_cast<size_t>(root)]) {
+        if (g_.node(c).op != Op::Assign) {
+            readers.push_back(c);
+        } else if (g_.node(c).inputs[1] == root) {
+            readers.insert(readers.end(), consumers_[static_cast<size_t>(c)].begin(), consumers_[static_cast<size_t>(c)].end());
         }
     }
-
-    // The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
-    // dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree,
-    // storing the values the tree stores besides its root too (an optimizer's moments). The product is lowered
-    // at the root's place, after every other leaf. Its bindings (its inputs and its result, or a split product's
-    // partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
-    // storage buffers.
-    //
-    // A norm that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; an output)
-    // stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
-    // for now: a product read twice keeps a kernel for its reader (not measured either way).
-    //
-    // Not a product that a decision (greater, equal, sign) reads: there the stored product is what
-    // MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
-    // no kernel's fault, from a wrong kernel (compiler/check.cpp). A decision on another leaf is no such
-    // case: a ReLU's gradient mask reads the ReLU's stored output, and the product of the upstream gradient
-    // (a convolution's or matmul's input gradient) stores the masked gradient through it.
-    void try_epilogue(int32_t root) {
-        const Node& r = g_.node(root);
-        if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
-        std::set<int32_t> leaves, decided;
-        walk(root, [&](int32_t n) {
-            const Op op = g_.node(n).op;
-            if (op == Op::Greater || op == Op::Equal || op == Op::Sign) {
-                walk(n, [](int32_t) {}, [&](int32_t d) { decided.insert(d); });
-            }
-        }, [&](int32_t n) { leaves.insert(n); });
-        int32_t product = -1;
-        bool keeps = false;
-        for (int32_t leaf : leaves) {
-            const Node& ln = g_.node(leaf);
-            if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product || decided.count(leaf)) continue;
-            // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
-            const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
-            const Op op = g_.node(p).op;
-            if (!read_only_by(leaf, root)) {
-                // Read later too (a backward reads a norm, a SwiGLU's gate): stored as well as the tree.
-                if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
-                continue;
-            }
-            if ((op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || is_norm(op) || is_norm_grad(op)) &&
-                g_.node(p).dtype == r.dtype && p > product) {
-                product = p, keeps = false;
-            }
-        }
-        if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + (keeps ? 1 : 0) +
-                                    g_.node(product).inputs.size() <= max_inputs_ &&
-            (!is_named_update(root) || takes_update_(product))) {
-            plan_.epilogue_of[static_cast<size_t>(product)] = root;
-            plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
-            try_pair(product, root, leaves);
+    // The first kernel that reads it element for element computes it; every other reader runs after that kernel.
+    int32_t reader_kernel = -1;
+    for (int32_t c : readers) {
+        if (const Node& cn = g_.node(c); is_pointwise(cn) && cn.shape == r.shape) {
+            const int32_t k = kernel_of(c);
+            if (reader_kernel < 0 || k < reader_kernel) reader_kernel = k;
         }
     }
+    if (reader_kernel < 0 || g_.node(reader_kernel).shape != r.shape) return;
+    bool read_elsewhere = false;
+    for (int32_t c : readers) {
+        if (kernel_of(c) < reader_kernel) return;
+        read_elsewhere = read_elsewhere || kernel_of(c) != reader_kernel;
+    }
+    // Read by later kernels too, it goes only into a kernel that runs as often (neither or both hoisted).
+    if (read_elsewhere && varies_[static_cast<size_t>(root)] != varies_[static_cast<size_t>(reader_kernel)]) return;
+    plan_.stored_in[static_cast<size_t>(root)] = reader_kernel;
+    uint32_t& outputs = stored_outputs_[static_cast<size_t>(reader_kernel)];
+    if (leaves_of(reader_kernel).size() + outputs + 1 > max_inputs_) {
+        plan_.stored_in[static_cast<size_t>(root)] = -1;
+    } else {
+        ++outputs;
+    }
+}
 
-    // See fusion.hpp: a second product of the same A, read only by the tree, that the product's GEMV computes too (one
-    // more binding: its W), or, where both split K, whose partials the product's split sum sums too.
-    void try_pair(int32_t product, int32_t root, const std::set<int32_t>& leaves) {
-        const Node& p = g_.node(product);
-        const auto one_row = [&](const Node& m) {
-            return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
-        };
-        const bool rows = !one_row(p) && p.op == Op::MatMul;  // a pair for the split sum, if it splits K
-        const bool keeps = plan_.epilogue_keeps[static_cast<size_t>(product)];
-        if (!(one_row(p) || rows) ||
-            leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 1 > max_inputs_) {
-            return;
-        }
-        for (int32_t leaf : leaves) {
-            const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
-            const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
-            // Read later too (a training step's up product, which the backward reads): stored as well as the tree.
-            const bool second_keeps = !read_only_by(leaf, root);
-            if (second_keeps && (!read_here_or_later(leaf, root) ||
-                                 leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 2 > max_inputs_)) {
-                continue;
+// Whether node n depends on leaves alone through views and broadcasts (a loss's seed: a constant reshaped and
+// expanded), which the lowering can give a value at any point (Lowering::value_now).
+bool FusionPlanner::early(int32_t n) const {
+    const Node& x = g_.node(n);
+    if (op_info(x.op).archetype == Archetype::Leaf) return true;
+    return (x.op == Op::Reshape || x.op == Op::Expand) && early(x.inputs[0]);
+}
+
+// See fusion.hpp: a fused root that no kernel reads element for element, computed and stored by the kernel of a
+// root of its shape that one of its leaves is, or that reads one of its leaves (the earliest such kernel where
+// everything it reads is computed and every reader runs after it).
+void FusionPlanner::try_co_root(int32_t r) {
+    const Node& rn = g_.node(r);
+    if (plan_.stored_in[static_cast<size_t>(r)] >= 0 || !plan_.co_roots[static_cast<size_t>(r)].empty() || is_named_update(r)) {
+        return;
+    }
+    const std::set<int32_t> leaves = leaves_of(r);
+    std::set<int32_t> hosts;
+    for (int32_t leaf : leaves) {  // a value computed here, not a parameter or constant that many kernels read
+        if (op_info(g_.node(leaf).op).archetype == Archetype::Leaf) continue;
+        std::vector<int32_t> around = consumers_[static_cast<size_t>(leaf)];
+        around.push_back(leaf);
+        for (int32_t c : around) {
+            if (c != r && live_[static_cast<size_t>(c)] && is_pointwise(g_.node(c)) && g_.node(c).shape == rn.shape) {
+                hosts.insert(kernel_of(c));
             }
-            const Node& q = g_.node(second);
-            // A pair of several rows: the same split, since the products are alike (A's and B's shapes; a GEMV's the same
-            // A). Of two A's, a sum of products (MatmulSpec::a2): one more binding.
-            if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q))) continue;
-            const bool two_a = q.inputs[0] != p.inputs[0];
-            if ((two_a && !rows) || q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape ||
-                g_.node(q.inputs[0]).shape != g_.node(p.inputs[0]).shape || g_.node(q.inputs[0]).dtype != g_.node(p.inputs[0]).dtype ||
-                leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + second_keeps + two_a + p.inputs.size() + 1 > max_inputs_) {
-                continue;
-            }
-            // Asked last: the split's choice builds the product's kernels.
-            if (rows && !split_of_(product).splits_k) return;
-            plan_.epilogue_of[static_cast<size_t>(second)] = root;
-            plan_.epilogue_keeps[static_cast<size_t>(second)] = second_keeps;
-            plan_.epilogue_pair[static_cast<size_t>(product)] = second;
-            return;
         }
     }
-
-    // Whether every reader of node n runs in `root`'s kernel or in a later one, so that it may compute n.
-    bool read_here_or_later(int32_t n, int32_t root) const {
-        const auto& c = consumers_[static_cast<size_t>(n)];
-        return std::all_of(c.begin(), c.end(), [&](int32_t r) { return kernel_of(r) >= root; });
+    for (int32_t host : hosts) {  // the earliest first
+        const auto before = [&](int32_t n) { return !is_named_update(n) && (kernel_of(n) <= host || early(n)); };
+        const auto after = [&](int32_t n) { return kernel_of(n) > host; };
+        const auto& readers = consumers_[static_cast<size_t>(r)];
+        // Not an update's kernel: a batch of them runs last (try_batch); and one that runs as often (hoisting).
+        if (host == r || g_.node(host).shape != rn.shape || plan_.stored_in[static_cast<size_t>(host)] >= 0 || is_named_update(host) ||
+            varies_[static_cast<size_t>(host)] != varies_[static_cast<size_t>(r)] ||
+            !std::all_of(leaves.begin(), leaves.end(), before) || readers.empty() ||
+            !std::all_of(readers.begin(), readers.end(), [&](int32_t c) { return g_.node(c).op != Op::Assign && after(c); })) {
+            continue;
+        }
+        std::set<int32_t> all = leaves_of(host);
+        all.insert(leaves.begin(), leaves.end());
+        if (all.size() + stored_outputs_[static_cast<size_t>(host)] + stored_outputs_[static_cast<size_t>(r)] + 1 > max_inputs_) continue;
+        plan_.stored_in[static_cast<size_t>(r)] = host;
+        plan_.co_roots[static_cast<size_t>(host)].push_back(r);
+        // and what r's kernel would have stored (a value its tree reads twice): the host's outputs now
+        for (size_t n = 0; n < plan_.stored_in.size(); ++n) {
+            if (plan_.stored_in[n] == r) plan_.stored_in[n] = host, ++stored_outputs_[static_cast<size_t>(host)];
+        }
+        stored_outputs_[static_cast<size_t>(host)] += 1;
+        return;
     }
+}
 
-    // Whether `reader`'s kernel (or `reader` itself, a view) is all that reads node n, which no one else sees.
-    bool read_only_by(int32_t n, int32_t reader) const {
-        const auto& c = consumers_[static_cast<size_t>(n)];
-        return !is_root_[static_cast<size_t>(n)] && !c.empty() &&
-               std::all_of(c.begin(), c.end(), [&](int32_t r) { return r == reader || kernel_of(r) == reader; });
-    }
-
-    void try_in_place(int32_t assign) {
-        const Node& a = g_.node(assign);
-        const int32_t target = a.inputs[0], value = a.inputs[1];
-        const Node& v = g_.node(value);
-        if (!is_pointwise(v) || plan_.inlined[static_cast<size_t>(value)] || v.shape != g_.node(target).shape ||
-            v.dtype != g_.node(target).dtype || plan_.in_place_of[static_cast<size_t>(value)] >= 0) {
-            return;
+// The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
+// dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree,
+// storing the values the tree stores besides its root too (an optimizer's moments). The product is lowered
+// at the root's place, after every other leaf. Its bindings (its inputs and its result, or a split product's
+// partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
+// storage buffers.
+//
+// A norm that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; an output)
+// stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
+// for now: a product read twice keeps a kernel for its reader (not measured either way).
+//
+// Not a product that a decision (greater, equal, sign) reads: there the stored product is what
+// MEGANEURA_CHECK needs to tell float32's rounding carrying an argument across the threshold, which is
+// no kernel's fault, from a wrong kernel (compiler/check.cpp). A decision on another leaf is no such
+// case: a ReLU's gradient mask reads the ReLU's stored output, and the product of the upstream gradient
+// (a convolution's or matmul's input gradient) stores the masked gradient through it.
+void FusionPlanner::try_epilogue(int32_t root) {
+    const Node& r = g_.node(root);
+    if (plan_.stored_in[static_cast<size_t>(root)] >= 0) return;
+    std::set<int32_t> leaves, decided;
+    walk(root, [&](int32_t n) {
+        const Op op = g_.node(n).op;
+        if (op == Op::Greater || op == Op::Equal || op == Op::Sign) {
+            walk(n, [](int32_t) {}, [&](int32_t d) { decided.insert(d); });
         }
-        // The target's readers, through its views (a view is read where its own readers run).
-        std::vector<int32_t> readers, views{target};
-        while (!views.empty()) {
-            const int32_t at = views.back();
-            views.pop_back();
-            for (int32_t r : consumers_[static_cast<size_t>(at)]) (g_.node(r).op == Op::Reshape ? views : readers).push_back(r);
+    }, [&](int32_t n) { leaves.insert(n); });
+    int32_t product = -1;
+    bool keeps = false;
+    for (int32_t leaf : leaves) {
+        const Node& ln = g_.node(leaf);
+        if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product || decided.count(leaf)) continue;
+        // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
+        const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+        const Op op = g_.node(p).op;
+        if (!read_only_by(leaf, root)) {
+            // Read later too (a backward reads a norm, a SwiGLU's gate): stored as well as the tree.
+            if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
+            continue;
         }
-        for (int32_t reader : readers) {
-            if (reader == assign) continue;
-            const int32_t k = kernel_of(reader), writer = kernel_of(value);
-            if (k == writer) {
-                // Read inside this kernel: only element-for-element (a leaf of the target's shape), never by the
-                // product the kernel stores through (its operands are read across workgroups).
-                if (g_.node(reader).shape != v.shape || plan_.epilogue_of[static_cast<size_t>(reader)] >= 0) return;
-            } else if (k > writer) {
-                return;  // a later kernel still needs the old contents
-            }
-        }
-        plan_.in_place_of[static_cast<size_t>(value)] = target;
-        plan_.assign_elided[static_cast<size_t>(assign)] = true;
-    }
-
-    // The node after whose place in graph order the kernel that reads node n is emitted: its kernel's, or for a
-    // split of the heads that a RoPE reads in place, the RoPE's; an assignment's copy and a batched update run
-    // after every other kernel (lower.cpp).
-    int32_t emitted_at(int32_t n) const {
-        const int32_t k = kernel_of(n);
-        if (const int32_t rope = plan_.heads_split_by[static_cast<size_t>(k)]; rope >= 0) return kernel_of(rope);
-        const bool last = (g_.node(k).op == Op::Assign && !plan_.assign_elided[static_cast<size_t>(k)]) ||
-                          plan_.batched_update[static_cast<size_t>(k)] >= 0;
-        return last ? static_cast<int32_t>(g_.nodes().size()) : k;
-    }
-
-    // Whether every reader of the old contents of the target of `assign` (an assignment of a SliceScatter of it),
-    // through its views, is emitted before node `writer`'s place: the assignment and the SliceScatter aside.
-    bool old_contents_read_before(int32_t assign, int32_t writer) const {
-        const int32_t target = g_.node(assign).inputs[0], value = g_.node(assign).inputs[1];
-        std::vector<int32_t> views{target};
-        while (!views.empty()) {
-            const int32_t at = views.back();
-            views.pop_back();
-            for (int32_t r : consumers_[static_cast<size_t>(at)]) {
-                if (r == assign || r == value) continue;
-                if (g_.node(r).op == Op::Reshape) {
-                    views.push_back(r);
-                } else if (emitted_at(r) >= writer) {
-                    return false;  // it would read the new rows
-                }
-            }
-        }
-        return true;
-    }
-
-    // See fusion.hpp: a one-row product's column slices that its GEMV rotates or writes into a cache itself. Each
-    // slice is one part: a plain one, or through its reshapes to [1, heads, 1, head_dim] read by a RoPE alone (which
-    // may store into a cache, rope_into_cache) or by a cache's write in place alone. All of one head dim, their
-    // positions, frequencies and start lowered before the product, which is where the cache rows are now written.
-    void try_rows_in_gemv(int32_t product) {
-        const std::vector<int32_t>& slices = plan_.column_slices[static_cast<size_t>(product)];
-        if (g_.node(product).shape[0] != 1 || g_.node(product).dtype != DType::F32) return;
-        const auto before_product = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
-        struct Part {
-            int32_t rope = -1, scatter = -1;
-            std::vector<int32_t> chain;  // the reshapes
-        };
-        std::vector<Part> parts;
-        int64_t head_dim = 0;
-        int32_t positions = -1, inv_freq = -1, start = -1;
-        const auto same = [](int32_t& seen, int32_t n) {  // the first of its kind, or the same node as that
-            if (seen < 0) seen = n;
-            return seen == n;
-        };
-        for (int32_t slice : slices) {
-            Part part;
-            int32_t at = slice;
-            for (int32_t r = only_reader(at); r >= 0 && g_.node(r).op == Op::Reshape; r = only_reader(at)) part.chain.push_back(at = r);
-            const Shape& view = g_.node(at).shape;
-            const int32_t next = only_reader(at);
-            if (!part.chain.empty() && view.size() == 4 && view[0] == 1 && view[2] == 1 && next >= 0) {
-                const Node& n = g_.node(next);
-                if (n.op == Op::Rope && n.inputs[0] == at && plan_.heads_merged_into[static_cast<size_t>(next)] < 0) {
-                    part.rope = next;
-                    part.scatter = plan_.rope_into_cache[static_cast<size_t>(next)];
-                } else if (n.op == Op::SliceScatter && n.inputs[1] == at && plan_.in_place_of[static_cast<size_t>(next)] >= 0) {
-                    part.scatter = next;
-                }
-            }
-            if (part.rope >= 0 || part.scatter >= 0) {
-                if (head_dim && view[3] != head_dim) return;
-                head_dim = view[3];
-            }
-            if (part.rope >= 0) {
-                const Node& rope = g_.node(part.rope);
-                if (numel(g_.node(rope.inputs[1]).shape) != 1 || !same(positions, rope.inputs[1]) || !same(inv_freq, rope.inputs[2])) return;
-            }
-            if (part.scatter >= 0) {
-                const Node& scatter = g_.node(part.scatter);
-                if (scatter.ints[0] != 2 || !same(start, scatter.inputs[2]) ||
-                    !old_contents_read_before(consumers_[static_cast<size_t>(part.scatter)][0], product)) {
-                    return;
-                }
-            }
-            parts.push_back(std::move(part));
-        }
-        if (head_dim == 0 || head_dim % 2 != 0) return;
-        for (int32_t n : {positions, inv_freq, start}) {
-            if (n >= 0 && !before_product(n)) return;
-        }
-        for (int32_t slice : slices) {
-            if (g_.node(slice).shape[1] % head_dim != 0) return;  // every part whole heads: the GEMV's column pairs
-        }
-        for (size_t i = 0; i < slices.size(); ++i) {
-            const Part& part = parts[i];
-            if (part.rope < 0 && part.scatter < 0) continue;
-            plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = part.rope;
-            plan_.cache_in_gemv[static_cast<size_t>(slices[i])] = part.scatter;
-            for (int32_t n : part.chain) plan_.in_gemv[static_cast<size_t>(n)] = product;
-            for (int32_t n : {part.rope, part.scatter}) {
-                if (n >= 0) plan_.in_gemv[static_cast<size_t>(n)] = product;
-            }
-            if (part.rope >= 0) plan_.rope_into_cache[static_cast<size_t>(part.rope)] = -1;
+        if ((op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || is_norm(op) || is_norm_grad(op)) &&
+            g_.node(p).dtype == r.dtype && p > product) {
+            product = p, keeps = false;
         }
     }
+    if (product >= 0 && leaves.size() + stored_outputs_[static_cast<size_t>(root)] + (keeps ? 1 : 0) +
+                                g_.node(product).inputs.size() <= max_inputs_ &&
+        (!is_named_update(root) || takes_update_(product))) {
+        plan_.epilogue_of[static_cast<size_t>(product)] = root;
+        plan_.epilogue_keeps[static_cast<size_t>(product)] = keeps;
+        try_pair(product, root, leaves);
+    }
+}
 
-    // See fusion.hpp: a product of several rows whose heads RoPEs rotate (a prefill's q and k: its column slices', or its
-    // own value's), each through reshapes to [batch, seq, heads, head_dim] and the split of the heads that its RoPE
-    // alone reads (heads_split_by), stores them rotated where its last piece of a tile sums the pieces: a tile holds
-    // whole heads.
-    void try_rows_rotated_in_sum(int32_t product) {
-        const std::vector<int32_t>& column_slices = plan_.column_slices[static_cast<size_t>(product)];
-        const std::vector<int32_t> slices = column_slices.empty() ? std::vector<int32_t>{product} : column_slices;
-        const Node& p = g_.node(product);
-        if (p.shape.size() != 2 || p.shape[0] == 1 || p.dtype != DType::F32 || plan_.epilogue_of[static_cast<size_t>(product)] >= 0 ||
-            (column_slices.empty() && plan_.heads_split_stored[static_cast<size_t>(product)] >= 0)) {
-            return;
+// See fusion.hpp: a second product of the same A, read only by the tree, that the product's GEMV computes too (one
+// more binding: its W), or, where both split K, whose partials the product's split sum sums too.
+void FusionPlanner::try_pair(int32_t product, int32_t root, const std::set<int32_t>& leaves) {
+    const Node& p = g_.node(product);
+    const auto one_row = [&](const Node& m) {
+        return m.op == Op::MatMul && m.shape.size() == 2 && m.shape[0] == 1 && m.ints[0] == 0 && m.dtype == DType::F32;
+    };
+    const bool rows = !one_row(p) && p.op == Op::MatMul;  // a pair for the split sum, if it splits K
+    const bool keeps = plan_.epilogue_keeps[static_cast<size_t>(product)];
+    if (!(one_row(p) || rows) ||
+        leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 1 > max_inputs_) {
+        return;
+    }
+    for (int32_t leaf : leaves) {
+        const Node& ln = g_.node(leaf);  // the product, or a reshape of it that only the tree reads
+        const int32_t second = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
+        // Read later too (a training step's up product, which the backward reads): stored as well as the tree.
+        const bool second_keeps = !read_only_by(leaf, root);
+        if (second_keeps && (!read_here_or_later(leaf, root) ||
+                             leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + p.inputs.size() + 2 > max_inputs_)) {
+            continue;
         }
-        const auto before_product = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
-        struct Part {
-            int32_t rope = -1;
-            std::vector<int32_t> chain;  // the reshapes and the split of the heads
-        };
-        std::vector<Part> parts(slices.size());
-        int64_t head_dim = 0, seq = 0;
-        int32_t positions = -1, inv_freq = -1;
-        for (size_t i = 0; i < slices.size(); ++i) {
-            int32_t at = slices[i];
-            std::vector<int32_t> chain;
-            for (int32_t r = only_reader(at); r >= 0 && g_.node(r).op == Op::Reshape; r = only_reader(at)) chain.push_back(at = r);
-            const int32_t next = only_reader(at);
-            if (chain.empty() || next < 0 || g_.node(at).shape.size() != 4) continue;
-            // The split of the heads that the RoPE reads, [batch, seq, heads, head_dim]; or of one head, a view
-            // [batch, 1, seq, head_dim] the RoPE reads itself (the optimizer drops a permute of a dim of 1).
-            const Shape& view = g_.node(at).shape;
-            const bool one_head = g_.node(next).op == Op::Rope && g_.node(next).inputs[0] == at && view[1] == 1;
-            const int32_t rope = one_head ? next : plan_.heads_split_by[static_cast<size_t>(next)];
-            if (rope < 0 || plan_.rope_into_cache[static_cast<size_t>(rope)] >= 0 ||
-                plan_.heads_merged_into[static_cast<size_t>(rope)] >= 0) {
-                continue;
+        const Node& q = g_.node(second);
+        // A pair of several rows: the same split, since the products are alike (A's and B's shapes; a GEMV's the same
+        // A). Of two A's, a sum of products (MatmulSpec::a2): one more binding.
+        if (second == product || !(rows ? q.op == Op::MatMul && q.dtype == p.dtype : one_row(q))) continue;
+        const bool two_a = q.inputs[0] != p.inputs[0];
+        if ((two_a && !rows) || q.ints != p.ints || q.shape != p.shape || g_.node(q.inputs[1]).shape != g_.node(p.inputs[1]).shape ||
+            g_.node(q.inputs[0]).shape != g_.node(p.inputs[0]).shape || g_.node(q.inputs[0]).dtype != g_.node(p.inputs[0]).dtype ||
+            leaves.size() + stored_outputs_[static_cast<size_t>(root)] + keeps + second_keeps + two_a + p.inputs.size() + 1 > max_inputs_) {
+            continue;
+        }
+        // Asked last: the split's choice builds the product's kernels.
+        if (rows && !split_of_(product).splits_k) return;
+        plan_.epilogue_of[static_cast<size_t>(second)] = root;
+        plan_.epilogue_keeps[static_cast<size_t>(second)] = second_keeps;
+        plan_.epilogue_pair[static_cast<size_t>(product)] = second;
+        return;
+    }
+}
+
+// Whether every reader of node n runs in `root`'s kernel or in a later one, so that it may compute n.
+bool FusionPlanner::read_here_or_later(int32_t n, int32_t root) const {
+    const auto& c = consumers_[static_cast<size_t>(n)];
+    return std::all_of(c.begin(), c.end(), [&](int32_t r) { return kernel_of(r) >= root; });
+}
+
+// Whether `reader`'s kernel (or `reader` itself, a view) is all that reads node n, which no one else sees.
+bool FusionPlanner::read_only_by(int32_t n, int32_t reader) const {
+    const auto& c = consumers_[static_cast<size_t>(n)];
+    return !is_root_[static_cast<size_t>(n)] && !c.empty() &&
+           std::all_of(c.begin(), c.end(), [&](int32_t r) { return r == reader || kernel_of(r) == reader; });
+}
+
+void FusionPlanner::try_in_place(int32_t assign) {
+    const Node& a = g_.node(assign);
+    const int32_t target = a.inputs[0], value = a.inputs[1];
+    const Node& v = g_.node(value);
+    if (!is_pointwise(v) || plan_.inlined[static_cast<size_t>(value)] || v.shape != g_.node(target).shape ||
+        v.dtype != g_.node(target).dtype || plan_.in_place_of[static_cast<size_t>(value)] >= 0) {
+        return;
+    }
+    // The target's readers, through its views (a view is read where its own readers run).
+    std::vector<int32_t> readers, views{target};
+    while (!views.empty()) {
+        const int32_t at = views.back();
+        views.pop_back();
+        for (int32_t r : consumers_[static_cast<size_t>(at)]) (g_.node(r).op == Op::Reshape ? views : readers).push_back(r);
+    }
+    for (int32_t reader : readers) {
+        if (reader == assign) continue;
+        const int32_t k = kernel_of(reader), writer = kernel_of(value);
+        if (k == writer) {
+            // Read inside this kernel: only element-for-element (a leaf of the target's shape), never by the
+            // product the kernel stores through (its operands are read across workgroups).
+            if (g_.node(reader).shape != v.shape || plan_.epilogue_of[static_cast<size_t>(reader)] >= 0) return;
+        } else if (k > writer) {
+            return;  // a later kernel still needs the old contents
+        }
+    }
+    plan_.in_place_of[static_cast<size_t>(value)] = target;
+    plan_.assign_elided[static_cast<size_t>(assign)] = true;
+}
+
+// The node after whose place in graph order the kernel that reads node n is emitted: its kernel's, or for a
+// split of the heads that a RoPE reads in place, the RoPE's; an assignment's copy and a batched update run
+// after every other kernel (lower.cpp).
+int32_t FusionPlanner::emitted_at(int32_t n) const {
+    const int32_t k = kernel_of(n);
+    if (const int32_t rope = plan_.heads_split_by[static_cast<size_t>(k)]; rope >= 0) return kernel_of(rope);
+    const bool last = (g_.node(k).op == Op::Assign && !plan_.assign_elided[static_cast<size_t>(k)]) ||
+                      plan_.batched_update[static_cast<size_t>(k)] >= 0;
+    return last ? static_cast<int32_t>(g_.nodes().size()) : k;
+}
+
+// Whether every reader of the old contents of the target of `assign` (an assignment of a SliceScatter of it),
+// through its views, is emitted before node `writer`'s place: the assignment and the SliceScatter aside.
+bool FusionPlanner::old_contents_read_before(int32_t assign, int32_t writer) const {
+    const int32_t target = g_.node(assign).inputs[0], value = g_.node(assign).inputs[1];
+    std::vector<int32_t> views{target};
+    while (!views.empty()) {
+        const int32_t at = views.back();
+        views.pop_back();
+        for (int32_t r : consumers_[static_cast<size_t>(at)]) {
+            if (r == assign || r == value) continue;
+            if (g_.node(r).op == Op::Reshape) {
+                views.push_back(r);
+            } else if (emitted_at(r) >= writer) {
+                return false;  // it would read the new rows
             }
-            const Node& r = g_.node(rope);
-            const int64_t rows = one_head ? view[2] : view[1];  // positions
-            if ((head_dim && view[3] != head_dim) || (seq && rows != seq) || numel(g_.node(r.inputs[1]).shape) != rows) return;
-            if ((positions >= 0 && positions != r.inputs[1]) || (inv_freq >= 0 && inv_freq != r.inputs[2])) return;
-            head_dim = view[3], seq = rows, positions = r.inputs[1], inv_freq = r.inputs[2];
-            if (!one_head) chain.push_back(next);
-            parts[i] = {rope, std::move(chain)};
-        }
-        if (head_dim == 0 || head_dim % 2 != 0 || !before_product(positions) || !before_product(inv_freq)) return;
-        for (int32_t slice : slices) {
-            if (g_.node(slice).shape.back() % head_dim != 0) return;  // every part whole heads: the sum's column pairs
-        }
-        if (const uint32_t tile = split_of_(product).summed_tile_columns; tile == 0 || tile % head_dim != 0) return;
-        for (size_t i = 0; i < slices.size(); ++i) {
-            if (parts[i].rope < 0) continue;
-            plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = parts[i].rope;
-            for (int32_t n : parts[i].chain) plan_.in_gemv[static_cast<size_t>(n)] = product;
-            plan_.in_gemv[static_cast<size_t>(parts[i].rope)] = product;
         }
     }
+    return true;
+}
 
-    // See fusion.hpp: assign(x, slice_scatter(x, src, axis, start)) writes src's rows into x in place, when the
-    // assignment alone reads the slice_scatter and every other reader of x's old contents runs in an earlier kernel.
-    void try_write_rows_in_place(int32_t assign) {
-        const Node& a = g_.node(assign);
-        const int32_t target = a.inputs[0], value = a.inputs[1];
-        const Node& v = g_.node(value);
-        if (v.op != Op::SliceScatter || v.inputs[0] != target || is_root_[static_cast<size_t>(value)] ||
-            consumers_[static_cast<size_t>(value)] != std::vector<int32_t>{assign}) {
-            return;
-        }
-        const auto old_read_before = [&](int32_t writer) { return old_contents_read_before(assign, writer); };
-        if (!old_read_before(value)) return;
-        plan_.in_place_of[static_cast<size_t>(value)] = target;
-        plan_.assign_elided[static_cast<size_t>(assign)] = true;
-        // Rotated keys that nothing else reads: the RoPE stores them into the cache itself, at its own place.
-        const int32_t src = v.inputs[1];
-        const Node& rope = g_.node(src);
-        if (rope.op == Op::Rope && !is_root_[static_cast<size_t>(src)] && consumers_[static_cast<size_t>(src)] == std::vector<int32_t>{value} &&
-            v.ints[0] == static_cast<int64_t>(v.shape.size()) - 2 && plan_.heads_merged_into[static_cast<size_t>(src)] < 0 &&
-            v.inputs[2] < src && old_read_before(src)) {  // the start is lowered before the RoPE
-            plan_.rope_into_cache[static_cast<size_t>(src)] = value;
-        }
+// See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product
+// stores it), reading element for element or scalars, nothing outside it reading what it computes.
+void FusionPlanner::try_batch(int32_t assign) {
+    const Node& a = g_.node(assign);
+    const int32_t root = a.inputs[1];
+    const Node& r = g_.node(root);
+    if (a.name.empty() || g_.node(a.inputs[0]).op != Op::Parameter || !is_pointwise(r) ||
+        plan_.inlined[static_cast<size_t>(root)] || plan_.stored_in[static_cast<size_t>(root)] >= 0 ||
+        plan_.epilogue_product[static_cast<size_t>(root)] >= 0) {
+        return;
     }
-
-    // See fusion.hpp: a named update of a parameter whose kernel is its value's own pointwise one (no product
-    // stores it), reading element for element or scalars, nothing outside it reading what it computes.
-    void try_batch(int32_t assign) {
-        const Node& a = g_.node(assign);
-        const int32_t root = a.inputs[1];
-        const Node& r = g_.node(root);
-        if (a.name.empty() || g_.node(a.inputs[0]).op != Op::Parameter || !is_pointwise(r) ||
-            plan_.inlined[static_cast<size_t>(root)] || plan_.stored_in[static_cast<size_t>(root)] >= 0 ||
-            plan_.epilogue_product[static_cast<size_t>(root)] >= 0) {
-            return;
-        }
-        const auto inside = [&](int32_t reader) { return kernel_of(reader) == root; };
-        // A value the kernel computes is read by it alone, or by an assignment that only it reads.
-        const auto read_inside = [&](int32_t n) {
-            return std::all_of(consumers_[static_cast<size_t>(n)].begin(), consumers_[static_cast<size_t>(n)].end(), [&](int32_t c) {
-                if (g_.node(c).op != Op::Assign) return inside(c);
-                const auto& readers = consumers_[static_cast<size_t>(c)];
-                return std::all_of(readers.begin(), readers.end(), inside);
-            });
-        };
-        bool batchable = true;
-        walk(root, [&](int32_t n) { batchable = batchable && read_inside(n); }, [&](int32_t n) {
-            const Node& leaf = g_.node(n);
-            batchable = batchable && (leaf.shape == r.shape || numel(leaf.shape) == 1);
+    const auto inside = [&](int32_t reader) { return kernel_of(reader) == root; };
+    // A value the kernel computes is read by it alone, or by an assignment that only it reads.
+    const auto read_inside = [&](int32_t n) {
+        return std::all_of(consumers_[static_cast<size_t>(n)].begin(), consumers_[static_cast<size_t>(n)].end(), [&](int32_t c) {
+            if (g_.node(c).op != Op::Assign) return inside(c);
+            const auto& readers = consumers_[static_cast<size_t>(c)];
+            return std::all_of(readers.begin(), readers.end(), inside);
         });
-        if (batchable) plan_.batched_update[static_cast<size_t>(root)] = assign;
-    }
+    };
+    bool batchable = true;
+    walk(root, [&](int32_t n) { batchable = batchable && read_inside(n); }, [&](int32_t n) {
+        const Node& leaf = g_.node(n);
+        batchable = batchable && (leaf.shape == r.shape || numel(leaf.shape) == 1);
+    });
+    if (batchable) plan_.batched_update[static_cast<size_t>(root)] = assign;
+}
 
-    const Graph& g_;
-    const std::vector<bool>& live_;
-    const uint32_t max_inputs_;
-    const std::function<bool(int32_t)>& takes_update_;
-    const std::function<ProductSplit(int32_t)>& split_of_;
-    std::vector<std::vector<int32_t>> consumers_;
-    std::vector<bool> is_root_;
-    std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
-    std::vector<bool> varies_;  // by node: depends on the run's inputs or state (else hoistable: schedule/hoist.cpp)
-    FusionPlan plan_;
-};
-
-}  // namespace
+}  // namespace detail
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,
                        const std::function<ProductSplit(int32_t product)>& split_of) {
-    return Planner(g, live, roots, max_inputs, takes_update, split_of).run();
+    return detail::FusionPlanner(g, live, roots, max_inputs, takes_update, split_of).run();
 }
 
 }  // namespace mn::sched
