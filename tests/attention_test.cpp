@@ -248,8 +248,8 @@ TEST(AttentionSplitBackward, ChunksAddedInTheKernelMatchTheSumBitForBit) {
                 expect_matches_reference(g, feeds, 1e-4);
             }
             EXPECT_LT(dispatches["product"], dispatches["dispatch"]);
-            EXPECT_EQ(ropes["product"], rotary ? 1 : 0);
             EXPECT_EQ(ropes["dispatch"], rotary ? 2 : 0);
+            if (rotary) EXPECT_LT(ropes["product"], 2);  // one rotated at least (which: the device's splits)
             for (size_t i = 0; i < runs["product"].size(); ++i) {
                 const std::vector<float>& a = runs["product"][i];
                 const std::vector<float>& b = runs["dispatch"][i];
@@ -762,9 +762,13 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         const Graph& g = with_backward_outputs(l);
         std::map<std::string, std::string> choices;  // by label
         int sums = 0;  // kernels that add a split sweep's chunks themselves (binding cnt: AttentionGradKernels::tile_counters)
+        int sum_kernels = 0;  // the dispatches that add them (by default: MEGANEURA_SPLIT_SUM)
         for (const codegen::KernelSource& k : compiler::program_kernels(g, h200, fast())) {
             if (k.label.rfind("attention_grad", 0) != 0) continue;
-            EXPECT_FALSE(k.label.ends_with("_sum")) << k.label;
+            if (k.label.ends_with("_sum")) {
+                ++sum_kernels;
+                continue;
+            }
             sums += std::any_of(k.iface.bindings.begin(), k.iface.bindings.end(), [](const codegen::Binding& b) { return b.name == "cnt"; });
             EXPECT_TRUE(choices.emplace(k.label, k.choice).second) << k.label;
             if (k.label.find("_coop") == std::string::npos) continue;
@@ -778,7 +782,8 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         const bool coop_q = e.dq.rfind("cooperative", 0) == 0, coop_kv = e.dkv.rfind("cooperative", 0) == 0;
         EXPECT_EQ(choices[coop_q ? "attention_grad_q_coop" : "attention_grad_q"], e.dq);
         EXPECT_EQ(choices[coop_kv ? "attention_grad_kv_coop" : "attention_grad_kv"], e.dkv);
-        EXPECT_EQ(sums, int(e.dq.find(" chunks of ") != std::string::npos) + int(e.dkv.find(" chunks of ") != std::string::npos));
+        EXPECT_EQ(sums, 0);
+        EXPECT_EQ(sum_kernels, int(e.dq.find(" chunks of ") != std::string::npos) + int(e.dkv.find(" chunks of ") != std::string::npos));
         // Strict, and fast with MEGANEURA_FAST_GRADIENTS=f32, keep the f32 kernels.
         for (const bool strict : {true, false}) {
             const ScopedEnv f32_gradients("MEGANEURA_FAST_GRADIENTS", strict ? "" : "f32");

@@ -849,7 +849,7 @@ TEST_F(FusionTest, SwigluOfSeveralRowsIsOneSplitSumOfBothProducts) {
                 // Both weights read as their f16 copies (Tuning::f16_weights, as on a cooperative device): W2's copy is
                 // the second product's B (an exact test would need the reference's weights rounded: f16's rounding here).
                 const ScopedEnv f16_weights("MEGANEURA_F16_WEIGHTS", "1");
-                EXPECT_EQ(sums({.precision = Precision::Fast}), paired);
+                if (!coop_device()) EXPECT_EQ(sums({.precision = Precision::Fast}), paired);  // else cooperative products
                 int casts = 0;
                 for (const codegen::KernelSource& k : compiler::program_kernels(g, device().context()->caps(), {.precision = Precision::Fast})) {
                     casts += k.label == "cast";

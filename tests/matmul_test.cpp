@@ -322,26 +322,18 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     const codegen::MatmulSpec mid{.dtype = DType::F32, .m = 256, .n = 512, .k = 512};  // 2^26 multiply-adds
     choice = codegen::matmul_kernels(mid, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative 64x64x32/2 (by size;", 0), 0u) << choice;
-    // An f16 product whose few tiles leave the device empty splits K too: f32 pieces (binding c), summed into f16 (y)
-    // by the last piece of each tile, or by a dispatch of their own.
+    // An f16 product whose few tiles leave the device empty splits K too: f32 pieces (binding c), summed into f16 by a
+    // dispatch of their own, even where the tuning asks the last piece of each tile to (pieces_summed_in_product): a
+    // cooperative kernel's last pieces summed wrong on the H200 (session 29).
     const codegen::MatmulSpec f16_long{.dtype = DType::F16, .m = 128, .n = 576, .k = 49152};
+    ASSERT_TRUE(t.pieces_summed_in_product);
     const auto split = codegen::matmul_kernels(f16_long, t);
     EXPECT_NE(split.product.choice.find("K split in pieces of"), std::string::npos) << split.product.choice;
-    EXPECT_NE(split.product.choice.find("summed by the last piece of each tile"), std::string::npos) << split.product.choice;
-    EXPECT_FALSE(split.sum.has_value());
-    EXPECT_EQ(split.tile_counters, int64_t(split.product.groups[0]) * split.product.groups[1]);  // one a tile
-    const auto& bindings = split.product.iface.bindings;
-    ASSERT_EQ(bindings.size(), 5u);
-    EXPECT_EQ(bindings[2].dtype, DType::F32);
-    EXPECT_TRUE(bindings[2].coherent);
-    EXPECT_EQ(bindings[3].dtype, DType::I32);
-    EXPECT_EQ(bindings[4].dtype, DType::F16);
-    t.pieces_summed_in_product = false;
-    const auto apart = codegen::matmul_kernels(f16_long, t);
-    ASSERT_TRUE(apart.sum.has_value());
-    EXPECT_EQ(apart.tile_counters, 0);
-    EXPECT_EQ(apart.product.iface.bindings.back().dtype, DType::F32);
-    EXPECT_EQ(apart.sum->iface.bindings.back().dtype, DType::F16);
+    EXPECT_EQ(split.product.choice.find("summed by the last piece"), std::string::npos) << split.product.choice;
+    ASSERT_TRUE(split.sum.has_value());
+    EXPECT_EQ(split.tile_counters, 0);
+    EXPECT_EQ(split.product.iface.bindings.back().dtype, DType::F32);
+    EXPECT_EQ(split.sum->iface.bindings.back().dtype, DType::F16);
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
 }

@@ -381,6 +381,7 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
         out.combine = attention_combine_kernel(s, split.splits, launch);
     };
     AttentionTiles coop = tiles;
+    coop.last_chunk_merges = false;  // a dispatch merges the cooperative kernel's chunks (coop_grad_kernels)
     const std::string coop_declined = fit_coop(CoopKind::Forward, s, coop);
     if (coop_declined.empty()) {
         const KeySplit split = choose_key_split(s.kv_len, "keys", coop, heads * blocks_of(rows, coop.rows), kLongSweep, kMinChunk);
@@ -594,6 +595,7 @@ int64_t grad_sweep(const AttentionSpec& s, bool kv) { return kv ? s.q_len * (s.q
 std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const AttentionSpec& s, const AttentionTiles& tiles,
                                                       uint32_t max_groups, std::string* declined) {
     AttentionTiles t = tiles;
+    t.last_chunk_merges = false;  // the cooperative kernels' chunks: a dispatch adds them (as split-K's: matmul.cpp)
     *declined = fit_coop(kind, s, t);
     if (!declined->empty()) return std::nullopt;
     const bool kv = kind == CoopKind::GradKV;

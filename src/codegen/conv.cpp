@@ -480,7 +480,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.label += matmul_detail::coop_label_suffix(tuning);
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
         k.required_subgroup_size = tuning.coop_subgroup;
-        summed = k_split < depth && tuning.pieces_summed_in_product;
+        summed = false;  // a dispatch sums the cooperative pieces (MatmulTuning::pieces_summed_in_product)
         const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).

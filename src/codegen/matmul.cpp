@@ -456,7 +456,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     out.sum_stores_norm = split && spec.sum_norm_eps > 0 && !spec.b2 && spec.dtype == DType::F32 &&
                           spec.column_parts.empty() && spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
     // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own.
-    const MatmulSpec* summed = split && t.pieces_summed_in_product && !out.sum_stores_norm ? &spec : nullptr;
+    // Not the cooperative kernels: their last pieces summed wrong on the H200 (session 29), not found yet.
+    const MatmulSpec* summed = split && t.pieces_summed_in_product && !coop && !out.sum_stores_norm ? &spec : nullptr;
     const MatmulSpec pieces = pieces_spec(spec, k_split);
     out.product = coop ? coop_kernel(pieces, *coop, t, k_split, summed) : tiled_kernel(pieces, *tiled, k_split, t.max_groups, summed);
     out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) : "") +

@@ -149,13 +149,14 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
     t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
-    // MEGANEURA_SPLIT_SUM=dispatch sums a product's split-K pieces, a reduction's pieces, and merges a prefill
-    // attention's key chunks, in a dispatch of its own (product: in the product's last piece of each tile, the
-    // reduction's of each output, and the attention's last chunk of each block of rows, the default), to measure one
-    // against the other.
-    if (const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch"})) {
-        t.matmul.pieces_summed_in_product = t.attention.last_chunk_merges = t.reduction_last_piece_sums = *v == "product";
-    }
+    // MEGANEURA_SPLIT_SUM=product sums a product's split-K pieces, a reduction's pieces, and merges a prefill
+    // attention's key chunks in the kernel that splits them (its last piece of each tile, of each output, its last chunk
+    // of each block of rows; f32 kernels only), where by default (dispatch) a dispatch of their own does. Fewer
+    // dispatches and barriers, but slower on the H200 in every workload measured (session 29: SmolLM2's fast step
+    // 9.27 against 8.29 ms, its fast inference 2.62 against 1.98; bench/results/2026-12-05-h200-session29.md), and the
+    // cooperative kernels' last pieces summed wrong there: they never do.
+    const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch"});
+    t.matmul.pieces_summed_in_product = t.attention.last_chunk_merges = t.reduction_last_piece_sums = v && *v == "product";
     if (const auto v = env_choice("MEGANEURA_UPDATES", {"auto", "batched", "epilogue"})) {
         using U = Tuning::UpdatesInProducts;
         t.updates_in_products = *v == "auto" ? U::SplitSums : *v == "batched" ? U::None : U::All;
