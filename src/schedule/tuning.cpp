@@ -152,7 +152,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     // MEGANEURA_SPLIT_SUM=product sums a product's split-K pieces, a reduction's pieces, and merges a prefill
     // attention's key chunks in the kernel that splits them (its last piece of each tile, of each output, its last chunk
     // of each block of rows; f32 kernels only), where by default (dispatch) a dispatch of their own does. Fewer
-    // dispatches and barriers, but slower on the H200 in every workload measured (session 29: SmolLM2's fast step
+    // dispatches and barriers, but slower on the H200 in 13 of 16 workloads measured (session 29: SmolLM2's fast step
     // 9.27 against 8.29 ms, its fast inference 2.62 against 1.98; bench/results/2026-12-05-h200-session29.md), and the
     // cooperative kernels' last pieces summed wrong there: they never do.
     const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch"});
