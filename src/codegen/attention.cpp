@@ -511,10 +511,16 @@ std::string grad_sum_block_glsl(const AttentionSpec& s, bool kv) {
            (s.rotate_sign != 0 ? "#define ROT_SIGN " + std::to_string(s.rotate_sign) + "\n" + kRopeRotate : "") + kGradSumBlock;
 }
 
-// Where a backward kernel stores dq (dk) rotated (its last chunk of a block adds the chunks: `merged`), the RoPE's
-// positions and frequencies, bound after its outputs; else nothing (and `s` asks for no rotation).
-std::vector<Binding> rotation_bindings(AttentionSpec& s, bool merged) {
-    if (!merged) s.rotate_sign = 0;
+// The spec a backward kernel is built from: dq (dk) is stored rotated only where its last chunk of a block adds the
+// chunks (`merged`); elsewhere the RoPE's own kernel rotates it.
+AttentionSpec rotated_where_merged(const AttentionSpec& s, bool merged) {
+    AttentionSpec rs = s;
+    if (!merged) rs.rotate_sign = 0;
+    return rs;
+}
+
+// The RoPE's positions and frequencies a kernel that stores rotated binds after its outputs; else nothing.
+std::vector<Binding> rotation_bindings(const AttentionSpec& s) {
     if (s.rotate_sign == 0) return {};
     return {{"positions", DType::I32}, {"inv_freq", s.rotate_freq_dtype}};
 }
@@ -603,8 +609,8 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     const uint64_t groups = static_cast<uint64_t>(s.batch * s.kv_heads) * blocks_of(own, t.rows);
     const KeySplit split = choose_key_split(grad_sweep(s, kv), kv ? "query rows" : "keys", t, groups, kLongSweep, kMinChunk);
     const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
-    AttentionSpec rs = s;
-    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged), rotation = rotation_bindings(rs, merged);
+    const AttentionSpec rs = rotated_where_merged(s, merged);
+    const std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged), rotation = rotation_bindings(rs);
     std::vector<Binding> bound = outputs;
     bound.insert(bound.end(), rotation.begin(), rotation.end());
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv_coop" : "attention_grad_q_coop", s, t, false, grad_inputs(s),
@@ -652,9 +658,9 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
         check_loop_limit(t, s.head_dim, (steps + split.splits - 1) / split.splits * t.tile, 1);
     }
     const bool chunks = split.splits > 1, merged = chunks && t.last_chunk_merges;
-    AttentionSpec rs = s;
+    const AttentionSpec rs = rotated_where_merged(s, merged);
     std::vector<Binding> outputs = grad_outputs(s, kv, chunks, merged);
-    for (Binding& b : rotation_bindings(rs, merged)) outputs.push_back(std::move(b));
+    for (Binding& b : rotation_bindings(rs)) outputs.push_back(std::move(b));
     if (store_scores && !(kv && blocked)) throw Error("[attention] only the blocked dK/dV kernel stores dS");
     std::vector<Binding> inputs = grad_inputs(s);
     if (store_scores) inputs.push_back(scores_binding());
