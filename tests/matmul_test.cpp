@@ -352,6 +352,25 @@ TEST(MatmulChoice, TheTiled128x64IsTakenOnlyWhereForced) {
     EXPECT_NE(choice.find(") 128x64 (128x128: not the forced height; 128x64: forced"), std::string::npos) << choice;
 }
 
+// Split-K fills the device in whole rounds of the workgroups its units hold: ResNet-50's 3x3 convolutions at batch 4
+// (26 tiles of 128 x 64, two a unit on the H200) take 9 pieces (234 workgroups, one round of 264), not the 11 that
+// two workgroups a unit asks for (286: a second round nearly empty). A tile that units hold more of keeps the most
+// pieces (SmolVLA's 32 x 32 tiles: 276 workgroups run in one round).
+TEST(MatmulChoice, SplitKFillsWholeRoundsOfResidentWorkgroups) {
+    const codegen::MatmulTuning t = choice_tuning(48 * 1024, 32);
+    const auto grid_of = [](const codegen::KernelSource& k) { return k.groups[0] * k.groups[1] * k.groups[2]; };
+    const codegen::MatmulSpec conv3x3{.dtype = DType::F32, .m = 256, .n = 13 * 64, .k = 2304};
+    const codegen::MatmulKernels wide = codegen::matmul_kernels(conv3x3, t);
+    EXPECT_EQ(wide.product.choice.rfind("cooperative 128x64x32/1", 0), 0u) << wide.product.choice;
+    EXPECT_NE(wide.product.choice.find("K split in pieces of 256;"), std::string::npos) << wide.product.choice;
+    EXPECT_EQ(grid_of(wide.product), 26u * 9u);
+    const codegen::MatmulSpec small{.dtype = DType::F32, .m = 50, .n = 720, .k = 960};
+    const codegen::MatmulKernels narrow = codegen::matmul_kernels(small, t);
+    EXPECT_EQ(narrow.product.choice.rfind("cooperative 32x32x32/2", 0), 0u) << narrow.product.choice;
+    EXPECT_NE(narrow.product.choice.find("K split in pieces of 160;"), std::string::npos) << narrow.product.choice;
+    EXPECT_EQ(grid_of(narrow.product), 2u * 23u * 6u);
+}
+
 // A tile taken by size is transposed where that pads C less: ResNet-50's first convolutions have 64
 // output rows, which a 128-row tile would pad to 128.
 TEST(MatmulChoice, TransposesATileThatPadsLess) {

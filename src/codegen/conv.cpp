@@ -475,7 +475,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         // A warp's lanes take consecutive columns of B (kCoopStaging's B_ROW_OF).
         if (t.bn % tuning.coop_subgroup) throw Error("conv2d tiles must divide evenly");
         bm = t.bm, bn = t.bn;
-        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk, t.resident);
         k.spec_values.push_back(k_split);  // KSPLIT, before the epilogue's constants
         k.label += matmul_detail::coop_label_suffix(tuning);
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
@@ -497,7 +497,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.choice = std::string("tiled f32 implicit GEMM (cooperative declined: ") +
                    matmul_detail::no_coop_reason(gemm, tuning) + ") " + why;
         bm = t.bm, bn = t.bn;
-        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk);
+        k_split = matmul_detail::choose_k_split(gemm, tuning, matmul_detail::workgroups(gemm, bm, bn), t.bk, t.resident);
         k.spec_values.push_back(k_split);
         k.iface.local_size = t.threads();
         const uint32_t wg = k.iface.local_size;

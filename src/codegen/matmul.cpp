@@ -234,28 +234,48 @@ std::string tile_name(const CoopGeometry& g) {
 // Split-K: a grid too small to fill the device walks K serially, one memory round trip per slice,
 // so its time grows with K however few the flops (on the H200, 128 x 49152 x 576: 2.9 ms unsplit,
 // 0.31 ms split). Splitting K into pieces (each a multiple of 32 and of the kernel's K-slice `slice`)
-// multiplies the workgroups, until the grid has about two per compute unit or a piece would be
-// shorter than kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split
-// regardless. The pieces are summed by the product's last piece of each tile, or by one more dispatch
-// (matmul_store.cpp). Returns the k range of a piece (K: no split).
+// multiplies the workgroups, up to about two per compute unit or until a piece would be shorter than
+// kMinPiece; in an underfilled grid, pieces longer than kMaxPiece are split regardless. The pieces are
+// summed by the product's last piece of each tile, or by one more dispatch (matmul_store.cpp). Returns
+// the k range of a piece (K: no split).
+//
+// A tile whose workgroups a compute unit holds `resident` at a time (0: unknown, enough) runs a grid
+// in rounds of resident x units, and a grid a little past a round runs a second one nearly empty. So
+// among the splits up to that count it takes the least rounds x piece length: on the H200, ResNet-50's
+// 3x3 convolutions at batch 4 (26 tiles of 128 x 64, two a unit) took 9 pieces instead of 11 (234
+// workgroups, not 286 where 264 run at once), and its fast inference 1.200 -> 1.108 ms of GPU time;
+// Whisper's fc2 (36 tiles of 128 x 128, one a unit) 7 pieces instead of 8, its strict inference
+// 2.099 -> 2.033 (2026-12-05, session 30, call 1). Tiles that units hold three or more of keep the
+// most splits: there the grid's excess runs in the first round (fewer pieces of SmolVLA's 32 x 32 tiles
+// took its fast inference 1.274 -> 1.322 ms).
 //
 // A device that ends long loops (DeviceCaps::max_loop_iterations) gets pieces short enough that
 // the main loop, one iteration per K-slice of at least 16, uses at most half of the allowance.
-uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice) {
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice, uint32_t resident) {
     constexpr int64_t kMinPiece = 128, kMaxPiece = 1024;
     const int64_t k = spec.k, target = 2 * compute_units(t);  // about two workgroups per unit
     const int64_t shortest_slice = t.forced_bk ? std::min<int64_t>(16, t.forced_bk) : 16;
     const int64_t longest = t.max_loop_iterations ? int64_t(t.max_loop_iterations) / 2 * shortest_slice : k;
+    const int64_t granule = std::max<int64_t>(32, slice);  // whole K-slices of the kernel
+    const auto piece_of = [&](int64_t splits) { return std::min(((k + splits - 1) / splits + granule - 1) / granule * granule, k); };
     int64_t splits = 1;
     if (t.forced_splits) {
         splits = t.forced_splits;
     } else if (!t.cpu && groups < target) {
-        splits = std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece);
+        const int64_t most = std::max<int64_t>(1, std::min(std::max((target + groups - 1) / groups, (k + kMaxPiece - 1) / kMaxPiece), k / kMinPiece));
+        splits = most;
+        if (resident) {
+            const int64_t round = int64_t(resident) * compute_units(t);
+            int64_t least_cost = -1;
+            for (int64_t s = std::min(most, (k + kMaxPiece - 1) / kMaxPiece); s <= most; ++s) {
+                const int64_t piece = piece_of(s), grid = groups * ((k + piece - 1) / piece);
+                const int64_t cost = (grid + round - 1) / round * piece;
+                if (least_cost < 0 || cost < least_cost) least_cost = cost, splits = s;
+            }
+        }
     }
     splits = std::max<int64_t>({splits, 1, (k + longest - 1) / longest});
-    const int64_t granule = std::max<int64_t>(32, slice);  // whole K-slices of the kernel
-    const int64_t piece = ((k + splits - 1) / splits + granule - 1) / granule * granule;
-    return checked_u32(std::min(piece, k), "matmul K piece");
+    return checked_u32(piece_of(splits), "matmul K piece");
 }
 
 // The tile with the least estimated time, `forced_bm` (tests, tuning) picking by height instead.
@@ -273,12 +293,14 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 // with it, its GPU sum 14.61 -> 14.40; session 17, call 4, and three rounds before).
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
-    // (8x8 measured 1.6x faster than 4x4 on lavapipe).
+    // (8x8 measured 1.6x faster than 4x4 on lavapipe). The workgroups a unit holds (`resident`) are the
+    // H200's, of 64K registers, by the driver's statistics (session 16): 155-161 registers a thread at
+    // 128 x 128, 99-101 at 128 x 64, 58-63 at 64 x 64, 256 threads each.
     const std::vector<TiledGeometry> tiled =
         t.cpu && !t.forced_bm ? std::vector<TiledGeometry>{{64, 64, 16, 8, 8}}
-                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2},
-                                                           {128, 64, 16, 8, 4, 1.0, 2, false},
-                                                           {64, 64, 16, 4, 4, 0.84},
+                              : std::vector<TiledGeometry>{{128, 128, 16, 8, 8, 1.0, 2, true, 1},
+                                                           {128, 64, 16, 8, 4, 1.0, 2, false, 2},
+                                                           {64, 64, 16, 4, 4, 0.84, 1, true, 4},
                                                            {32, 32, 16, 4, 4, 0.22}};
     std::optional<TiledGeometry> chosen;
     double best = 0;
@@ -308,7 +330,7 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
             notes += "only where forced";
             continue;
         }
-        const int64_t groups = workgroups(spec, g.bm, g.bn), piece = choose_k_split(spec, t, groups, g.bk);
+        const int64_t groups = workgroups(spec, g.bm, g.bn), piece = choose_k_split(spec, t, groups, g.bk, g.resident);
         const int64_t grid = groups * ((spec.k + piece - 1) / piece);
         const int64_t waves = (grid + compute_units(t) - 1) / compute_units(t);
         const double cost = static_cast<double>(waves) * g.bm * g.bn * piece / g.efficiency;
@@ -338,6 +360,8 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // By the product's size, M x N x K x batch multiply-adds: each tile is taken from its min_work on
     // (where it fits), measured on an H200 with every tile forced on ResNet-50's and the U-Net's
     // products and on the matmul shapes (2026-12-01, bench/results/2026-12-01-coop-tiles-h200.md).
+    // The workgroups a unit holds (`resident`, choose_k_split): 256 threads of up to 128 registers at
+    // 128 x 64 (below), 141-163 at 128 x 128; the 128-thread tiles' are not measured.
     // Against the waves cost model this replaces, ResNet-50's products took 22% less time, the
     // U-Net's about the same. 128x128 wins on large products (the lm head, 4096^3: 122 against 78
     // TFLOP/s for 128x64); 128x64 on mid-size ones; 32x32 on small ones (the U-Net's: 0.016 against
@@ -355,8 +379,8 @@ CoopGeometry choose_coop_geometry(const MatmulSpec& spec, const MatmulTuning& t,
     // convolution's implicit GEMM does not (from 2^27 it is 128x64's): with it the U-Net's weight and input
     // gradients took 0.297 -> 0.387 and 0.223 -> 0.294 ms.
     const int64_t mid = product == CoopProduct::Matmul ? int64_t(1) << 26 : int64_t(1) << 27;
-    const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31},
-                                            {128, 64, 32, 32, 32, 1, int64_t(1) << 27},
+    const std::vector<CoopGeometry> coop = {{128, 128, 64, 32, 64, 1, int64_t(1) << 31, 1},
+                                            {128, 64, 32, 32, 32, 1, int64_t(1) << 27, 2},
                                             {64, 64, 32, 32, 32, 2, mid},
                                             {32, 32, 16, 16, 32, 2, 0}};
     const double work = static_cast<double>(spec.m) * spec.n * spec.k * std::max<int64_t>(numel(spec.batch), 1);
@@ -445,11 +469,11 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     std::optional<TiledGeometry> tiled;
     if (t.coop_subgroup) {
         coop = choose_coop_geometry(spec, t, CoopProduct::Matmul, &why);
-        k_split = choose_k_split(spec, t, workgroups(spec, coop->bm, coop->bn), coop->bk);
+        k_split = choose_k_split(spec, t, workgroups(spec, coop->bm, coop->bn), coop->bk, coop->resident);
         why = "cooperative " + why;
     } else {
         tiled = choose_tiled_geometry(spec, t, &why);
-        k_split = choose_k_split(spec, t, workgroups(spec, tiled->bm, tiled->bn), tiled->bk);
+        k_split = choose_k_split(spec, t, workgroups(spec, tiled->bm, tiled->bn), tiled->bk, tiled->resident);
         why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }
     const bool split = k_split < spec.k;

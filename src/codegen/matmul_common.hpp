@@ -70,6 +70,7 @@ struct TiledGeometry {
     double efficiency = 1;  // relative rate when the device is full (for the tile choice)
     uint32_t stages = 1;    // shared buffers of a slice: 2 stages the next while this one is read
     bool by_cost = true;    // false: taken only where MEGANEURA_MATMUL_TILE forces it
+    uint32_t resident = 0;  // workgroups a compute unit holds at once (0: unknown, enough; choose_k_split)
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
     uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
 };
@@ -91,13 +92,14 @@ int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn);
 TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
 // Why a product is not on the cooperative kernels (the f32 kernels' KernelSource::choice).
 const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t);
-uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice);
+uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice, uint32_t resident);
 
 // Cooperative matrix (matmul_coop.cpp): a BM x BN tile per workgroup, one WM x WN piece per
 // subgroup (multiples of 16), K staged BK deep as f16 in `stages` shared buffers (1 or 2).
 struct CoopGeometry {
     uint32_t bm, bn, wm, wn, bk = 32, stages = 2;
     int64_t min_work = 0;  // the smallest product (multiply-adds) the tile is chosen for
+    uint32_t resident = 0;  // workgroups a compute unit holds at once (0: unknown, enough; choose_k_split)
     uint32_t subgroups() const { return (bm / wm) * (bn / wn); }
 };
 KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const MatmulTuning& tuning, uint32_t k_split,
