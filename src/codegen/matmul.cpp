@@ -243,11 +243,11 @@ std::string tile_name(const CoopGeometry& g) {
 // in rounds of resident x units, and a grid a little past a round runs a second one nearly empty. So
 // among the splits up to that count it takes the least rounds x piece length: on the H200, ResNet-50's
 // 3x3 convolutions at batch 4 (26 tiles of 128 x 64, two a unit) took 9 pieces instead of 11 (234
-// workgroups, not 286 where 264 run at once), and its fast inference 1.200 -> 1.108 ms of GPU time;
+// workgroups, not 286 where 264 run at once), and its fast inference 1.201 -> 1.113 ms of GPU time;
 // Whisper's fc2 (36 tiles of 128 x 128, one a unit) 7 pieces instead of 8, its strict inference
-// 2.099 -> 2.033 (2026-12-05, session 30, call 1). Tiles that units hold three or more of keep the
-// most splits: there the grid's excess runs in the first round (fewer pieces of SmolVLA's 32 x 32 tiles
-// took its fast inference 1.274 -> 1.322 ms).
+// 2.104 -> 2.031 (2026-12-05, bench/results/2026-12-05-h200-session30.md, call 2). Tiles that units
+// hold three or more of keep the most splits: there the grid's excess runs in the first round (fewer
+// pieces of SmolVLA's 32 x 32 tiles took its fast inference 1.274 -> 1.322 ms, call 1).
 //
 // A device that ends long loops (DeviceCaps::max_loop_iterations) gets pieces short enough that
 // the main loop, one iteration per K-slice of at least 16, uses at most half of the allowance.
