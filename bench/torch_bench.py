@@ -16,7 +16,8 @@ inputs_latency.safetensors hold the values. For each cell this writes
 
 Workloads as meganeura's: inference and latency (forward + loss, no grad, full and minimal input),
 training (forward + loss + backward) and step (the same plus AdamW, lr 1e-3, weight decay 1e-2, fused
-on CUDA). strict = TF32 off for matmuls and convolutions, fast = TF32 on. Times: wall clock around
+on CUDA). strict = TF32 off for matmuls and convolutions, fast = TF32 on; cuDNN's autotuner on
+(torch.backends.cudnn.benchmark) in both. Times: wall clock around
 each run ended by torch.cuda.synchronize, and on CUDA the GPU span between two CUDA events, after
 warm-up runs.
 
@@ -91,11 +92,14 @@ def summary(samples):
     return {"median": median, "min": s[0], "p90": s[min(n - 1, math.ceil(0.9 * n) - 1)], "runs": n}
 
 
-def set_tf32(on):
+def set_backends(fast):
+    """TF32 for precision fast only; and cuDNN's autotuner, as a PyTorch user with fixed shapes turns it on (its
+    heuristics' convolutions are what the protocol timed before 2026-12-05)."""
     with warnings.catch_warnings():  # newer releases prefer fp32_precision but honour these
         warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = on
-        torch.backends.cudnn.allow_tf32 = on
+        torch.backends.cuda.matmul.allow_tf32 = fast
+        torch.backends.cudnn.allow_tf32 = fast
+    torch.backends.cudnn.benchmark = True
 
 
 def load_tensors(path, device):
@@ -299,7 +303,7 @@ class Cell:
         self.report["notes"] += self.runner.notes
         if self.mode == "eager":
             write_safetensors(os.path.join(self.dir, "reference.safetensors"), self.runner.reference())
-        set_tf32(self.cell["precision"] == "fast")
+        set_backends(self.cell["precision"] == "fast")
         outputs, first_calls = self.runner.results()
         write_safetensors(os.path.join(self.dir, self.report["files"]["outputs"]), outputs)
         if self.compiled:  # the latency graph too: nothing compiles while the cells are timed
@@ -312,7 +316,7 @@ class Cell:
             if self.compiled else None
 
     def time(self, args, device):
-        set_tf32(self.cell["precision"] == "fast")
+        set_backends(self.cell["precision"] == "fast")
         runner, workloads, peak = self.runner, {}, 0
         for name, fn in runner.workloads().items():
             if runner.cuda:
@@ -333,7 +337,7 @@ class Cell:
         self.runner = None
         gc.collect()
         torch._dynamo.reset()
-        set_tf32(self.cell["precision"] == "fast")
+        set_backends(self.cell["precision"] == "fast")
         runner = Runner(find_twin(self.cell["model"]), self.cell, self.dir, device, self.mode, True)
         _, first_calls = runner.results()
         self.report["compile"]["inference"]["warm_ms"] = first_calls["inference"]
