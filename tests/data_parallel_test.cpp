@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "compiler/training.hpp"
@@ -84,7 +85,8 @@ struct Replica {
     std::vector<std::map<std::string, std::vector<float>>> parameters;  // after each step
 };
 
-Replica run_replica(const CompileOptions& base, int rank, Rendezvous* rendezvous) {
+// bucket_bytes: GradientExchange's (1: a bucket, and a segment of the backward, for each step that finishes a gradient).
+Replica run_replica(const CompileOptions& base, int rank, Rendezvous* rendezvous, size_t bucket_bytes = size_t(25) << 20) {
     Regression r(rendezvous ? kRows / kReplicas : kRows);
     CompileOptions o = base;
     o.loss = r.loss;
@@ -92,7 +94,8 @@ Replica run_replica(const CompileOptions& base, int rank, Rendezvous* rendezvous
     if (rendezvous) {
         o.data_parallel = GradientExchange{
             .all_reduce = [rendezvous, rank](const auto& spans) { rendezvous->all_reduce(rank, spans); },
-            .processes = kReplicas};
+            .processes = kReplicas,
+            .bucket_bytes = bucket_bytes};
     }
     const Device dev = Device::open();
     Session s = compile(r.g, dev, o);
@@ -122,6 +125,13 @@ TEST_P(DataParallel, TwoReplicasStepAsOneSessionOnTheCombinedBatchAndStayBitIden
     for (int rank = 0; rank < kReplicas; ++rank)
         threads.emplace_back([&, rank] { replicas[static_cast<size_t>(rank)] = run_replica(options, rank, &rendezvous); });
     for (auto& t : threads) t.join();
+    // The same with the backward in segments, each bucket reduced while the later ones run: the same sums.
+    Rendezvous segmented_rendezvous(kReplicas);
+    std::vector<Replica> segmented(kReplicas);
+    threads.clear();
+    for (int rank = 0; rank < kReplicas; ++rank)
+        threads.emplace_back([&, rank] { segmented[static_cast<size_t>(rank)] = run_replica(options, rank, &segmented_rendezvous, 1); });
+    for (auto& t : threads) t.join();
 
     for (int step = 0; step < kSteps; ++step) {
         SCOPED_TRACE("step " + std::to_string(step + 1));
@@ -131,6 +141,8 @@ TEST_P(DataParallel, TwoReplicasStepAsOneSessionOnTheCombinedBatchAndStayBitIden
         for (const char* p : kParameters) {
             const std::vector<float>& a = replicas[0].parameters[i].at(p);
             EXPECT_EQ(std::memcmp(a.data(), replicas[1].parameters[i].at(p).data(), a.size() * 4), 0) << p;
+            for (const Replica& r : segmented)
+                EXPECT_EQ(std::memcmp(a.data(), r.parameters[i].at(p).data(), a.size() * 4), 0) << p << " in segments";
             const std::vector<float>& w = whole.parameters[i].at(p);
             double diff = 0, norm = 0;
             for (size_t j = 0; j < a.size(); ++j) diff += (a[j] - w[j]) * (a[j] - w[j]), norm += w[j] * w[j];
@@ -145,43 +157,59 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, DataParallel,
                                            Optimizer{SGD{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}},
                                            Optimizer{SGD{.lr = 0.05}}));
 
-TEST(DataParallelSpans, TheLossFirstThenTheGradientsEndToEndInTheParametersOrder) {
+// all_reduce gets a bucket of gradients a call, in the order the backward finishes them, each span a gradient
+// padded to 16 bytes and the spans end to end; the last call's span 0 is the loss. With the default bucket
+// (25 MiB) this model's four gradients are one call; with bucket_bytes = 1 the backward runs in a segment
+// for each step that finishes a gradient, and each bucket is reduced as its segment ends.
+TEST(DataParallelSpans, EachCallABucketOfGradientsEndToEndTheLossFirstInTheLast) {
     Regression r(4);
-    std::vector<GradientExchange::Span> seen;
-    const CompileOptions o{.loss = r.loss,
-                           .data_parallel = GradientExchange{.all_reduce = [&](const auto& spans) {
-                               seen = spans;
-                               for (const auto& s : spans) std::memcpy(s.receive, s.send, s.count * 4);
-                           }}};
-    Session s = compile(r.g, device(), o);
-    s.set("x", std::vector<float>(28, 0.5f));
-    s.set("y", std::vector<float>(12, 0.25f));
-    const float loss = s.step();
-    ASSERT_EQ(seen.size(), 5u);
-    EXPECT_EQ(seen[0].count, 1u);
-    EXPECT_EQ(*seen[0].send, loss);
-    std::vector<const Node*> parameters;  // in the graph's order
-    for (const Node& n : r.g.nodes())
-        if (n.op == Op::Parameter) parameters.push_back(&n);
-    ASSERT_EQ(parameters.size(), seen.size() - 1);
-    for (size_t k = 1; k < seen.size(); ++k) {
-        const Node& p = *parameters[k - 1];
-        const auto floats = static_cast<size_t>(numel(p.shape));
-        EXPECT_EQ(seen[k].count, (floats + 3) / 4 * 4) << p.name;  // padded to 16 bytes
-        for (size_t j = floats; j < seen[k].count; ++j) EXPECT_EQ(seen[k].send[j], 0.0f) << p.name << " padding";
-        const std::vector<float> sent(seen[k].send, seen[k].send + floats);
-        EXPECT_EQ(sent, s.get(compiler::gradient_output(p.name))) << p.name;
-        if (k + 1 < seen.size()) {
-            EXPECT_EQ(seen[k].send + seen[k].count, seen[k + 1].send);
-            EXPECT_EQ(seen[k].receive + seen[k].count, seen[k + 1].receive);
+    std::map<std::string, std::vector<float>> gradients;  // each parameter's, by s.get
+    for (const size_t bucket_bytes : {size_t(25) << 20, size_t(1)}) {
+        SCOPED_TRACE("bucket_bytes " + std::to_string(bucket_bytes));
+        std::vector<std::vector<GradientExchange::Span>> calls;
+        const CompileOptions o{.loss = r.loss,
+                               .data_parallel = GradientExchange{.all_reduce = [&](const auto& spans) {
+                                                                     calls.push_back(spans);
+                                                                     for (const auto& sp : spans) std::memcpy(sp.receive, sp.send, sp.count * 4);
+                                                                 },
+                                                                 .bucket_bytes = bucket_bytes}};
+        Session s = compile(r.g, device(), o);
+        s.set("x", std::vector<float>(28, 0.5f));
+        s.set("y", std::vector<float>(12, 0.25f));
+        const float loss = s.step();
+        ASSERT_FALSE(calls.empty());
+        if (bucket_bytes == 1) EXPECT_GT(calls.size(), 1u);
+        else EXPECT_EQ(calls.size(), 1u);
+        ASSERT_FALSE(calls.back().empty());
+        EXPECT_EQ(calls.back()[0].count, 1u);
+        EXPECT_EQ(*calls.back()[0].send, loss);
+        std::vector<GradientExchange::Span> spans;  // the gradients' spans in the order they came
+        for (size_t c = 0; c < calls.size(); ++c)
+            for (size_t k = c + 1 == calls.size() ? 1 : 0; k < calls[c].size(); ++k) spans.push_back(calls[c][k]);
+        std::set<std::string> seen;
+        for (size_t k = 0; k < spans.size(); ++k) {
+            if (k + 1 < spans.size()) {  // end to end, across calls too
+                EXPECT_EQ(spans[k].send + spans[k].count, spans[k + 1].send);
+                EXPECT_EQ(spans[k].receive + spans[k].count, spans[k + 1].receive);
+            }
+            for (const char* p : kParameters) {
+                const std::vector<float> g = s.get(compiler::gradient_output(p));
+                if (spans[k].count != (g.size() + 3) / 4 * 4 || !std::equal(g.begin(), g.end(), spans[k].send)) continue;
+                for (size_t j = g.size(); j < spans[k].count; ++j) EXPECT_EQ(spans[k].send[j], 0.0f) << p << " padding";
+                seen.insert(p);
+                if (bucket_bytes == 1) EXPECT_EQ(gradients.at(p), g) << p << ": the same gradient in segments";
+                gradients[p] = g;
+            }
         }
+        EXPECT_EQ(spans.size(), std::size(kParameters));
+        EXPECT_EQ(seen.size(), std::size(kParameters));
+        if (bucket_bytes == 1) {
+            EXPECT_EQ(error_of([&] { s.record(nullptr); }), "record: a data-parallel session's backward runs as several programs; step() runs them");
+        }
+        EXPECT_EQ(error_of([&] { s.record_step(nullptr); }).rfind("record_step: a data-parallel session steps with step()", 0), 0u);
     }
-    EXPECT_EQ(error_of([&] { compile(r.g, device(), {.data_parallel = o.data_parallel}); }),
+    EXPECT_EQ(error_of([&] { compile(r.g, device(), {.loss = std::nullopt, .data_parallel = GradientExchange{}}); }),
               "compile: data_parallel is for training: give a loss too");
-    EXPECT_EQ(error_of([&] {
-                  s.record_step(nullptr);
-              }).rfind("record_step: a data-parallel session steps with step()", 0),
-              0u);
 }
 
 }  // namespace

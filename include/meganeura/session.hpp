@@ -41,8 +41,8 @@ private:
 };
 
 // Data-parallel training, one process per device (meganeura's --distributed runs it over MPI through
-// src/distributed/): the step compiles to two programs, the forward and backward, then the optimizer
-// update, and step() calls `all_reduce` between them. The update reads the sum of the processes'
+// src/distributed/): the step compiles to the forward and backward, in segments, then the optimizer
+// update, and step() calls `all_reduce` for each segment's gradients. The update reads the sum of the processes'
 // gradients divided by `processes`, so that N processes of batch b step as one process of batch N * b.
 struct GradientExchange {
     // `send` holds this process's floats; `receive` must get the sum of every process's `send`, the
@@ -52,12 +52,15 @@ struct GradientExchange {
         float* receive;
         size_t count;
     };
-    // Span 0 is the step's loss (one float, so that step() returns the mean over the processes); then
-    // one span per gradient in the graph's order of the parameters. The gradients' spans lie end to end
-    // in memory (each count includes its tensor's padding to 16 bytes, zeros), so that adjacent ones
-    // can be reduced as one bucket.
+    // Called once a bucket: the backward runs in segments, each ending where it has written about
+    // bucket_bytes more of the gradients, and each segment's gradients are reduced while the later segments
+    // run, in the order the backward finishes them; every process calls it with the same spans, in the same
+    // order. One span per gradient; the last call's span 0 is the step's loss (one float, so that step()
+    // returns the mean over the processes). The gradients' spans lie end to end in memory (each count
+    // includes its tensor's padding to 16 bytes, zeros), so that adjacent ones can be reduced as one.
     std::function<void(const std::vector<Span>& spans)> all_reduce;
     int processes = 1;
+    size_t bucket_bytes = size_t(25) << 20;  // PyTorch DDP's default bucket
 };
 
 struct CompileOptions {

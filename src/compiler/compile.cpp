@@ -224,11 +224,13 @@ void draw_on_device(Session::Impl& impl, const Graph& graph, const std::vector<i
 // buffer) to the device, and before copying `readbacks` (value, offset in the readback buffer) back.
 // All of the steps; or (first = Impl::hoisted_steps) the run that skips the steps hoisted for unchanged
 // parameters, whose pinned results it must not poison; or one of a data-parallel step's two programs,
-// the second of which must not poison what the first computed for it.
+// the second of which must not poison what the first computed for it; or a segment of the first
+// (after_earlier: it opens with a barrier, since it reads what the earlier segments wrote).
 struct ProgramPart {
     size_t first = 0, end = 0;
     std::vector<std::pair<int32_t, uint64_t>> uploads, readbacks;
-    bool poison = false;
+    bool poison = false, after_earlier = false;
+    std::vector<int32_t> poisoned;  // where poison: the outputs filled with NaN first (the readbacks of all parts)
 };
 
 std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vector<const rt::Pipeline*>& step_pipelines,
@@ -244,6 +246,7 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
         }
         hazards.record(acc);
     };
+    if (part.after_earlier) prog.barrier();
     for (const auto& [v, at] : part.uploads) {
         const rt::BufferRange dst = impl.range(v);
         command({{dst.buffer, dst.offset, dst.offset + dst.size, true}});
@@ -258,7 +261,7 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
         constexpr uint32_t kNaN = 0x7FC00000u;  // also a NaN pair in f16
         command({{&impl.arena, 0, impl.arena.size(), true}});
         prog.fill({&impl.arena, 0, impl.arena.size()}, kNaN);
-        for (const auto& [v, at] : part.readbacks) {
+        for (const int32_t v : part.poisoned) {
             if (s.values[static_cast<size_t>(v)].storage != sched::Storage::Transient || kept.count(v)) continue;
             const rt::BufferRange r = impl.range(v);
             command({{r.buffer, r.offset, r.offset + r.size, true}});
@@ -295,23 +298,36 @@ std::unique_ptr<rt::Program> record_program(Session::Impl& impl, const std::vect
     return prog_ptr;
 }
 
-// The programs of a data-parallel step: the forward and backward, reading the loss, the outputs and the
-// gradients back; then the update, uploading the reduced gradients (and reading back any output it writes).
+// The programs of a data-parallel step: the forward and backward in segments, one a bucket of gradients
+// (Impl::bucket_ends), each reading its bucket back, the last also the loss and the outputs; then the
+// update, uploading the reduced gradients (and reading back any output it writes).
 void record_data_parallel(Session::Impl& impl, const std::vector<const rt::Pipeline*>& step_pipelines) {
     const sched::Schedule& s = impl.schedule;
     std::set<int32_t> updated;
     for (size_t i = impl.first_update_step; i < s.steps.size(); ++i)
         for (size_t b = 0; b < s.steps[i].values.size(); ++b)
             if (s.steps[i].kernel.iface.bindings[b].writes) updated.insert(s.root(s.steps[i].values[b]));
-    ProgramPart backward{.first = 0, .end = impl.first_update_step, .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
-                         .poison = impl.options.poison_outputs};
     ProgramPart update{.first = impl.first_update_step, .end = s.steps.size()};
-    for (const auto& [v, at] : impl.readback_at) (updated.count(v) ? update : backward).readbacks.emplace_back(v, at);
-    for (const auto& e : impl.exchanged) {
-        backward.readbacks.emplace_back(e.gradient, e.readback_at);
-        update.uploads.emplace_back(e.reduced, e.upload_at);
+    std::vector<ProgramPart> segments;
+    for (size_t k = 0, first = 0, begin = 0; k < impl.bucket_ends.size(); begin = impl.bucket_ends[k++]) {
+        const bool last = k + 1 == impl.bucket_ends.size();
+        const size_t end = last ? impl.first_update_step : impl.exchanged[impl.bucket_ends[k] - 1].finished;
+        ProgramPart part{.first = first, .end = end, .after_earlier = k > 0};
+        if (k == 0) part.uploads = {impl.upload_at.begin(), impl.upload_at.end()}, part.poison = impl.options.poison_outputs;
+        for (size_t i = begin; i < impl.bucket_ends[k]; ++i) {
+            part.readbacks.emplace_back(impl.exchanged[i].gradient, impl.exchanged[i].readback_at);
+            update.uploads.emplace_back(impl.exchanged[i].reduced, impl.exchanged[i].upload_at);
+        }
+        if (last)
+            for (const auto& [v, at] : impl.readback_at) (updated.count(v) ? update : part).readbacks.emplace_back(v, at);
+        segments.push_back(std::move(part));
+        first = end;
     }
-    impl.program = record_program(impl, step_pipelines, backward);
+    for (const ProgramPart& part : segments)
+        for (const auto& [v, at] : part.readbacks) segments[0].poisoned.push_back(v);
+    impl.program = record_program(impl, step_pipelines, segments[0]);
+    impl.later_segments.clear();
+    for (size_t k = 1; k < segments.size(); ++k) impl.later_segments.push_back(record_program(impl, step_pipelines, segments[k]));
     impl.update_program = record_program(impl, step_pipelines, update);
 }
 
@@ -332,9 +348,10 @@ void record(Session::Impl& impl) {
     const auto& step_pipelines = impl.step_pipelines;
     impl.profiled = impl.options.profile && impl.ctx->caps().timestamps;
     if (!impl.exchanged.empty()) return record_data_parallel(impl, step_pipelines);
-    const ProgramPart whole{.first = 0, .end = s.steps.size(), .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
-                            .readbacks = {impl.readback_at.begin(), impl.readback_at.end()},
-                            .poison = impl.options.poison_outputs};
+    ProgramPart whole{.first = 0, .end = s.steps.size(), .uploads = {impl.upload_at.begin(), impl.upload_at.end()},
+                      .readbacks = {impl.readback_at.begin(), impl.readback_at.end()},
+                      .poison = impl.options.poison_outputs};
+    for (const auto& [v, at] : whole.readbacks) whole.poisoned.push_back(v);
     impl.program = record_program(impl, step_pipelines, whole);
     if (impl.hoisted_steps) {
         ProgramPart steady = whole;
@@ -437,6 +454,7 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         std::vector<int32_t> reduced;
         for (const auto& e : impl->exchanged) reduced.push_back(e.reduced);
         impl->first_update_step = sched::split_update(s, reduced);
+        compiler::order_by_completion(*impl);
     }
     mark("order", [&] { return compiler::dump_schedule(s, graph, true); });
     name_values(*impl, graph);
@@ -487,6 +505,10 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     const rt::Program& per_run = impl->steady_program ? *impl->steady_program : *impl->program;
     st.dispatches = per_run.dispatch_count() + (impl->update_program ? impl->update_program->dispatch_count() : 0);
     st.barriers = per_run.barrier_count() + (impl->update_program ? impl->update_program->barrier_count() : 0);
+    for (const auto& segment : impl->later_segments) {
+        st.dispatches += segment->dispatch_count();
+        st.barriers += segment->barrier_count();
+    }
     st.hoisted_dispatches = impl->program->dispatch_count() - per_run.dispatch_count();
     st.logical_bytes = placement.arena.logical_bytes;
     st.physical_bytes = placement.arena.physical_bytes;

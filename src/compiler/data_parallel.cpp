@@ -20,10 +20,15 @@
 // tensors as one bucket with no copy of its own. What GPU-direct transport would change (the device's
 // own buffers exported to a CUDA-aware MPI or NCCL) is in README.md, "--distributed".
 //
-// Not overlapped yet: the whole backward runs, then every bucket is reduced. Overlapping (reducing a
-// bucket while the backward's later segments run) would record the first program in segments cut after
-// the step that writes each bucket's last gradient, and reduce a bucket while the next segment runs.
+// Overlap. The first program is recorded as segments (Impl::later_segments after `program`), each ending
+// after the step that writes the last gradient of a bucket (about GradientExchange::bucket_bytes of
+// gradients, in the order the backward finishes them) and reading that bucket back; all are submitted at
+// once, and the host reduces a bucket as soon as its segment's fence signals, while the device runs the
+// later segments. A segment opens with a barrier, as the next level of one program would.
 #include "compiler/data_parallel.hpp"
+
+#include <algorithm>
+#include <map>
 
 #include "compiler/training.hpp"
 
@@ -48,16 +53,44 @@ std::vector<Session::Impl::Exchanged> exchanged_gradients(const Graph& graph, co
     return out;
 }
 
-void exchange(Session::Impl& impl) {
+void order_by_completion(Session::Impl& impl) {
+    const sched::Schedule& s = impl.schedule;
+    std::map<int32_t, size_t> finished;  // gradient root -> the step after its last write
+    for (size_t i = 0; i < impl.first_update_step; ++i)
+        for (size_t b = 0; b < s.steps[i].values.size(); ++b)
+            if (s.steps[i].kernel.iface.bindings[b].writes) finished[s.root(s.steps[i].values[b])] = i + 1;
+    for (auto& e : impl.exchanged) e.finished = finished.at(e.gradient);
+    std::stable_sort(impl.exchanged.begin(), impl.exchanged.end(),
+                     [](const auto& a, const auto& b) { return a.finished < b.finished; });
+    // A bucket closes at bucket_bytes, but never between gradients the same step finishes: its segment
+    // would hold no step.
+    const size_t bucket_bytes = std::max<size_t>(impl.options.data_parallel->bucket_bytes, 1);
+    impl.bucket_ends.clear();
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < impl.exchanged.size(); ++i) {
+        bytes += impl.exchanged[i].floats * 4;
+        const bool last = i + 1 == impl.exchanged.size();
+        if (last || (bytes >= bucket_bytes && impl.exchanged[i + 1].finished > impl.exchanged[i].finished)) {
+            impl.bucket_ends.push_back(i + 1);
+            bytes = 0;
+        }
+    }
+}
+
+void exchange(Session::Impl& impl, size_t bucket) {
     const GradientExchange& dp = *impl.options.data_parallel;
     const auto* readback = static_cast<const uint8_t*>(impl.readback.mapped());
     auto* upload = static_cast<uint8_t*>(impl.upload.mapped());
-    const int32_t loss = impl.schedule.root(impl.live(kLossOutput));
     std::vector<GradientExchange::Span> spans;
-    spans.push_back({reinterpret_cast<const float*>(readback + impl.readback_at.at(loss)), &impl.loss_sum, 1});
-    for (const auto& e : impl.exchanged)
+    if (bucket + 1 == impl.bucket_ends.size()) {
+        const int32_t loss = impl.schedule.root(impl.live(kLossOutput));
+        spans.push_back({reinterpret_cast<const float*>(readback + impl.readback_at.at(loss)), &impl.loss_sum, 1});
+    }
+    for (size_t i = bucket ? impl.bucket_ends[bucket - 1] : 0; i < impl.bucket_ends[bucket]; ++i) {
+        const auto& e = impl.exchanged[i];
         spans.push_back({reinterpret_cast<const float*>(readback + e.readback_at),
                          reinterpret_cast<float*>(upload + e.upload_at), e.floats});
+    }
     dp.all_reduce(spans);
 }
 

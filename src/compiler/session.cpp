@@ -215,28 +215,45 @@ rt::Program& Session::Impl::next_program() {
     return *last_run;
 }
 
-void Session::Impl::run_program() {
+void Session::Impl::run_program(const std::function<void(size_t segment)>& segment_done) {
     const auto start = std::chrono::steady_clock::now();
     rt::Program& p = next_program();
-    if (!check_graph) {
-        p.run();
-    } else {
+    std::vector<rt::Program*> segments = {&p};
+    for (const auto& later : later_segments) segments.push_back(later.get());
+    if (check_graph) {
         const ref::Feeds feeds = compiler::feeds_for_check(*this, *check_graph);
         p.run();
         compiler::check_against_reference(*this, *check_graph, feeds, check_limit);
+    } else {
+        for (rt::Program* segment : segments) segment->submit();
+        size_t k = 0;
+        try {
+            for (; k < segments.size(); ++k) {
+                segments[k]->wait();
+                if (segment_done) segment_done(k);
+            }
+        } catch (...) {
+            for (size_t i = k + 1; i < segments.size(); ++i) segments[i]->wait();  // none left in flight
+            throw;
+        }
     }
     if (trace_session) {
         // The steady program's dispatches are the last ones of the full program's.
         const size_t first = &p == program.get() ? 0 : hoisted_steps;
         std::vector<compiler::DispatchName> names(dispatch_names.begin() + first, dispatch_names.end());
-        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), names, first,
-                                       profiled ? p.dispatch_times_ms() : decltype(p.dispatch_times_ms()){});
+        std::vector<std::pair<std::string, double>> times;
+        for (const rt::Program* segment : segments)
+            if (profiled)
+                for (auto& t : segment->dispatch_times_ms()) times.push_back(std::move(t));
+        compiler::Trace::active()->ran(trace_session, start, std::chrono::steady_clock::now(), names, first, times);
     }
 }
 
 void Session::run() { impl_->run_program(); }
 
 void Session::record(VkCommandBuffer_T* command_buffer, size_t segment, size_t of) const {
+    if (!impl_->later_segments.empty())
+        throw Error("record: a data-parallel session's backward runs as several programs; step() runs them");
     if (!command_buffer) throw Error("record: no command buffer");
     // Segments of one step all come from the program its first segment took (segment 0 comes first;
     // a later one without it records from the whole program).
@@ -263,13 +280,13 @@ void set_step_scalars(Session& s, const Session::Impl& impl) {
 float Session::step() {
     require_training(*impl_, "step");
     set_step_scalars(*this, *impl_);
-    run();
     if (impl_->update_program) {  // data parallel: the gradients summed over the processes, then the update
-        compiler::exchange(*impl_);
+        impl_->run_program([&](size_t segment) { compiler::exchange(*impl_, segment); });
         impl_->update_program->run();
         ++impl_->steps_taken;
         return impl_->loss_sum / static_cast<float>(impl_->options.data_parallel->processes);
     }
+    run();
     ++impl_->steps_taken;
     return get(compiler::kLossOutput)[0];
 }
@@ -323,7 +340,10 @@ const SessionStats& Session::stats() const { return impl_->stats; }
 
 std::vector<std::pair<std::string, double>> Session::profile() const {
     if (!impl_->profiled) throw Error("profile: compile with CompileOptions::profile = true");
-    return (impl_->last_run ? impl_->last_run : impl_->program.get())->dispatch_times_ms();
+    std::vector<std::pair<std::string, double>> times = (impl_->last_run ? impl_->last_run : impl_->program.get())->dispatch_times_ms();
+    for (const auto& segment : impl_->later_segments)  // a data-parallel backward's later segments
+        for (auto& t : segment->dispatch_times_ms()) times.push_back(std::move(t));
+    return times;
 }
 
 }  // namespace mn

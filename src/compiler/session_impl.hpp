@@ -31,14 +31,19 @@ struct Session::Impl {
     bool parameters_changed = true;
     rt::Program* last_run = nullptr;  // the one whose dispatch times profile() reports
     rt::Program& next_program();      // the one a run takes now; parameters_changed is false after
-    // Data-parallel training (compiler/data_parallel.cpp): `program` runs the forward and backward, whose
-    // gradients it reads back into `readback`; step() reduces them across processes straight into
-    // `upload`, and update_program (the steps from first_update_step on) uploads them and updates.
+    // Data-parallel training (compiler/data_parallel.cpp): `program` and then later_segments run the forward
+    // and backward, each segment reading back the gradients of one bucket (exchanged[bucket_ends[k - 1],
+    // bucket_ends[k])) into `readback`; step() reduces each bucket across processes straight into `upload`
+    // while the later segments run, and update_program (the steps from first_update_step on) uploads them
+    // and updates.
     struct Exchanged {
         int32_t gradient = -1, reduced = -1;  // root values: the gradient output, the input the update reads
         uint64_t readback_at = 0, upload_at = 0, floats = 0;  // floats: the tensor's, padded to 16 bytes
+        size_t finished = 0;  // the step after the last one that writes the gradient
     };
     std::vector<Exchanged> exchanged;
+    std::vector<size_t> bucket_ends;
+    std::vector<std::unique_ptr<rt::Program>> later_segments;
     std::unique_ptr<rt::Program> update_program;
     size_t first_update_step = 0;
     float loss_sum = 0;  // the loss summed over the processes by the last step
@@ -78,7 +83,9 @@ struct Session::Impl {
                       const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill);
     std::vector<uint8_t> read_now(int32_t v) const;
     std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
-    void run_program();  // one submit, checked against the reference under MEGANEURA_CHECK
+    // One submit, checked against the reference under MEGANEURA_CHECK; in a data-parallel session, next_program()
+    // and later_segments queued at once, segment_done(k) called as each segment k finishes, while the later run.
+    void run_program(const std::function<void(size_t segment)>& segment_done = {});
 };
 
 }  // namespace mn

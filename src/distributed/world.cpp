@@ -109,7 +109,8 @@ GradientExchange World::exchange() {
                 }
                 reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             },
-        .processes = size()};
+        .processes = size(),
+        .bucket_bytes = kBucketBytes};
 }
 
 void World::broadcast(Session& s, const std::vector<std::string>& names) const {

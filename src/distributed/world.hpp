@@ -29,8 +29,9 @@ public:
     // the machine's GPUs (modulo their count; every rank gets the CPU device where there is no GPU).
     Device open_device() const;
 
-    // What CompileOptions::data_parallel takes: the gradients reduced in buckets of adjacent tensors of up
-    // to 25 MiB each (PyTorch DDP's default bucket), one MPI_Allreduce per bucket.
+    // What CompileOptions::data_parallel takes: buckets of 25 MiB of gradients (PyTorch DDP's default), each
+    // reduced while the backward's later segments run, one MPI_Allreduce per run of adjacent tensors of up to
+    // 25 MiB.
     GradientExchange exchange();
 
     // Rank 0's values of `names` (parameters) copied into every other rank's session.

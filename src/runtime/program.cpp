@@ -66,7 +66,7 @@ struct Program::Impl {
     VkDevice device = VK_NULL_HANDLE;
     std::vector<Command> commands;
     size_t dispatches = 0, barriers = 0, bindings = 0;
-    bool finished = false, timestamps = false, ran = false;
+    bool finished = false, timestamps = false, ran = false, in_flight = false;
     VkCommandPool command_pool = VK_NULL_HANDLE;
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     VkDescriptorPool descriptor_pool = VK_NULL_HANDLE;
@@ -76,6 +76,7 @@ struct Program::Impl {
 
     // Destroying the pools frees the command buffer and descriptor sets allocated from them.
     ~Impl() {
+        if (in_flight) vkWaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX);  // not while the device uses it
         vkDestroyFence(device, fence, nullptr);
         vkDestroyQueryPool(device, query_pool, nullptr);
         vkDestroyDescriptorPool(device, descriptor_pool, nullptr);
@@ -309,8 +310,14 @@ void Program::record_into(VkCommandBuffer cmd, size_t segment, size_t of) const 
 }
 
 void Program::run() {
+    submit();
+    wait();
+}
+
+void Program::submit() {
     Impl& m = *impl_;
     if (!m.finished) throw Error("Program: run() before finish()");
+    if (m.in_flight) throw Error("Program: submitted again before wait()");
     Context::Impl& c = m.ctx->impl();
     VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     submit.commandBufferCount = 1;
@@ -319,6 +326,13 @@ void Program::run() {
         std::lock_guard lock(c.queue_mutex);
         MN_VK_CHECK(vkQueueSubmit(c.queue, 1, &submit, m.fence));
     }
+    m.in_flight = true;
+}
+
+void Program::wait() {
+    Impl& m = *impl_;
+    if (!m.in_flight) throw Error("Program: wait() without submit()");
+    m.in_flight = false;
     MN_VK_CHECK(vkWaitForFences(m.device, 1, &m.fence, VK_TRUE, UINT64_MAX));
     MN_VK_CHECK(vkResetFences(m.device, 1, &m.fence));
     m.ran = true;

@@ -168,6 +168,11 @@ public:
     void finish(bool timestamps = false);
 
     void run();  // submit and wait; throws mn::Error on failure or device loss
+    // run() in two halves, so that the host works while the device runs: submit() queues the program
+    // (once until wait()), wait() returns when it is done. Programs submitted one after the other run in
+    // that order on the queue; one whose commands read what an earlier one wrote opens with barrier().
+    void submit();
+    void wait();
     // Records what run() submits into a command buffer of the caller's, in the recording state, on
     // this context's device and a queue family with compute; the caller submits and waits. Or segment
     // `segment` of `of` (0 <= segment < of <= max(1, dispatch_count())): the dispatches split evenly by
