@@ -103,6 +103,9 @@ TEST_F(CliErrorsTest, DistributedWithoutMpiSaysWhatIsMissing) {
                       "where CMake finds MPI: apt-get install libopenmpi-dev openmpi-bin");
     unsetenv("MEGANEURA_MPI_PLUGIN");
     EXPECT_FALSE(fs::exists(dir_.dir() / "c.safetensors"));
+    expect_user_error("train fashion-mnist --bucket-mb 4 --checkpoint c.safetensors", "--bucket-mb is for --distributed");
+    expect_user_error("train fashion-mnist --distributed --bucket-mb 0 --checkpoint c.safetensors", "option --bucket-mb");
+    EXPECT_FALSE(fs::exists(dir_.dir() / "c.safetensors"));
 }
 
 // num_attention_heads 0 divided by zero (SIGFPE); 64.7 became 64; 2^31 ended in bad_alloc after

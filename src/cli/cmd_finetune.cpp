@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-#include "distributed/world.hpp"
+#include "cli/world_arg.hpp"
 #include "models/model_folder.hpp"
 #include "train/finetune.hpp"
 #include "train/image_finetune.hpp"
@@ -35,8 +35,6 @@ std::string output_folder(const Flags& f) {
     return f.str("resume").empty() ? f.str("out") : f.str("resume");
 }
 
-// --distributed: this process's place in the run (distributed::World), else null.
-distributed::World* world(const Flags& f) { return f.on("distributed") ? &distributed::World::join() : nullptr; }
 
 // After a run: true on the ranks but the first of a distributed run, which print nothing; MPI ends.
 bool finished(distributed::World* world) {
@@ -57,7 +55,7 @@ int run_image_finetune(const Flags& f) {
         .weights = weights, .data = f.required("data"), .out = output_folder(f), .epochs = f.integer("epochs", 1, INT32_MAX),
         .batch = f.integer("batch", 1, 1 << 16), .image_size = f.integer("image-size", 32, 1 << 14), .lr = f.real("lr", 0, 10),
         .weight_decay = f.real("weight-decay", 0, 10), .seed = static_cast<uint64_t>(f.integer("seed", 0)),
-        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty(), .world = world(f)};
+        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty(), .world = join_world(f)};
     if (run.train_bn && run.batch < 2) throw Error("--train-bn normalizes with batch statistics: give --batch 2 or more");
     const Device device = run.world ? run.world->open_device() : Device::open();
     const train::FinetuneResult r = train::finetune_images(device, run);
@@ -88,7 +86,7 @@ int run_finetune(const Flags& f) {
     if (!run.lora.on()) refuse(f, {"lora-alpha", "lora-targets", "merge"}, "is for a LoRA fine-tune: give --lora-rank too");
     if (run.lora.alpha == 0) throw Error("option --lora-alpha is 0: the adapter would be scaled by 0 and never train");
     run.folder = models::open_model_folder(dir);
-    run.world = world(f);
+    run.world = join_world(f);
     const Device device = run.world ? run.world->open_device() : Device::open();
     const train::FinetuneResult r = train::finetune(device, run);
     if (finished(run.world)) return 0;
@@ -133,7 +131,8 @@ const Command finetune_command = {
                 {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end (text)"},
                 {"seed", "0", "S", "the order of the blocks or images, and the new parameters' initialization"},
                 {"merge", "false", "", "also write OUT/merged, the base with the adapter merged in"},
-                kDistributed},
+                kDistributed,
+                kBucketMb},
     .run = run_finetune,
 };
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "cli/commands.hpp"
-#include "distributed/world.hpp"
+#include "cli/world_arg.hpp"
 #include "train/trainer.hpp"
 
 namespace mn::cli {
@@ -34,7 +34,7 @@ int run_train(const Flags& f) {
         throw Error("--checkpoint " + run.checkpoint + " exists; pass --resume " + run.checkpoint +
                     " to continue it, or --force to replace it");
     }
-    run.world = f.on("distributed") ? &distributed::World::join() : nullptr;
+    run.world = join_world(f);
     const train::Dataset train_set = train::load_fashion_mnist("train", f.str("data"));
     const train::Dataset test_set = train::load_fashion_mnist("test", f.str("data"));
     const Device device = run.world ? run.world->open_device() : Device::open();
@@ -84,7 +84,8 @@ const Command train_command = {
                 {"curve", "", "PREFIX", "write the loss curve to PREFIX.csv and PREFIX.svg (default: the "
                                         "checkpoint's name without .safetensors)"},
                 kData,
-                kDistributed},
+                kDistributed,
+                kBucketMb},
     .run = run_train,
 };
 

@@ -20,10 +20,6 @@ extern const Command tokenize_command;
 extern const Command finetune_command;
 extern const Command shaders_command;
 
-// --distributed of train and finetune: data-parallel over the processes of an mpirun (README.md).
-inline const Option kDistributed = {"distributed", "false", "",
-                                    "data-parallel over the processes of mpirun, one Vulkan device each (README.md)"};
-
 // The --precision option, and its value: "strict" or "fast"; anything else is an mn::Error.
 Option precision_option();
 Precision parse_precision(const Flags& flags);

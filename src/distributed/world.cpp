@@ -16,7 +16,6 @@ namespace mn::distributed {
 
 namespace {
 
-constexpr size_t kBucketBytes = 25u << 20;
 constexpr const char* kPlugin = "libmeganeura_mpi.so";
 
 // MEGANEURA_MPI_PLUGIN, else next to the executable (the build folder), else in ../lib (an install).
@@ -103,14 +102,14 @@ GradientExchange World::exchange() {
                     size_t count = first.count;
                     // Adjacent in both buffers: one call for the bucket.
                     while (++k < spans.size() && spans[k].send == first.send + count &&
-                           spans[k].receive == first.receive + count && (count + spans[k].count) * 4 <= kBucketBytes)
+                           spans[k].receive == first.receive + count && (count + spans[k].count) * 4 <= bucket_bytes_)
                         count += spans[k].count;
                     check(mpi_->allreduce_sum_f32(first.send, first.receive, count), "MPI_Allreduce");
                 }
                 reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             },
         .processes = size(),
-        .bucket_bytes = kBucketBytes};
+        .bucket_bytes = bucket_bytes_};
 }
 
 void World::broadcast(Session& s, const std::vector<std::string>& names) const {

@@ -29,10 +29,11 @@ public:
     // the machine's GPUs (modulo their count; every rank gets the CPU device where there is no GPU).
     Device open_device() const;
 
-    // What CompileOptions::data_parallel takes: buckets of 25 MiB of gradients (PyTorch DDP's default), each
-    // reduced while the backward's later segments run, one MPI_Allreduce per run of adjacent tensors of up to
-    // 25 MiB.
+    // What CompileOptions::data_parallel takes: buckets of set_bucket_bytes' gradients (25 MiB, PyTorch DDP's
+    // default), each reduced while the backward's later segments run, one MPI_Allreduce per run of adjacent
+    // tensors of up to that size.
     GradientExchange exchange();
+    void set_bucket_bytes(size_t bytes) { bucket_bytes_ = bytes; }
 
     // Rank 0's values of `names` (parameters) copied into every other rank's session.
     void broadcast(Session& s, const std::vector<std::string>& names) const;
@@ -53,6 +54,7 @@ private:
     void check(int code, const char* call) const;
     mn_mpi_plugin* mpi_ = nullptr;
     double reduce_seconds_ = 0;
+    size_t bucket_bytes_ = size_t(25) << 20;
 };
 
 }  // namespace mn::distributed
