@@ -238,10 +238,10 @@ TEST_F(FusionTest, QkvProductsStoreTheSplitOfTheHeads) {
 }
 
 // A prefill's q and k rotated by RoPE (SmolLM2's: reshape to [batch, seq, heads, head_dim], permute {0, 2, 1, 3},
-// rope) are stored rotated by their product where its last piece of a tile sums the pieces (FusionPlan::rope_in_gemv,
-// the sum's column pairs): no RoPE kernel. The q, k and v siblings of inference (one product, its v part stored split
-// into heads), and q and k products of their own (a training step's, whose gradients read the rotated rows). K unsplit
-// or its pieces summed in a dispatch of their own, the RoPE kernels stay. Against the float64 reference.
+// rope) are stored rotated by their product's split sum, its last piece of a tile or a dispatch of its own
+// (FusionPlan::rope_in_gemv, the sum's column pairs): no RoPE kernel. The q, k and v siblings of inference (one
+// product, its v part stored split into heads), and q and k products of their own (a training step's, whose gradients
+// read the rotated rows). K unsplit, the RoPE kernels stay. Against the float64 reference.
 TEST_F(FusionTest, RopeOfSplitProductRowsIsStoredByTheSum) {
     for (const SplitK split_k : kSplitKs) {
         for (const bool training : {false, true}) {
@@ -269,8 +269,7 @@ TEST_F(FusionTest, RopeOfSplitProductRowsIsStoredByTheSum) {
             for (const codegen::KernelSource& kernel : compiler::program_kernels(g, device().context()->caps(), {})) {
                 ropes += kernel.label == "rope";
             }
-            const bool in_sum = std::string(split_k.pieces) != "1" && !split_k.summed_apart();
-            EXPECT_EQ(ropes, in_sum ? 0 : 2);
+            EXPECT_EQ(ropes, std::string(split_k.pieces) != "1" ? 0 : 2);
             ref::Feeds feeds = random_feeds(g, 40 + training, {-0.5, 0.5});
             feeds["positions"] = {{seq}, {0, 3, 1, 7, 2}};
             expect_matches_reference(g, feeds, training ? 1e-4 : 1e-5);

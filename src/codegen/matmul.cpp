@@ -497,6 +497,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
             if (const int64_t half = pair_half(spec, true); half && out.tile_columns % (2 * half)) {
                 throw Error("matmul: a tile of parts that rotate must hold whole heads");  // schedule/fusion.hpp
             }
+        } else if (pair_half(spec, true)) {
+            out.sum = split_sum_pairs_kernel(spec, splits, t.max_groups);
         } else {
             out.sum = out.sum_stores_norm ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue,
                                                                   spec.sum_norm_eps, spec.sum_layer_norm)

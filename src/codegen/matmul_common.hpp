@@ -152,6 +152,10 @@ std::string store_pair_glsl(KernelSource& k, DType dtype, const std::vector<Colu
 KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits, uint32_t max_groups,
                               const Epilogue* epilogue = nullptr, const std::vector<ColumnPart>& column_parts = {},
                               bool pair = false, const MergedHeads& merged = {});
+// The same for a product whose column parts rotate their heads (pair_half): a thread per pair of columns
+// (j, j + head_dim / 2) of a head, summed in piece order as piece_sum_glsl's pairs are, and stored through store_pair
+// (bindings p, c, the parts', positions and inv_freq).
+KernelSource split_sum_pairs_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b
 // (bindings p, c, the epilogue's, w, [b], y; MatmulSpec::sum_norm_eps).

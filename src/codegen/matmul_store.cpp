@@ -157,6 +157,30 @@ void main() {
     return k;
 }
 
+KernelSource split_sum_pairs_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups) {
+    KernelSource k;
+    k.label = "matmul_split_sum";
+    k.iface.local_size = 256;
+    k.iface.spec_constants = {"M", "N", "S"};
+    k.spec_values = {checked_u32(spec.m, "matmul rows"), checked_u32(spec.n, "matmul columns"), splits};
+    k.iface.bindings = {{"p", DType::F32}, {"c", spec.dtype, true}};
+    const std::string store = define("HALF", pair_half(spec, true)) + store_pair_glsl(k, spec.dtype, spec.column_parts);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + store + R"(
+void main() {
+    uint e = mn_group_id() * WG + gl_LocalInvocationID.x;
+    if (e >= M * (N / 2u)) return;
+    uint row = e / (N / 2u), h = e % (N / 2u), col = h / HALF * (2u * HALF) + h % HALF;
+    uint i = row * N + col;
+    float s = 0.0, s2 = 0.0;
+    for (uint q = 0u; q < S; ++q) s += p.d[q * M * N + i];
+    for (uint q = 0u; q < S; ++q) s2 += p.d[q * M * N + i + HALF];
+    store_pair(row, col, s, s2);
+}
+)";
+    k.groups = grid_for((static_cast<uint64_t>(spec.m) * static_cast<uint64_t>(spec.n / 2) + 255) / 256, max_groups);
+    return k;
+}
+
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
                                    const Epilogue* epilogue, double eps, bool layer) {
     if (columns % 4 || columns > kSumNormMaxColumns) throw Error("matmul: a split sum's norm needs rows of whole vec4s");

@@ -88,9 +88,9 @@
 // A product of several f32 rows, without an epilogue, whose heads RoPEs rotate (a prefill's q and k: its column
 // slices', or its own value's), each through reshapes to [batch, seq, heads, head_dim] and the split of the heads its
 // RoPE alone reads (heads_split_by; for one head, the view [batch, 1, seq, head_dim] the RoPE reads itself), with
-// positions of seq elements, stores them rotated (the RoPE's value) where its last piece of a tile sums its split K and
-// its tiles hold whole heads (`ProductSplit::summed_tile_columns`): the sum computes each head's pairs of columns
-// together as the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say
+// positions of seq elements, stores them rotated (the RoPE's value) where it splits K and the sum can: a sum dispatch of
+// its own, or its last piece of a tile where its tiles hold whole heads (`ProductSplit::sum_rotates_heads_of`): the sum
+// computes each head's pairs of columns together as the GEMV does. Two RoPE kernels and their level go, per layer of a prefill (rope_in_gemv and in_gemv say
 // so too).
 //
 // An attention's gradient dQ or dK that a RoPE alone reads (the gradient of the forward's RoPE of q or k) is stored
@@ -187,6 +187,11 @@ struct FusionPlan {
 struct ProductSplit {
     bool splits_k = false;
     uint32_t summed_tile_columns = 0;
+    // Whether the split's sum can store heads of head_dim columns rotated, in pairs of columns: a sum dispatch of its
+    // own always; the product's last pieces where its tiles hold whole heads.
+    bool sum_rotates_heads_of(int64_t head_dim) const {
+        return splits_k && (summed_tile_columns == 0 || summed_tile_columns % head_dim == 0);
+    }
 };
 FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const std::vector<int32_t>& roots,
                        uint32_t max_inputs, const std::function<bool(int32_t product)>& takes_update,

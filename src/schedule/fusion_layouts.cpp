@@ -297,7 +297,7 @@ void FusionPlanner::try_rows_rotated_in_sum(int32_t product) {
     for (int32_t slice : slices) {
         if (g_.node(slice).shape.back() % head_dim != 0) return;  // every part whole heads: the sum's column pairs
     }
-    if (const uint32_t tile = split_of_(product).summed_tile_columns; tile == 0 || tile % head_dim != 0) return;
+    if (!split_of_(product).sum_rotates_heads_of(head_dim)) return;
     for (size_t i = 0; i < slices.size(); ++i) {
         if (parts[i].rope < 0) continue;
         plan_.rope_in_gemv[static_cast<size_t>(slices[i])] = parts[i].rope;
