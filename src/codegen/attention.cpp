@@ -511,8 +511,9 @@ std::string grad_sum_block_glsl(const AttentionSpec& s, bool kv) {
            (s.rotate_sign != 0 ? "#define ROT_SIGN " + std::to_string(s.rotate_sign) + "\n" + kRopeRotate : "") + kGradSumBlock;
 }
 
-// The spec a backward kernel is built from: dq (dk) is stored rotated only where its last chunk of a block adds the
-// chunks (`merged`); elsewhere the RoPE's own kernel rotates it.
+// The spec a backward kernel's product is built from: it stores dq (dk) rotated only where its last chunk of a block
+// adds the chunks (`merged`); where a sum kernel adds them, that kernel rotates (with_partial_sums), and an unsplit
+// sweep's gradient is rotated by the RoPE's own kernel.
 AttentionSpec rotated_where_merged(const AttentionSpec& s, bool merged) {
     AttentionSpec rs = s;
     if (!merged) rs.rotate_sign = 0;
@@ -546,14 +547,45 @@ void main() {
 }
 )";
 
+// kGradSum where dq (or the record's dk half) is stored rotated (ROT_SIGN): its rows' column pairs (c, c + D / 2)
+// added and rotated together, as sum_block does (the same additions in the same order; a row's position its place in
+// its head, LEN rows), then dv's elements as they are; a thread per pair, then per element.
+const char* const kGradSumRotated = R"(
+void main() {
+    uint f = mn_group_id() * WG + gl_LocalInvocationID.x;
+    const uint HALF = D / 2u;
+    if (f < EACH / 2u) {
+        uint r = f / HALF, c = f % HALF, e = r * D + c;
+        float a = 0.0, b = 0.0;
+        for (uint q = 0u; q < SPLITS; ++q) {
+            a += p.d[q * RECORD + e];
+            b += p.d[q * RECORD + e + HALF];
+        }
+        rope_rotate(a, b, float(positions.d[r % LEN]), float(inv_freq.d[c]), ROT_SIGN);
+        uint at = ROW(r) * D + c;
+        OUT.d[at] = STORE(a);
+        OUT.d[at + HALF] = STORE(b);
+        return;
+    }
+#if KV
+    uint e = f - EACH / 2u;
+    if (e >= EACH) return;
+    float sum = 0.0;
+    for (uint q = 0u; q < SPLITS; ++q) sum += p.d[q * RECORD + EACH + e];
+    dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
+#endif
+}
+)";
+
 // The f32 partials of a backward kernel whose sweep is split into `split.splits` chunks, and the kernel
 // that adds them in chunk order (deterministic: no atomic additions) into dq, or into dk and dv (the two halves
-// of each chunk's record); or where the product adds them itself (`blocks` > 0: sum_block), its counters.
+// of each chunk's record); or where the product adds them itself (`blocks` > 0: sum_block), its counters. Either
+// stores dq (dk) rotated where `s` says (AttentionSpec::rotate_sign); an unsplit sweep's product never does.
 AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec& s, bool kv, const KeySplit& split,
                                        uint32_t max_groups, uint64_t blocks = 0) {
     AttentionGradKernels out{std::move(product)};
-    out.rotated = s.rotate_sign != 0;
     if (split.splits == 1) return out;
+    out.rotated = s.rotate_sign != 0;
     const int64_t each = s.batch * s.head_dim * (kv ? s.kv_heads * s.kv_len : s.q_heads * s.q_len);
     const int64_t record = kv ? 2 * each : each;
     out.partial_elements = record * split.splits;
@@ -568,6 +600,24 @@ AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec
     k.iface.spec_constants = {"RECORD", "EACH", "D", "SPLITS"};
     k.spec_values = {checked_u32(record, "attention gradient size"), checked_u32(each, "attention gradient size"),
                      checked_u32(s.head_dim, "attention head dim"), split.splits};
+    k.choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
+    if (out.rotated) {
+        k.iface.spec_constants.push_back("LEN");
+        k.spec_values.push_back(checked_u32(kv ? s.kv_len : s.q_len, "attention length"));
+        k.iface.bindings = {{"p", DType::F32}};
+        if (kv) {
+            k.iface.bindings.insert(k.iface.bindings.end(), {{"dk", s.dtype, true}, {"dv", s.dtype, true}});
+        } else {
+            k.iface.bindings.push_back({"dq", s.dtype, true});
+        }
+        for (Binding& b : rotation_bindings(s)) k.iface.bindings.push_back(std::move(b));
+        k.glsl = glsl_preamble(k.iface) + kFlatGroupId + out_row_glsl(s) + kRopeRotate + "#define ROT_SIGN " +
+                 std::to_string(s.rotate_sign) + "\n#define STORE " + storage_type(s.dtype) + "\n#define KV " + (kv ? "1" : "0") +
+                 "\n#define ROW " + (kv ? "kv_row" : "out_row") + "\n#define OUT " + (kv ? "dk" : "dq") + "\n" + kGradSumRotated;
+        k.groups = grid_for((static_cast<uint64_t>(each / 2 + (kv ? each : 0)) + 255) / 256, max_groups);
+        k.choice += kv ? ", dk rotated by the RoPE that reads it" : ", dq rotated by the RoPE that reads it";
+        return out;
+    }
     const uint32_t v = s.head_dim % 4 == 0 ? 4 : 1;
     const std::string vec = v == 4 ? "vec4" : "float", stored = v == 4 ? (s.dtype == DType::F16 ? "f16vec4" : "vec4") : storage_type(s.dtype);
     k.iface.bindings = {{"p", DType::F32}};
@@ -588,7 +638,6 @@ AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec
              vec + "\n#define STOREV " + stored + "\n#define KV " + (kv ? "1" : "0") + "\n#define ROW " + (kv ? "kv_row" : "out_row") +
              "\n#define P p" + suffix + "\n#define OUT " + (kv ? "dk" : "dq") + suffix + "\n#define DV dv" + suffix + "\n" + kGradSum;
     k.groups = grid_for((static_cast<uint64_t>(record / v) + 255) / 256, max_groups);
-    k.choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
     return out;
 }
 
@@ -620,7 +669,7 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     k.choice = "cooperative: " + std::to_string(own) + (kv ? " keys per kv head, " : " rows per kv head, ") +
                std::to_string(t.rows) + " per workgroup, " + std::to_string(t.tile) +
                (kv ? "-row query tiles" : "-key tiles") + split_words(split, kv ? "query rows" : "keys");
-    return with_partial_sums(std::move(k), rs, kv, split, max_groups, merged ? groups : 0);
+    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
 }
 
 // At most this many bytes of dS (f32) are stored for dQ's matmul (grad_q_from_scores): Whisper-tiny's encoder
@@ -672,7 +721,7 @@ AttentionGradKernels f32_grad_kernels(CoopKind kind, const AttentionSpec& s, con
     k.choice = f32_choice(blocked, own, kv ? " keys per kv head" : " rows per kv head", sweep, kv ? " query rows" : " keys",
                           tiles, coop_declined, blocked && own >= kBlockedMinRows ? split_words(split, kv ? "query rows" : "keys") : "") +
                (store_scores ? "; stores dS for dQ's matmul" : "");
-    return with_partial_sums(std::move(k), rs, kv, split, max_groups, merged ? groups : 0);
+    return with_partial_sums(std::move(k), s, kv, split, max_groups, merged ? groups : 0);
 }
 
 }  // namespace

@@ -281,9 +281,9 @@ struct AttentionSpec {
     // kv_heads, head_dim]); merged_dv: the dK/dV kernel its dv (each as the gradient's reader takes it).
     bool merged_out = false, merged_dv = false;
     // A backward kernel whose dq (or dk) a RoPE alone reads (the gradient of the forward's RoPE: rotate_sign -1) stores
-    // it rotated, the RoPE's value, where the workgroup that stores a block's last chunk adds the chunks
-    // (AttentionGradKernels::rotated), reading the RoPE's positions (i32, [TQ] or [TK]) and frequencies
-    // (rotate_freq_dtype, [D / 2]) bound after the outputs; 0: not rotated.
+    // it rotated, the RoPE's value, where its sweep is split: the workgroup that stores a block's last chunk, or the
+    // sum kernel, adds the chunks and rotates (AttentionGradKernels::rotated), reading the RoPE's positions (i32, [TQ]
+    // or [TK]) and frequencies (rotate_freq_dtype, [D / 2]) bound after the outputs; 0: not rotated.
     float rotate_sign = 0;
     DType rotate_freq_dtype = DType::F32;
 };
@@ -341,7 +341,8 @@ struct AttentionGradKernels {
     std::optional<KernelSource> sum;
     int64_t partial_elements = 0;
     int64_t tile_counters = 0;  // > 0: `product` adds its chunks itself (AttentionForwardKernels::tile_counters)
-    bool rotated = false;       // it stores dq (dk) rotated (AttentionSpec::rotate_sign), binding positions and frequencies
+    bool rotated = false;       // they store dq (dk) rotated (AttentionSpec::rotate_sign): the kernel that stores it binds
+                                // positions and frequencies after its outputs
 };
 // Bindings: q, k, v, d_out, lse, delta, [query_start], d_q.
 AttentionGradKernels attention_grad_q_kernels(const AttentionSpec& spec, const AttentionTiles& tiles, uint32_t max_groups);
