@@ -307,6 +307,42 @@ TEST_F(FusionTest, EpiloguesStoreTheSplitOfTheHeads) {
     }
 }
 
+// The gradient of an attention's merged output through its output projection (SmolLM2's o_proj: dO = dY Wo, stored
+// split into heads) where K is split: the sum dispatch stores the backward's delta = rowsum(dO * O) too
+// (FusionPlan::sum_delta), so no attention_delta kernel; summed by the product's last pieces, the delta keeps its
+// kernel. O read merged, and in its heads' layout where the forward's output is stored so too (an output itself).
+// Against the float64 reference.
+TEST_F(FusionTest, TheSplitSumOfTheOutputsGradientStoresTheAttentionDelta) {
+    for (const SplitK split_k : kSplitKs) {
+        for (const bool heads_output : {false, true}) {
+            SCOPED_TRACE(testing::Message() << split_k << (heads_output ? ", the heads an output" : ""));
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+            const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+            constexpr int64_t batch = 2, seq = 5, heads = 3, head_dim = 8;
+            Graph g;
+            const Tensor x = g.input("x", {batch * seq, 96});
+            std::vector<Tensor> weights;
+            auto project = [&](Tensor in, const char* name, int64_t out) {
+                weights.push_back(g.parameter(std::string("w") + name, {out, in.shape()[1]}));
+                return g.linear(in, weights.back());
+            };
+            auto split = [&](Tensor t) { return g.permute(g.reshape(t, {batch, seq, heads, head_dim}), {0, 2, 1, 3}); };
+            const Tensor o = g.attention(split(project(x, "q", heads * head_dim)), split(project(x, "k", heads * head_dim)),
+                                         split(project(x, "v", heads * head_dim)), {.causal = true});
+            if (heads_output) g.output("o", o);
+            const Tensor y = project(g.reshape(g.permute(o, {0, 2, 1, 3}), {batch * seq, heads * head_dim}), "o", 96);
+            g.output("y", y);
+            const std::vector<Tensor> dw = grad(g.sum(y * g.input("dy", y.shape())), weights);
+            for (size_t i = 0; i < dw.size(); ++i) g.output("dw" + std::to_string(i), dw[i]);
+            std::map<std::string, int> labels;
+            for (const std::string& label : kernel_labels(g)) ++labels[label];
+            EXPECT_EQ(labels["attention_delta"], split_k.summed_apart() ? 0 : 1);
+            EXPECT_EQ(labels["matmul_split_sum+attention_delta"], split_k.summed_apart() ? 1 : 0);
+            expect_matches_reference(g, random_feeds(g, 26, FeedRange{-0.5, 0.5}), 1e-4);
+        }
+    }
+}
+
 // SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product
 // of 16 column parts, whose fifth part was named c4 like c's 4-wide view, and no kernel compiled.
 TEST_F(FusionTest, SiblingProductsOfFiveOrMorePartsCompile) {

@@ -163,6 +163,15 @@ struct MatmulSpec {
     // f32 C of whole 16-byte rows, no column parts, rows of at most kSumNormMaxColumns).
     double sum_norm_eps = 0;
     bool sum_layer_norm = false;
+    // heads > 0: C is the gradient of an attention's output, [batch * seq, heads * head_dim] stored split into its
+    // heads (its one column part), and O that output. Where K is split and a sum kernel adds the pieces, that kernel
+    // stores the attention backward's delta = rowsum(C * O) too, [batch, heads, seq] f32, O (f32; o_merged: its heads
+    // merged, [batch, seq, heads, head_dim]) and delta bound after the epilogue's inputs, so the delta is no dispatch
+    // of its own (schedule/fusion.hpp); MatmulKernels::sum_stores_delta says whether it does.
+    struct SumDelta {
+        int64_t heads = 0, seq = 0, head_dim = 0;
+        bool o_merged = false;
+    } sum_delta;
     // > 0: C's rows, (b * heads_merged + h) * heads_seq + t (a product batched over heads; no column parts), are
     // stored at row (b * heads_seq + t) * heads_merged + h: an attention's dQ stored with its heads merged back
     // (the model's permute {0, 2, 1, 3}), no copy.
@@ -217,6 +226,7 @@ struct MatmulKernels {
     int64_t tile_counters = 0;
     uint32_t tile_columns = 0;     // where the product sums its pieces: its tiles' width (BN)
     bool sum_stores_norm = false;  // MatmulSpec::sum_norm_eps
+    bool sum_stores_delta = false;  // MatmulSpec::sum_delta
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 

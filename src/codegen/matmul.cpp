@@ -482,6 +482,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own.
     // Not the cooperative kernels: their last pieces summed wrong on the H200 (session 29), not found yet.
     const MatmulSpec* summed = split && t.pieces_summed_in_product && !coop && !out.sum_stores_norm ? &spec : nullptr;
+    out.sum_stores_delta = split && !summed && spec.sum_delta.heads > 0 && !spec.b2 && spec.dtype == DType::F32 &&
+                           !out.sum_stores_norm;
     const MatmulSpec pieces = pieces_spec(spec, k_split);
     out.product = coop ? coop_kernel(pieces, *coop, t, k_split, summed) : tiled_kernel(pieces, *tiled, k_split, t.max_groups, summed);
     out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) : "") +
@@ -497,6 +499,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
             if (const int64_t half = pair_half(spec, true); half && out.tile_columns % (2 * half)) {
                 throw Error("matmul: a tile of parts that rotate must hold whole heads");  // schedule/fusion.hpp
             }
+        } else if (out.sum_stores_delta) {
+            out.sum = split_sum_delta_kernel(spec, splits, t.max_groups);
         } else if (pair_half(spec, true)) {
             out.sum = split_sum_pairs_kernel(spec, splits, t.max_groups);
         } else {

@@ -156,6 +156,10 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
 // (j, j + head_dim / 2) of a head, summed in piece order as piece_sum_glsl's pairs are, and stored through store_pair
 // (bindings p, c, the parts', positions and inv_freq).
 KernelSource split_sum_pairs_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
+// The same for the gradient of an attention's output, which also stores its backward's delta (MatmulSpec::sum_delta):
+// TPR threads a row of a head, which sum its elements, apply the epilogue and store them, then add their products with
+// O's in shared memory, as attention_delta_kernel does (bindings p, c, the epilogue's, o, delta).
+KernelSource split_sum_delta_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b
 // (bindings p, c, the epilogue's, w, [b], y; MatmulSpec::sum_norm_eps).

@@ -3,6 +3,7 @@
 // pieces, by the product's last piece of each tile (piece_sum_glsl, kPieceSumGlsl) or by a dispatch of its own
 // (split_sum_kernel, split_sum_norm_kernel).
 #include <algorithm>
+#include <bit>
 
 #include "codegen/matmul_common.hpp"
 
@@ -178,6 +179,57 @@ void main() {
 }
 )";
     k.groups = grid_for((static_cast<uint64_t>(spec.m) * static_cast<uint64_t>(spec.n / 2) + 255) / 256, max_groups);
+    return k;
+}
+
+KernelSource split_sum_delta_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups) {
+    const MatmulSpec::SumDelta& d = spec.sum_delta;
+    if (d.heads * d.head_dim != spec.n || spec.m % d.seq || spec.column_parts.size() != 1 || !spec.batch.empty()) {
+        throw Error("matmul: a split sum's delta needs rows of an attention output's gradient split into heads");
+    }
+    KernelSource k;
+    k.label = "matmul_split_sum+attention_delta";
+    k.iface.local_size = 256;
+    const uint32_t per_row = std::min<uint32_t>(32, std::bit_ceil(checked_u32((d.head_dim + 3) / 4, "attention head dim")));
+    k.iface.spec_constants = {"ROWS", "N", "S", "HEADS", "SEQ", "D"};
+    k.spec_values = {checked_u32(spec.m, "matmul rows"), checked_u32(spec.n, "matmul columns"), splits,
+                     checked_u32(d.heads, "attention heads"), checked_u32(d.seq, "attention length"),
+                     checked_u32(d.head_dim, "attention head dim")};
+    checked_u32(spec.m * spec.n * splits, "matmul split-K partial products");
+    k.iface.bindings = {{"p", DType::F32}, {"c", spec.dtype, true}};
+    const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
+    const std::string epi = epilogue_glsl(spec.epilogue, k);
+    k.iface.bindings.insert(k.iface.bindings.end(), {{"o", DType::F32}, {"delta", DType::F32, true}});
+    k.glsl = glsl_preamble(k.iface) + "#extension GL_EXT_control_flow_attributes : require\n" + kFlatGroupId + epi +
+             split_sum_head(spec.dtype, store) + "#define TPR " + std::to_string(per_row) + "u\n#define O_MERGED " +
+             (d.o_merged ? "1" : "0") + "\n" + R"(
+shared float sums[WG];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, lane = lid % TPR, g = mn_group_id() * (WG / TPR) + lid / TPR;
+    uint row = g / HEADS, head = g % HEADS;  // C's row (a position) and the head
+    uint r = (row / SEQ * HEADS + head) * SEQ + row % SEQ;  // the delta's row, and O's where its heads are split
+    float s = 0.0;
+    if (row < ROWS) {
+        for (uint d = lane; d < D; d += TPR) {
+            uint i = row * N + head * D + d;
+            float v = 0.0;
+            for (uint q = 0u; q < S; ++q) v += p.d[q * (ROWS * N) + i];
+            v = EPI(i, v);
+            store_c(i, v);
+            s += o.d[O_MERGED != 0 ? i : r * D + d] * float(STORE(v));
+        }
+    }
+    sums[lid] = s;
+    barrier();
+    [[unroll]] for (uint w = TPR / 2u; w > 0u; w /= 2u) {
+        if (lane < w) sums[lid] += sums[lid + w];
+        barrier();
+    }
+    if (lane == 0u && row < ROWS) delta.d[r] = sums[lid];
+}
+)";
+    k.groups = grid_for((static_cast<uint64_t>(spec.m * d.heads) + 256 / per_row - 1) / (256 / per_row), max_groups);
     return k;
 }
 

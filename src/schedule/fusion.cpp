@@ -51,6 +51,7 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
     plan_.norm_in_products.assign(g.nodes().size(), false);
     plan_.norm_in_sum.assign(g.nodes().size(), -1);
     plan_.sum_norm.assign(g.nodes().size(), -1);
+    plan_.sum_delta.assign(g.nodes().size(), -1);
     plan_.epilogue_pair.assign(g.nodes().size(), -1);
     stored_outputs_.assign(g.nodes().size(), 0);
 }
@@ -108,6 +109,9 @@ FusionPlan FusionPlanner::run() {
         }
         if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
             try_rope_of_gradient(static_cast<int32_t>(i));
+        }
+        if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK || op == Op::AttentionGradV)) {
+            try_delta_in_sum(static_cast<int32_t>(i));
         }
     }
     return std::move(plan_);

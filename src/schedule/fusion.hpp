@@ -67,6 +67,13 @@
 // and its level go, two per layer of a pre-norm transformer's forward where its residual products split K (SmolVLA's
 // and SmolLM2's prefill, Whisper's encoder).
 //
+// The gradient of an attention's output (d_out of its backward) that a matmul stores split into heads as its own f32
+// value (heads_split_stored), where the matmul splits K and a sum kernel of its own adds the pieces
+// (`ProductSplit::summed_tile_columns` 0): that sum, which holds each element of d_out once, also stores the backward's
+// delta = rowsum(d_out * out) per head row (codegen::MatmulSpec::sum_delta), reading the attention's output: the
+// delta's dispatch and its level go, one per attention layer of a training step (SmolLM2's, SmolVLA's and Whisper's
+// output projections' input gradients).
+//
 // An assignment of a tensor to a slice_scatter of itself, assign(x, slice_scatter(x, src, axis, start)) (a
 // KV cache's new rows at the run-time position), writes src's rows into x's bytes and nothing else: one kernel
 // of src's size, where the slice_scatter copied all of x with the rows in it and the assignment copied that
@@ -163,6 +170,9 @@ struct FusionPlan {
     // itself; or -1.
     // sum_norm is its inverse, per such matmul.
     std::vector<int32_t> norm_in_sum, sum_norm;
+    // per MatMul node: an attention backward node (AttentionGradQ, K or V; its siblings share the delta) whose delta
+    // the matmul's split-K sum kernel stores (see above); or -1.
+    std::vector<int32_t> sum_delta;
     // per Rope node: the SliceScatter written in place (in_place_of) whose rows it is and whose cache it stores
     // them into, so that the SliceScatter is no kernel; or -1.
     std::vector<int32_t> rope_into_cache;

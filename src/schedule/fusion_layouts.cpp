@@ -84,6 +84,23 @@ void FusionPlanner::try_norm_in_sum(int32_t id) {
     plan_.sum_norm[static_cast<size_t>(product)] = id;
 }
 
+// See fusion.hpp: an attention backward's delta stored by the split sum of the matmul that stores its d_out split into
+// heads. Its inputs: q, k, v, out, d_out, lse[, start].
+void FusionPlanner::try_delta_in_sum(int32_t grad) {
+    const int32_t out = g_.node(grad).inputs[3], d_out = g_.node(grad).inputs[4];
+    if (g_.node(d_out).op != Op::Permute) return;
+    int32_t x = g_.node(d_out).inputs[0];
+    while (g_.node(x).op == Op::Reshape) x = g_.node(x).inputs[0];
+    const size_t p = static_cast<size_t>(x);
+    if (g_.node(x).op != Op::MatMul || plan_.heads_split_stored[p] != d_out || g_.node(x).dtype != DType::F32 ||
+        g_.node(out).dtype != DType::F32 || out > x || plan_.epilogue_pair[p] >= 0 || plan_.sum_norm[p] >= 0 ||
+        plan_.sum_delta[p] >= 0 || !plan_.column_slices[p].empty()) {
+        return;
+    }
+    if (const ProductSplit split = split_of_(x); !split.splits_k || split.summed_tile_columns) return;
+    plan_.sum_delta[p] = grad;
+}
+
 void FusionPlanner::try_store_column_slices(int32_t id) {
     const Node& p = g_.node(id);
     std::vector<int32_t> slices = consumers_[static_cast<size_t>(id)];

@@ -20,7 +20,7 @@ void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const
     std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
     ProductExtras extras{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1,
                          .a2_node = second >= 0 && g_.node(second).inputs[0] != n.inputs[0] ? g_.node(second).inputs[0] : -1,
-                         .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)]};
+                         .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)], .sum_delta = fusion_.sum_delta[static_cast<size_t>(id)]};
     int32_t row = a;
     if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
         const Node& rms = g_.node(norm);
@@ -101,6 +101,12 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         spec.sum_norm_eps = g_.node(extras.sum_norm).data[0];
         spec.sum_layer_norm = g_.node(extras.sum_norm).op == Op::LayerNorm;
     }
+    const int32_t attention_out = extras.sum_delta >= 0 ? g_.node(extras.sum_delta).inputs[3] : -1;
+    if (attention_out >= 0) {
+        lower(attention_out);  // the forward's, before this product (the plan's condition)
+        const codegen::AttentionSpec a = attention_spec(g_.node(extras.sum_delta));
+        spec.sum_delta = {.heads = a.q_heads, .seq = a.q_len, .head_dim = a.head_dim, .o_merged = heads_merged(value_of(attention_out))};
+    }
     // An epilogue's root may be of another rank than the product (a reshape between them), and is no part.
     std::vector<int32_t> extra;  // the parts' positions and frequencies, and start (column_part), then epilogue_inputs
     int32_t start = -1;
@@ -132,6 +138,13 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
             extra.push_back(value_of(norm.inputs[i]));
         }
         extra.push_back(y);
+    }
+    // Where the sum stores the attention backward's delta (else, no split, it is lowered with the backward).
+    if (kernels.sum_stores_delta) {
+        const codegen::MatmulSpec::SumDelta& d = spec.sum_delta;
+        const int32_t delta = new_value({spec.m / d.seq, d.heads, d.seq}, DType::F32);
+        attention_deltas_[{value_of(attention_out), outs[0]}] = delta;
+        extra.insert(extra.end(), {value_of(attention_out), delta});
     }
     emit_product(std::move(kernels), a, b, outs, extra);
 }

@@ -291,13 +291,18 @@ codegen::AttentionTiles Lowering::attention_tiles(bool backward) const {
 
 // delta = rowsum(d_out * out), once per (out, d_out) pair, for the backward of `spec`; out is read with its heads
 // merged where the forward stored it so (its value stands for the merge's permute, FusionPlan::heads_merged_into).
+// (A split sum may have stored it beside d_out: FusionPlan::sum_delta.)
 int32_t Lowering::attention_delta(codegen::AttentionSpec spec, int32_t out, int32_t d_out) {
     const auto [it, fresh] = attention_deltas_.try_emplace({out, d_out}, -1);
     if (!fresh) return it->second;
-    spec.merged_out = value(out).node >= 0 && g_.node(value(out).node).op == Op::Permute;
+    spec.merged_out = heads_merged(out);
     it->second = new_value({spec.batch, spec.q_heads, spec.q_len}, DType::F32);
     emit(codegen::attention_delta_kernel(spec, t_.pointwise), {out, d_out, it->second});
     return it->second;
+}
+
+bool Lowering::heads_merged(int32_t out) const {
+    return value(out).node >= 0 && g_.node(value(out).node).op == Op::Permute;
 }
 
 }  // namespace mn::sched::detail

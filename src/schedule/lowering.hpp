@@ -82,6 +82,7 @@ private:
         int32_t b2_node = -1;  // the second product's W, cast to f16 with the first's (f16_weight)
         int32_t a2_node = -1;  // the second product's A where it has one of its own (MatmulSpec::a2), bound after W2
         int32_t sum_norm = -1;  // FusionPlan::sum_norm
+        int32_t sum_delta = -1;  // FusionPlan::sum_delta
     };
     void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
                        const std::vector<int32_t>& epilogue_inputs = {});
@@ -131,6 +132,8 @@ private:
     void grad_q_from_scores(const codegen::AttentionSpec& s, int32_t scores, int32_t k, int32_t out);
     codegen::AttentionTiles attention_tiles(bool backward) const;
     int32_t attention_delta(codegen::AttentionSpec spec, int32_t out, int32_t d_out);
+    // Whether an attention's output value is stored with its heads merged (it stands for the merge's permute).
+    bool heads_merged(int32_t out) const;
 
     const Graph& g_;
     const Tuning& t_;
@@ -146,7 +149,7 @@ private:
     std::map<std::pair<AttentionKey, Op>, int32_t> attention_members_;  // every live attention node (attention_member)
     std::map<AttentionKey, int32_t> attention_siblings_;
     std::map<AttentionKey, int32_t> attention_scores_;  // a dK/dV kernel's stored dS (grad_q_from_scores), for its dQ
-    std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;
+    std::map<std::pair<int32_t, int32_t>, int32_t> attention_deltas_;  // (out, d_out) values -> delta (attention_delta)
 };
 
 }  // namespace mn::sched::detail
