@@ -250,7 +250,8 @@ TEST(CapsProfiles, TuningVariablesOutsideTheirValuesAreNamed) {
              {"MEGANEURA_ATTENTION_SPLITS", "0", "must be a count from 1 to 65535, got '0'"},
              {"MEGANEURA_ATTENTION_SPLITS", "70000", "must be a count from 1 to 65535, got '70000'"},
              {"MEGANEURA_MATMUL_SPLITS", "-2", "must be a positive count, got '-2'"},
-             {"MEGANEURA_MATMUL_SPLITS", "3x", "must be a positive count, got '3x'"}}) {
+             {"MEGANEURA_MATMUL_SPLITS", "3x", "must be a positive count, got '3x'"},
+             {"MEGANEURA_SPLIT_SUM", "kernel", "must be product, dispatch, matmul, attention or reduction, got 'kernel'"}}) {
         const ScopedEnv bad(name, value);
         EXPECT_EQ(error_of(tuned), name + (" " + message));
     }
@@ -262,6 +263,16 @@ TEST(CapsProfiles, TuningVariablesOutsideTheirValuesAreNamed) {
     EXPECT_EQ(t.updates_in_products, sched::Tuning::UpdatesInProducts::None);
     const ScopedEnv unset("MEGANEURA_MATMUL_SPLITS", "");
     EXPECT_EQ(tuned().matmul.forced_splits, 0u);
+    // Where split work is summed: by dispatches of their own, in every family's kernels, or in one family's.
+    for (const auto& [where, products, attention, reductions] : std::vector<std::tuple<const char*, bool, bool, bool>>{
+             {"", false, false, false}, {"dispatch", false, false, false}, {"product", true, true, true},
+             {"matmul", true, false, false}, {"attention", false, true, false}, {"reduction", false, false, true}}) {
+        const ScopedEnv sums("MEGANEURA_SPLIT_SUM", where);
+        const sched::Tuning s = tuned();
+        EXPECT_EQ(s.matmul.pieces_summed_in_product, products) << where;
+        EXPECT_EQ(s.attention.last_chunk_merges, attention) << where;
+        EXPECT_EQ(s.reduction_last_piece_sums, reductions) << where;
+    }
 }
 
 // A device with KHR cooperative matrices only (RDNA 3) gets the cooperative product as KHR SPIR-V, which

@@ -154,9 +154,13 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     // of each block of rows; f32 kernels only), where by default (dispatch) a dispatch of their own does. Fewer
     // dispatches and barriers, but slower on the H200 in 13 of 16 workloads measured (session 29: SmolLM2's fast step
     // 9.27 against 8.29 ms, its fast inference 2.62 against 1.98; bench/results/2026-12-05-h200-session29.md), and the
-    // cooperative kernels' last pieces summed wrong there: they never do.
-    const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch"});
-    t.matmul.pieces_summed_in_product = t.attention.last_chunk_merges = t.reduction_last_piece_sums = v && *v == "product";
+    // cooperative kernels' last pieces summed wrong there: they never do. matmul (the convolutions too), attention or
+    // reduction sums in the kernels of that family alone, to measure which of them pays.
+    const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch", "matmul", "attention", "reduction"});
+    const auto in_kernels = [&](const char* family) { return v && (*v == "product" || *v == family); };
+    t.matmul.pieces_summed_in_product = in_kernels("matmul");
+    t.attention.last_chunk_merges = in_kernels("attention");
+    t.reduction_last_piece_sums = in_kernels("reduction");
     if (const auto v = env_choice("MEGANEURA_UPDATES", {"auto", "batched", "epilogue"})) {
         using U = Tuning::UpdatesInProducts;
         t.updates_in_products = *v == "auto" ? U::SplitSums : *v == "batched" ? U::None : U::All;
