@@ -132,17 +132,22 @@ void expect_split_agrees_with_whole(const Problem& p, const std::string& whole) 
 // combine. The unsplit kernel (MEGANEURA_ATTENTION_SPLITS=1; row-wise at these lengths on every
 // device, lavapipe's loop limit included) gives the same values to within f32 rounding of sums over
 // that many keys: each output is a sum of up to 4,096 products, so 2^-24 * sqrt(4096) = 4e-6
-// relative, and both are held to the reference's 1e-5.
+// relative, and both are held to the reference's 1e-5. With MEGANEURA_SPLIT_SUM=attention the chunk kernel's last
+// workgroup of each kv head merges the chunks itself (dozens of them), and no combine runs.
 TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
-    for (const Case& c : {kCases[6], Case{"k4096_d64_g3_at_4095", 9, 3, 1, 4096, 64, true, 0, 4095}}) {
-        SCOPED_TRACE(c.name);
-        const Problem p = problem(c);
-        const std::vector<codegen::KernelSource> split = forward_kernels(*p.g);
-        ASSERT_EQ(split.size(), 2u);
-        EXPECT_EQ(split[0].label, "attention_chunks");
-        EXPECT_NE(split[0].choice.find("(flash-decoding): 3 workgroups would underfill"), std::string::npos) << split[0].choice;
-        EXPECT_EQ(split[1].label, "attention_combine");
-        expect_split_agrees_with_whole(p, "row-wise: 3 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
+    for (const char* where : {"dispatch", "attention"}) {
+        const ScopedEnv merge("MEGANEURA_SPLIT_SUM", where);
+        const bool combine = std::string(where) == "dispatch";
+        for (const Case& c : {kCases[6], Case{"k4096_d64_g3_at_4095", 9, 3, 1, 4096, 64, true, 0, 4095}}) {
+            SCOPED_TRACE(c.name + std::string(", ") + where);
+            const Problem p = problem(c);
+            const std::vector<codegen::KernelSource> split = forward_kernels(*p.g);
+            ASSERT_EQ(split.size(), combine ? 2u : 1u);
+            EXPECT_EQ(split[0].label, "attention_chunks");
+            EXPECT_NE(split[0].choice.find("(flash-decoding): 3 workgroups would underfill"), std::string::npos) << split[0].choice;
+            if (combine) EXPECT_EQ(split[1].label, "attention_combine");
+            expect_split_agrees_with_whole(p, "row-wise: 3 rows per kv head; keys not split: forced: MEGANEURA_ATTENTION_SPLITS=1");
+        }
     }
 }
 

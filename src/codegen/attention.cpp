@@ -272,13 +272,18 @@ std::string out_row_glsl(const AttentionSpec& s) {
 
 namespace {
 
-// A forward's chunks merged by the workgroup that stores a block's last one (AttentionTiles::last_chunk_merges): every
-// invocation calls combine_block after storing its rows' records.
+// A forward's chunks merged by the workgroup that stores a block's last one (AttentionTiles::last_chunk_merges), as the
+// combine would (the same bits): a thread per output (merge_chunks), or many chunks (MERGE_LANES) a row at a time over
+// the combine's lanes (merge_row). Every invocation calls combine_block after storing its rows' records.
 const char* const kCombineBlock = R"(
 void combine_block(uint head, uint r0, uint qblock) {
     if (!last_piece(qblock, SPLITS)) return;
     uint rows = min(r0 + BR, ROWS) - r0;
+#ifdef MERGE_LANES
+    for (uint r = 0u; r < rows; ++r) merge_row(head * ROWS + r0 + r);
+#else
     for (uint f = gl_LocalInvocationID.x; f < rows * D; f += WG) merge_chunks(head * ROWS + r0 + f / D, f % D);
+#endif
 }
 )";
 
@@ -368,11 +373,16 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
             return;
         }
         out.partial_elements = s.batch * s.q_heads * s.q_len * split.splits * (s.head_dim + 2);
-        if (t.last_chunk_merges && split.splits <= kMaxColumnSplits) {
+        // Many chunks merge over the combine's lanes, which this kernel's threads must divide.
+        const bool lanes = split.splits > kMaxColumnSplits;
+        const uint32_t lane_threads = combine_threads(split.splits, launch);
+        if (t.last_chunk_merges && (!lanes || lane_threads % workgroup_threads(t, blocked) == 0)) {
             const std::vector<Binding> outputs = {{"part", DType::F32, true, true}, {"cnt", DType::I32, true},
                                                   {"o", s.dtype, true}, {"lse", DType::F32, true}};
+            const std::string merge = lanes ? "#define MERGE_LANES\n" + merge_lanes_glsl(s.head_dim, lane_threads) + kCombineBlock
+                                            : std::string(kMergeChunks) + kCombineBlock;
             out.forward = tiled_kernel((label + "_chunks").c_str(), s, t, blocked, qkv, outputs, body, groups * split.splits,
-                                       launch.max_groups, split.splits, extensions, std::string(kMergeChunks) + kCombineBlock);
+                                       launch.max_groups, split.splits, extensions, merge);
             out.tile_counters = static_cast<int64_t>(groups);
             return;
         }

@@ -9,10 +9,11 @@
 // each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
 // The combine kernel here merges a row's chunks exactly: with M = max m_i,
 //     out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i,   lse = M + log(sum_i exp(m_i - M) l_i),
-// in a fixed order (no atomic additions): the same inputs give the same bits. Up to kMaxColumnSplits chunks (a
-// prefill's), the forward's workgroup that stores a block's last chunk (an atomic count of the block's chunks says
-// which) merges the block's rows itself, in the same order (merge_chunks; attention.cpp's combine_block): the
-// combine's dispatch and level go.
+// in a fixed order (no atomic additions): the same inputs give the same bits. Or, where AttentionTiles::last_chunk_merges
+// asks (MEGANEURA_SPLIT_SUM=attention or product), the forward's workgroup that stores a block's last chunk (an atomic
+// count of the block's chunks says which) merges the block's rows itself, a thread per output (merge_chunks;
+// attention.cpp's combine_block): the combine's dispatch and level go, one per layer of a decode step too (its
+// 64 chunks at 4K positions, SmolLM2's; to be measured against the combine's lanes on the H200).
 //
 // The chunk count is fixed when compiling, from the key length and the device's compute units; the
 // chunks themselves are cut at run time from the keys the rows can see (a causal decode step at
@@ -48,64 +49,16 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string workgroups(uint64_t n) { return std::to_string(n) + (n == 1 ? " workgroup" : " workgroups"); }
 
-// One workgroup per row of out; each thread owns the column c (and c + DT, ...) of one lane, the
-// lanes taking the chunks s = lane, lane + LANES, ...; the lanes' sums are added in lane order.
+// The combine's main for many chunks: one workgroup per row of out (merge_row, kMergeLanes).
 const char* const kCombine = R"(
 #extension GL_EXT_control_flow_attributes : require
 #define NEG_INF uintBitsToFloat(0xff800000u)
-const uint E = D + 2u;          // a chunk's record: D output sums, then m and l
-const uint LANES = WG / DT;
-const uint DPT = (D + DT - 1u) / DT;
-shared float Red[WG];
-
+)";
+const char* const kCombineMain = R"(
 void main() {
     uint row = mn_group_id();
     if (row >= ROWS) return;
-    uint lid = gl_LocalInvocationID.x, lane = lid / DT, c = lid % DT;
-    uint base = row * SPLITS * E;
-    // The row's max over the chunks (one that saw no key holds -inf); max is exact in any order.
-    float m = NEG_INF;
-    for (uint s = lid; s < SPLITS; s += WG) m = max(m, part.d[base + s * E + D]);
-    Red[lid] = m;
-    barrier();
-    [[unroll]] for (uint w = WG / 2u; w > 0u; w /= 2u) {
-        if (lid < w) Red[lid] = max(Red[lid], Red[lid + w]);
-        barrier();
-    }
-    m = Red[0];
-    float l = 0.0;
-    float acc[DPT];
-    [[unroll]] for (uint i = 0u; i < DPT; ++i) acc[i] = 0.0;
-    // Unrolled (the trip count is a constant once specialized), so a lane's loads of every chunk are in flight at once.
-    [[unroll]] for (uint s0 = 0u; s0 < SPLITS; s0 += LANES) {
-        uint s = s0 + lane;
-        if (s >= SPLITS) break;
-        uint at = base + s * E;
-        float ms = part.d[at + D];
-        float w = ms == NEG_INF ? 0.0 : exp(ms - m);  // then the chunk's sums are 0 too
-        l += w * part.d[at + D + 1u];
-        [[unroll]] for (uint i = 0u; i < DPT; ++i) {
-            uint d = c + i * DT;
-            if (d < D) acc[i] += w * part.d[at + d];
-        }
-    }
-    barrier();  // every thread has read Red[0]
-    Red[lid] = l;
-    barrier();
-    float total = 0.0;
-    for (uint ln = 0u; ln < LANES; ++ln) total += Red[ln * DT];
-    float inv = total > 0.0 ? 1.0 / total : 0.0;  // a row that sees no key yields zeros, as unsplit
-    if (lid == 0u) lse.d[row] = total > 0.0 ? m + log(total) : NEG_INF;
-    [[unroll]] for (uint i = 0u; i < DPT; ++i) {
-        barrier();
-        Red[lid] = acc[i];
-        barrier();
-        uint d = c + i * DT;
-        if (lane != 0u || d >= D) continue;
-        float sum = 0.0;
-        for (uint ln = 0u; ln < LANES; ++ln) sum += Red[ln * DT + c];
-        o.d[out_row(row) * D + d] = STORE(sum * inv);
-    }
+    merge_row(row);
 }
 )";
 
@@ -144,9 +97,86 @@ void merge_chunks(uint row, uint d) {
 }
 )";
 
-namespace {
+// A row's chunks merged by MERGE_CW threads, each owning the column c (and c + MERGE_DT, ...) of one lane, the lanes
+// taking the chunks s = lane, lane + MERGE_LANE_COUNT, ...; the lanes' sums added in lane order. A workgroup of WG
+// invocations runs MERGE_CW / WG of those threads each (the combine's WG is MERGE_CW; a chunk kernel's last workgroup
+// may be smaller): the same additions in the same order, so the same bits, whatever runs them.
+const char* const kMergeLanes = R"(
+const uint MERGE_E = D + 2u;  // a chunk's record: D output sums, then m and l
+const uint MERGE_LANE_COUNT = MERGE_CW / MERGE_DT;
+const uint MERGE_DPT = (D + MERGE_DT - 1u) / MERGE_DT;
+const uint MERGE_VT = MERGE_CW / WG;  // the threads each invocation runs
+shared float MergeRed[MERGE_CW];
 
-}  // namespace
+void merge_row(uint row) {
+    uint lid = gl_LocalInvocationID.x;
+    uint base = row * SPLITS * MERGE_E;
+    // The row's max over the chunks (one that saw no key holds -inf); max is exact in any order.
+    [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) {
+        uint v = lid + j * WG;
+        float m = NEG_INF;
+        for (uint s = v; s < SPLITS; s += MERGE_CW) m = max(m, part.d[base + s * MERGE_E + D]);
+        MergeRed[v] = m;
+    }
+    barrier();
+    [[unroll]] for (uint w = MERGE_CW / 2u; w > 0u; w /= 2u) {
+        [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) {
+            uint v = lid + j * WG;
+            if (v < w) MergeRed[v] = max(MergeRed[v], MergeRed[v + w]);
+        }
+        barrier();
+    }
+    float m = MergeRed[0];
+    float l[MERGE_VT], acc[MERGE_VT][MERGE_DPT];
+    [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) {
+        uint v = lid + j * WG, lane = v / MERGE_DT, c = v % MERGE_DT;
+        l[j] = 0.0;
+        [[unroll]] for (uint i = 0u; i < MERGE_DPT; ++i) acc[j][i] = 0.0;
+        // Unrolled (the trip count is a constant once specialized), so a lane's loads of every chunk are in flight at once.
+        [[unroll]] for (uint s0 = 0u; s0 < SPLITS; s0 += MERGE_LANE_COUNT) {
+            uint s = s0 + lane;
+            if (s >= SPLITS) break;
+            uint at = base + s * MERGE_E;
+            float ms = part.d[at + D];
+            float w = ms == NEG_INF ? 0.0 : exp(ms - m);  // then the chunk's sums are 0 too
+            l[j] += w * part.d[at + D + 1u];
+            [[unroll]] for (uint i = 0u; i < MERGE_DPT; ++i) {
+                uint d = c + i * MERGE_DT;
+                if (d < D) acc[j][i] += w * part.d[at + d];
+            }
+        }
+    }
+    barrier();  // every invocation has read MergeRed[0]
+    [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) MergeRed[lid + j * WG] = l[j];
+    barrier();
+    float total = 0.0;
+    for (uint ln = 0u; ln < MERGE_LANE_COUNT; ++ln) total += MergeRed[ln * MERGE_DT];
+    float inv = total > 0.0 ? 1.0 / total : 0.0;  // a row that sees no key yields zeros, as unsplit
+    if (lid == 0u) lse.d[row] = total > 0.0 ? m + log(total) : NEG_INF;
+    [[unroll]] for (uint i = 0u; i < MERGE_DPT; ++i) {
+        barrier();
+        [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) MergeRed[lid + j * WG] = acc[j][i];
+        barrier();
+        [[unroll]] for (uint j = 0u; j < MERGE_VT; ++j) {
+            uint v = lid + j * WG, lane = v / MERGE_DT, c = v % MERGE_DT, d = c + i * MERGE_DT;
+            if (lane != 0u || d >= D) continue;
+            float sum = 0.0;
+            for (uint ln = 0u; ln < MERGE_LANE_COUNT; ++ln) sum += MergeRed[ln * MERGE_DT + c];
+            o.d[out_row(row) * D + d] = STORE(sum * inv);
+        }
+    }
+    barrier();  // MergeRed is the next row's
+}
+)";
+
+std::string merge_lanes_glsl(int64_t head_dim, uint32_t lane_threads) {
+    const uint32_t columns = std::min(std::bit_ceil(checked_u32(head_dim, "attention head dim")), lane_threads);
+    return "#define MERGE_CW " + std::to_string(lane_threads) + "u\n#define MERGE_DT " + std::to_string(columns) + "u\n" + kMergeLanes;
+}
+
+uint32_t combine_threads(uint32_t splits, const Launch& launch) {
+    return splits <= kMaxColumnSplits ? launch.local_size : std::bit_floor(launch.local_size);
+}
 
 KeySplit choose_key_split(int64_t sweep, const std::string& what, const AttentionTiles& t, uint64_t groups,
                           int64_t long_sweep, int64_t min_chunk, uint32_t threads) {
@@ -211,9 +241,8 @@ KernelSource attention_combine_kernel(const AttentionSpec& s, uint32_t splits, c
         return k;
     }
     // A power of two for the max's tree; columns across the threads, the rest of them as lanes.
-    k.iface.local_size = std::bit_floor(launch.local_size);
-    const uint32_t columns = std::min(std::bit_ceil(checked_u32(s.head_dim, "attention head dim")), k.iface.local_size);
-    k.glsl = glsl_preamble(k.iface) + "#define DT " + std::to_string(columns) + "u\n" + head + kCombine;
+    k.iface.local_size = combine_threads(splits, launch);
+    k.glsl = glsl_preamble(k.iface) + head + kCombine + merge_lanes_glsl(s.head_dim, k.iface.local_size) + kCombineMain;
     k.groups = grid_for(static_cast<uint64_t>(rows), launch.max_groups);
     k.choice = "merges " + std::to_string(splits) + " key chunks per row in chunk order, a workgroup per row";
     return k;

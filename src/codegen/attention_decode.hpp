@@ -32,12 +32,19 @@ std::string out_row_glsl(const AttentionSpec& spec);
 KernelSource attention_combine_kernel(const AttentionSpec& spec, uint32_t splits, const Launch& launch);
 
 // Up to this many chunks the combine takes a thread per output element (kMergeChunks); more (a decode step's, up to a
-// few hundred) are shared among the lanes of a workgroup per row. Up to as many, a forward's last chunk of each block
-// of rows merges them itself (attention.cpp, AttentionTiles::last_chunk_merges).
+// few hundred) are shared among the lanes of a workgroup per row. (A forward's last chunk of each block of rows that
+// merges them itself, AttentionTiles::last_chunk_merges, takes a thread per output however many.)
 constexpr uint32_t kMaxColumnSplits = 16;
 
 // GLSL `void merge_chunks(uint row, uint d)`: column d of flat row `row`'s output and (d = 0) its lse from the row's
 // SPLITS chunk records in part, in chunk order. Needs D, SPLITS, NEG_INF, STORE, out_row and the bindings part, o, lse.
 extern const char* const kMergeChunks;
+// The combine's workgroup size for `splits` chunks (kMaxColumnSplits: a thread per output, else lanes).
+uint32_t combine_threads(uint32_t splits, const Launch& launch);
+// GLSL `void merge_row(uint row)`: flat row `row`'s output and lse from its SPLITS chunk records, as the combine of many
+// chunks merges them over `lane_threads` threads (combine_threads): the same bits from any workgroup whose size divides
+// lane_threads, every invocation calling it. Needs D, SPLITS, NEG_INF, STORE, WG, out_row and the bindings part, o, lse;
+// declares shared memory of lane_threads floats.
+std::string merge_lanes_glsl(int64_t head_dim, uint32_t lane_threads);
 
 }  // namespace mn::codegen

@@ -317,8 +317,8 @@ struct AttentionTiles {
     const char* coop_declined = "precision strict";
     // dQ as a matmul of the dS the dK/dV kernel stores, where grad_q_from_scores allows (MEGANEURA_ATTENTION_GRAD_Q).
     bool grad_q_from_scores = true;
-    // A forward whose keys are split in few chunks (a prefill's: kMaxColumnSplits) merges them in the workgroup that
-    // stores a block's last chunk (AttentionForwardKernels::tile_counters), and a backward kernel whose sweep is split
+    // A forward whose keys are split merges the chunks in the workgroup that stores a block's last one, a thread per
+    // output looping over them (AttentionForwardKernels::tile_counters), and a backward kernel whose sweep is split
     // adds its chunks so (AttentionGradKernels::tile_counters); false: the combine's and the sum's own dispatches
     // (MEGANEURA_SPLIT_SUM=dispatch, as split-K's sum).
     bool last_chunk_merges = true;
