@@ -92,6 +92,27 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
     EXPECT_EQ(count(here.dir() / "training", ".metal"), 0u);
 }
 
+// --decode writes generate's one-token step too (a causal LM's): its attention over the cache split into chunks of keys
+// (flash-decoding) where one workgroup a kv head would leave the device idle, and merged by a combine dispatch; with
+// MEGANEURA_SPLIT_SUM=attention by the chunk kernel itself.
+TEST(ShadersCommand, DecodeWritesGeneratesStepOverTheCache) {
+    for (const bool merged : {false, true}) {
+        SCOPED_TRACE(merged ? "merged in the chunk kernel" : "combined");
+        TempDir tmp("shaders-decode");
+        int status = -1;
+        const std::string out = run_command(std::string(merged ? "MEGANEURA_SPLIT_SUM=attention " : "") + MEGANEURA_BINARY +
+                                                " shaders --model smollm2 --size tiny --caps nvidia-h200 --decode 2048 --out " +
+                                                tmp.dir().string(), &status);
+        ASSERT_EQ(status, 0) << out;
+        EXPECT_NE(out.find("smollm2 decode for NVIDIA H200 (profile): "), std::string::npos) << out;
+        std::ifstream list(tmp.dir() / "decode" / "dispatches.txt");
+        const std::string text((std::istreambuf_iterator<char>(list)), std::istreambuf_iterator<char>());
+        EXPECT_NE(text.find("attention_chunks: row-wise"), std::string::npos) << text;
+        EXPECT_NE(text.find("(flash-decoding)"), std::string::npos) << text;
+        EXPECT_EQ(text.find("attention_combine") != std::string::npos, !merged) << text;
+    }
+}
+
 TEST(ShadersCommand, BadInputIsAUserError) {
     TempDir tmp("shaders-errors");
     const std::string dir = tmp.dir().string();
@@ -101,6 +122,8 @@ TEST(ShadersCommand, BadInputIsAUserError) {
         {"--model nope --out " + dir, "nope"},
         {"--model mlp --size huge --out " + dir, "option --size is 'huge'"},
         {"extra --model mlp --out " + dir, "shaders takes no arguments"},
+        {"--model mlp --size tiny --decode 64 --out " + dir, "--decode is for a causal LM (smollm2), not mlp"},
+        {"--model smollm2 --size tiny --decode -3 --out " + dir, "--decode"},
     };
     for (const auto& [args, part] : cases) {
         SCOPED_TRACE(args);

@@ -14,6 +14,7 @@
 #include "common/caps_profiles.hpp"
 #include "compiler/program_kernels.hpp"
 #include "models/registry.hpp"
+#include "models/smollm2.hpp"
 #include "runtime/runtime.hpp"
 
 namespace mn::cli {
@@ -90,11 +91,22 @@ int run_shaders(const Flags& f) {
     const Precision precision = parse_precision(f);
     const rt::DeviceCaps caps = caps_of(f.str("caps"));
     const models::BuiltModel model = entry.build(request);
-    const Graph& g = *model.graph;
-    std::vector<std::pair<std::string, CompileOptions>> programs = {{"inference", {.precision = precision}}};
-    if (model.loss.valid()) programs.push_back({"training", {.loss = model.loss, .precision = precision}});
-    for (const auto& [name, options] : programs) {
-        const compiler::ProgramSchedule program = compiler::program_schedule(g, caps, options, true);
+    struct Program {
+        std::string name;
+        const Graph* graph;
+        CompileOptions options;
+    };
+    std::vector<Program> programs = {{"inference", model.graph.get(), {.precision = precision}}};
+    if (model.loss.valid()) programs.push_back({"training", model.graph.get(), {.loss = model.loss, .precision = precision}});
+    // generate's one-token step over a KV cache of that many positions (models/generation.hpp), as it compiles it.
+    models::BuiltModel decode;
+    if (const int64_t cache = f.integer("decode", 0, INT32_MAX); cache > 0) {
+        if (entry.name != "smollm2") throw Error("--decode is for a causal LM (smollm2), not " + entry.name);
+        decode = models::build_llama_cached(models::LlamaConfig::from_request(request), 1, 1, cache);
+        programs.push_back({"decode", decode.graph.get(), {.precision = precision, .read_back = std::vector<std::string>{"logits"}}});
+    }
+    for (const auto& [name, graph, options] : programs) {
+        const compiler::ProgramSchedule program = compiler::program_schedule(*graph, caps, options, true);
         const std::filesystem::path dir = std::filesystem::path(out) / name;
         const size_t written = write_program(program, caps, f.on("msl"), dir);
         const std::vector<sched::Step>& steps = program.schedule.steps;
@@ -122,7 +134,8 @@ const Command shaders_command = {
     .summary = "write every kernel of a model's programs as SPIR-V and, with --msl, as Metal",
     .description =
         "Writes every kernel of a model's inference program and training step to --out (inference/ and\n"
-        "training/, one NNN-label.spv per kernel), specialized for the device here or for a device\n"
+        "training/, one NNN-label.spv per kernel; with --decode, generate's decode step too, in decode/),\n"
+        "specialized for the device here or for a device\n"
         "profile; with --msl also each as Metal Shading Language (NNN-label.metal, through SPIRV-Cross,\n"
         "as MoltenVK would translate it). Shapes stay specialization constants (Metal function\n"
         "constants). dispatches.txt lists every dispatch: its kernel's number, grid x workgroup size,\n"
@@ -135,6 +148,7 @@ const Command shaders_command = {
                 {"caps", "device", "NAME", "device: the Vulkan device here; or a device profile (listed above)"},
                 precision_option(),
                 {"out", "", "DIR", "where the kernels go (required)"},
+                {"decode", "0", "N", "also generate's one-token decode step over a cache of N positions (smollm2)"},
                 {"msl", "false", "", "also write each kernel as Metal Shading Language"}},
     .run = run_shaders,
 };
