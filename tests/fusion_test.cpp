@@ -343,6 +343,48 @@ TEST_F(FusionTest, TheSplitSumOfTheOutputsGradientStoresTheAttentionDelta) {
     }
 }
 
+// A pre-norm residual block's backward (SmolLM2's, Whisper's): the gradient of the norm's output is a product's (the
+// output projection's input gradient) or a SwiGLU pair's (dG Wg + dU Wu); where K is split and a sum dispatch adds the
+// pieces, that sum computes the norm's backward too, with the residual's gradient added (FusionPlan::sum_norm_grad): no
+// norm gradient kernel of its own. Summed by the product's last pieces, it keeps its kernel. RMSNorm and LayerNorm,
+// against the float64 reference.
+TEST_F(FusionTest, TheSplitSumOfANormsOutputGradientComputesTheNormsBackward) {
+    for (const SplitK split_k : kSplitKs) {
+        for (const bool layer : {false, true}) {
+            for (const bool pair : {false, true}) {
+                SCOPED_TRACE(testing::Message() << split_k << (layer ? ", LayerNorm" : ", RMSNorm") << (pair ? ", SwiGLU" : ""));
+                const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+                const ScopedEnv where("MEGANEURA_SPLIT_SUM", split_k.sum);
+                Graph g;
+                const Tensor x = g.parameter("x", {10, 64}, Init::uniform(-1, 1));
+                const Tensor w = g.parameter("w", {64}, Init::uniform(0.5, 1.5));
+                const Tensor n = layer ? g.layer_norm(x, w, g.parameter("b", {64}, Init::uniform(-0.5, 0.5))) : g.rms_norm(x, w);
+                auto linear = [&](Tensor in, const char* name, int64_t out) {
+                    return g.linear(in, g.parameter(name, {out, in.shape()[1]}, Init::uniform(-0.2, 0.2)));
+                };
+                const Tensor y = pair ? linear(g.silu(linear(n, "wg", 48)) * linear(n, "wu", 48), "wd", 64) : linear(n, "wo", 64);
+                const Tensor h = x + y;
+                g.output("h", h);
+                std::vector<Tensor> params;
+                for (const char* name : {"x", "w", "b", "wg", "wu", "wd", "wo"}) {
+                    if (const auto t = g.find(name)) params.push_back(*t);
+                }
+                const std::vector<Tensor> grads = grad(g.sum(h * g.input("dy", h.shape())), params);
+                for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
+                const std::string norm_grad = layer ? "layer_norm_grad" : "rms_norm_grad";
+                int own = 0, in_sum = 0;
+                for (const std::string& label : kernel_labels(g)) {
+                    own += label.starts_with(norm_grad);
+                    in_sum += label.starts_with("matmul_split_sum") && label.find("+" + norm_grad) != std::string::npos;
+                }
+                EXPECT_EQ(own, split_k.summed_apart() ? 0 : 1);
+                EXPECT_EQ(in_sum, split_k.summed_apart() ? 1 : 0);
+                expect_matches_reference(g, random_feeds(g, 27), 1e-4);
+            }
+        }
+    }
+}
+
 // SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product
 // of 16 column parts, whose fifth part was named c4 like c's 4-wide view, and no kernel compiled.
 TEST_F(FusionTest, SiblingProductsOfFiveOrMorePartsCompile) {

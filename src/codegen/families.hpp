@@ -66,7 +66,8 @@ struct Epilogue {
 };
 // GLSL defining EPI(i, v), the value stored at output element i for product value v: v itself
 // without an epilogue; and with one, EPI2(i, v, v2) where the second product's value is v2. Adds the epilogue's bindings and constants to k: call it before k's preamble.
-std::string epilogue_glsl(const Epilogue* e, KernelSource& k);
+// `prefix` starts every name it declares (macros, functions, constants, bindings), for a second epilogue in one kernel.
+std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string& prefix = "");
 
 // out[out_offset + sum c_d*out_strides[d]] = in[in_offset + sum c_d*in_strides[d]] for every
 // coordinate c of `dims`: permute, slice, expand and concat pieces are all this one kernel.
@@ -172,6 +173,17 @@ struct MatmulSpec {
         int64_t heads = 0, seq = 0, head_dim = 0;
         bool o_merged = false;
     } sum_delta;
+    // on: C's rows (after the epilogue) are the gradient of an RMSNorm's output (a LayerNorm's with `layer`) over
+    // rows x of N values. Where K is split and a sum kernel adds the pieces, that kernel stores the norm's input gradient
+    // dx too, through its own epilogue (a residual's gradient added), a workgroup per row: x, w and dx bound after the
+    // product's epilogue's inputs, then dx's epilogue's, then a pair's second partials (MatmulSpec::b2), so the norm's
+    // backward is no dispatch of its own (schedule/fusion.hpp); MatmulKernels::sum_stores_norm_grad says whether it
+    // does (f32 rows of whole 16-byte vectors, at most kSumNormMaxColumns, no column parts).
+    struct SumNormGrad {
+        bool on = false, layer = false;
+        double eps = 0;
+        const Epilogue* epilogue = nullptr;
+    } sum_norm_grad;
     // > 0: C's rows, (b * heads_merged + h) * heads_seq + t (a product batched over heads; no column parts), are
     // stored at row (b * heads_seq + t) * heads_merged + h: an attention's dQ stored with its heads merged back
     // (the model's permute {0, 2, 1, 3}), no copy.
@@ -227,6 +239,7 @@ struct MatmulKernels {
     uint32_t tile_columns = 0;     // where the product sums its pieces: its tiles' width (BN)
     bool sum_stores_norm = false;  // MatmulSpec::sum_norm_eps
     bool sum_stores_delta = false;  // MatmulSpec::sum_delta
+    bool sum_stores_norm_grad = false;  // MatmulSpec::sum_norm_grad
 };
 MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& tuning);
 

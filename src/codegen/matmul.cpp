@@ -484,6 +484,9 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     const MatmulSpec* summed = split && t.pieces_summed_in_product && !coop && !out.sum_stores_norm ? &spec : nullptr;
     out.sum_stores_delta = split && !summed && spec.sum_delta.heads > 0 && !spec.b2 && spec.dtype == DType::F32 &&
                            !out.sum_stores_norm;
+    out.sum_stores_norm_grad = split && !summed && spec.sum_norm_grad.on && spec.dtype == DType::F32 && spec.batch.empty() &&
+                               spec.column_parts.empty() && spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns &&
+                               !out.sum_stores_norm && !out.sum_stores_delta;
     const MatmulSpec pieces = pieces_spec(spec, k_split);
     out.product = coop ? coop_kernel(pieces, *coop, t, k_split, summed) : tiled_kernel(pieces, *tiled, k_split, t.max_groups, summed);
     out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) : "") +
@@ -499,6 +502,8 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
             if (const int64_t half = pair_half(spec, true); half && out.tile_columns % (2 * half)) {
                 throw Error("matmul: a tile of parts that rotate must hold whole heads");  // schedule/fusion.hpp
             }
+        } else if (out.sum_stores_norm_grad) {
+            out.sum = split_sum_norm_grad_kernel(spec, splits, t.max_groups);
         } else if (out.sum_stores_delta) {
             out.sum = split_sum_delta_kernel(spec, splits, t.max_groups);
         } else if (pair_half(spec, true)) {

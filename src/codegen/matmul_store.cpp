@@ -233,6 +233,91 @@ void main() {
     return k;
 }
 
+KernelSource split_sum_norm_grad_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups) {
+    const int64_t rows = spec.m, columns = spec.n;
+    if (columns % 4 || columns > kSumNormMaxColumns || !spec.batch.empty()) {
+        throw Error("matmul: a split sum's norm gradient needs unbatched rows of whole vec4s");
+    }
+    const MatmulSpec::SumNormGrad& ng = spec.sum_norm_grad;
+    KernelSource k;
+    k.label = "matmul_split_sum";  // then the epilogue's ops, the norm's, and dx's epilogue's (epilogue_glsl adds them)
+    uint32_t wg = 32;  // as split_sum_norm_kernel: a thread per vec4 of the row up to 256
+    while (wg < 256 && wg < columns / 4) wg *= 2;
+    k.iface.local_size = wg;
+    k.iface.spec_constants = {"ROWS", "N", "S", "EPS_BITS"};
+    k.spec_values = {checked_u32(rows, "matmul rows"), checked_u32(columns, "matmul columns"), splits, float_bits(ng.eps)};
+    checked_u32(rows * columns * splits, "matmul split-K partial products");
+    k.iface.bindings = {{"p", DType::F32}, {"c", DType::F32, true}};
+    const std::string store = store_glsl(k, DType::F32, {});
+    const std::string epi = epilogue_glsl(spec.epilogue, k);
+    k.label += ng.layer ? "+layer_norm_grad" : "+rms_norm_grad";
+    std::string views;  // vec4 views of x, w and dx
+    for (const std::string name : {"x", "w", "dx"}) {
+        views += view_of(k.iface.bindings.size(), name + "4", name == "dx");
+        k.iface.bindings.push_back({name, DType::F32, name == "dx"});
+    }
+    const std::string dx_epi = epilogue_glsl(ng.epilogue, k, "DX_");
+    if (spec.b2) {
+        views += view_of(k.iface.bindings.size(), "p24", false);
+        k.iface.bindings.push_back({"p2", DType::F32});
+    }
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + dx_epi + split_sum_head(DType::F32, store) +
+             views + "const uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n" +
+             "#define LAYER " + (ng.layer ? "1" : "0") + "\n#define PAIR " + (spec.b2 ? "1" : "0") + "\n" + R"(
+const uint N4 = N / 4u;
+// With g = up * w and xhat = (x - mean) * rstd: dx = rstd (g - mean(g) - xhat mean(g xhat)), the mean(g) term only
+// when mean-centered (norm_grad_kernel's arithmetic, over the row held in registers).
+void main() {
+    uint row = mn_group_id();
+    if (row >= ROWS) return;
+    uint lid = gl_LocalInvocationID.x;
+    vec4 up[PER], xs[PER];
+    float sx = 0.0;
+    for (uint u = 0u; u < PER; ++u) {
+        uint j = lid + u * WG, at = row * N4 + j;
+        up[u] = vec4(0.0);
+        xs[u] = vec4(0.0);
+        if (j >= N4) continue;
+        vec4 s = vec4(0.0);
+        for (uint piece = 0u; piece < S; ++piece) s += p4.d[piece * (ROWS * N4) + at];
+#if PAIR
+        vec4 s2 = vec4(0.0);
+        for (uint piece = 0u; piece < S; ++piece) s2 += p24.d[piece * (ROWS * N4) + at];
+        up[u] = EPI2_4(4u * at, s, s2);
+#else
+        up[u] = EPI4(4u * at, s);
+#endif
+        store_c4(4u * at, up[u]);
+        xs[u] = x4.d[at];
+        sx += xs[u].x + xs[u].y + xs[u].z + xs[u].w;
+    }
+    float mean = LAYER != 0 ? wg_sum(vec2(sx, 0.0)).x / float(N) : 0.0;
+    float q = 0.0;
+    for (uint u = 0u; u < PER; ++u) {
+        vec4 c = xs[u] - mean;
+        if (lid + u * WG < N4) q += dot(c, c);
+    }
+    float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(N) + uintBitsToFloat(EPS_BITS));
+    vec2 acc = vec2(0.0);
+    for (uint u = 0u; u < PER; ++u) {
+        uint j = lid + u * WG;
+        if (j >= N4) continue;
+        vec4 g = up[u] * w4.d[j];
+        acc += vec2(g.x + g.y + g.z + g.w, dot(g, (xs[u] - mean) * rstd));
+    }
+    vec2 m = wg_sum(acc) / float(N);
+    for (uint u = 0u; u < PER; ++u) {
+        uint j = lid + u * WG, at = row * N4 + j;
+        if (j >= N4) continue;
+        vec4 g = up[u] * w4.d[j];
+        dx4.d[at] = DX_EPI4(4u * at, rstd * (g - (LAYER != 0 ? m.x : 0.0) - (xs[u] - mean) * rstd * m.y));
+    }
+}
+)";
+    k.groups = grid_for(static_cast<uint64_t>(rows), max_groups);
+    return k;
+}
+
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
                                    const Epilogue* epilogue, double eps, bool layer) {
     if (columns % 4 || columns > kSumNormMaxColumns) throw Error("matmul: a split sum's norm needs rows of whole vec4s");

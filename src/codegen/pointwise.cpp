@@ -13,6 +13,8 @@ namespace {
 // GLSL helpers that builtins lack. 1 + erf(u) through erfc (Numerical Recipes' erfcc, relative
 // error < 1.2e-7), so GELU stays accurate on the negative side where 1 + erf(u) is tiny.
 const char* const kMathHelpers = R"(
+#ifndef MN_MATH_HELPERS
+#define MN_MATH_HELPERS
 float mn_one_plus_erf(float u) {
     float z = abs(u);
     float t = 1.0 / (1.0 + 0.5 * z);
@@ -33,6 +35,7 @@ float mn_pow(float x, float y) {
     float m = pow(-x, y);
     return mod(y, 2.0) == 0.0 ? m : -m;
 }
+#endif
 )";
 
 // The expression of each op over operands x0 (and x1), in the compute type.
@@ -104,38 +107,39 @@ std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k) {
 
 }  // namespace
 
-std::string epilogue_glsl(const Epilogue* e, KernelSource& k) {
-    if (!e) return "#define EPI(i, v) (v)\n#define EPI4(i, v) (v)\n";
+std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string& prefix) {
+    const std::string epi = prefix + "EPI", fn = prefix + "mn_epilogue";
+    if (!e) return "#define " + epi + "(i, v) (v)\n#define " + epi + "4(i, v) (v)\n";
     const PointwiseSpec& t = e->tree;
-    add_rank_constants(k, "ED", t.out_shape, 1);
+    add_rank_constants(k, prefix + "ED", t.out_shape, 1);
     std::string funcs;
     std::vector<std::string> buffers(t.in_dtypes.size());
     for (size_t in = 0; in < t.in_dtypes.size(); ++in) {
         if (static_cast<int32_t>(in) == e->product || static_cast<int32_t>(in) == e->product2) continue;
         const std::string n = std::to_string(in);
-        buffers[in] = "e" + n;
+        buffers[in] = prefix + "e" + n;
         k.iface.bindings.push_back({buffers[in], t.in_dtypes[in]});
-        add_rank_constants(k, "ES" + n + "_", t.in_strides[in], 0);
-        funcs += strided_offset_fn("epi_offset" + n, "ED", "ES" + n + "_");
+        add_rank_constants(k, prefix + "ES" + n + "_", t.in_strides[in], 0);
+        funcs += strided_offset_fn(prefix + "epi_offset" + n, prefix + "ED", prefix + "ES" + n + "_");
     }
     const std::string body = tree_glsl(t, [&](int32_t n) {
         if (n == e->product || n == e->product2) return std::string(n == e->product ? "v" : "v2");
-        return buffers[static_cast<size_t>(n)] + ".d[epi_offset" + std::to_string(n) + "(i)]";
+        return buffers[static_cast<size_t>(n)] + ".d[" + prefix + "epi_offset" + std::to_string(n) + "(i)]";
     }, k);
     std::string stores;
     for (size_t o = 0; o < t.extra_outputs.size(); ++o) {
         const auto [step, dtype] = t.extra_outputs[o];
-        const std::string name = "eo" + std::to_string(o);
+        const std::string name = prefix + "eo" + std::to_string(o);
         k.iface.bindings.push_back({name, dtype, true});
         stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
     }
     // The bindings are declared by the preamble, before this text: it only reads them.
-    return kMathHelpers + funcs + "float mn_epilogue(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
-           std::to_string(t.result_step()) + ");\n}\n#define EPI(i, v) mn_epilogue(i, v, 0.0)\n"
-           "#define EPI2(i, v, v2) mn_epilogue(i, v, v2)\n"
-           "#define EPI4(i, v) vec4(EPI(i, v.x), EPI(i + 1u, v.y), EPI(i + 2u, v.z), EPI(i + 3u, v.w))\n"
-           "#define EPI2_4(i, v, v2) vec4(EPI2(i, v.x, v2.x), EPI2(i + 1u, v.y, v2.y), EPI2(i + 2u, v.z, v2.z), "
-           "EPI2(i + 3u, v.w, v2.w))\n";
+    return kMathHelpers + funcs + "float " + fn + "(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
+           std::to_string(t.result_step()) + ");\n}\n#define " + epi + "(i, v) " + fn + "(i, v, 0.0)\n"
+           "#define " + epi + "2(i, v, v2) " + fn + "(i, v, v2)\n"
+           "#define " + epi + "4(i, v) vec4(" + epi + "(i, v.x), " + epi + "(i + 1u, v.y), " + epi + "(i + 2u, v.z), " + epi + "(i + 3u, v.w))\n"
+           "#define " + epi + "2_4(i, v, v2) vec4(" + epi + "2(i, v.x, v2.x), " + epi + "2(i + 1u, v.y, v2.y), " + epi + "2(i + 2u, v.z, v2.z), " +
+           epi + "2(i + 3u, v.w, v2.w))\n";
 }
 
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {

@@ -52,6 +52,8 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
     plan_.norm_in_sum.assign(g.nodes().size(), -1);
     plan_.sum_norm.assign(g.nodes().size(), -1);
     plan_.sum_delta.assign(g.nodes().size(), -1);
+    plan_.norm_grad_in_sum.assign(g.nodes().size(), -1);
+    plan_.sum_norm_grad.assign(g.nodes().size(), -1);
     plan_.epilogue_pair.assign(g.nodes().size(), -1);
     stored_outputs_.assign(g.nodes().size(), 0);
 }
@@ -75,6 +77,9 @@ FusionPlan FusionPlanner::run() {
         if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
         if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
             try_norm_in_sum(static_cast<int32_t>(i));
+        }
+        if (live_[i] && (g_.nodes()[i].op == Op::RmsNormGrad || g_.nodes()[i].op == Op::LayerNormGrad)) {
+            try_norm_grad_in_sum(static_cast<int32_t>(i));
         }
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));

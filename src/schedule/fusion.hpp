@@ -67,6 +67,13 @@
 // and its level go, two per layer of a pre-norm transformer's forward where its residual products split K (SmolVLA's
 // and SmolLM2's prefill, Whisper's encoder).
 //
+// The backward of an RMSNorm or LayerNorm of f32 rows whose output gradient `up` is the value a matmul stores (its own,
+// or its epilogue's: a SwiGLU's or q, k and v's input gradients summed), when that matmul splits K and a sum kernel of
+// its own adds the pieces: that sum takes one workgroup per row, stores `up` as before and then the norm's input
+// gradient through the norm's epilogue (a residual's gradient added; codegen::MatmulSpec::sum_norm_grad), where the
+// norm's input, weight and its epilogue's other inputs come before the product: the norm backward's dispatch and its
+// level go, two per layer of a pre-norm transformer's training step.
+//
 // The gradient of an attention's output (d_out of its backward) that a matmul stores split into heads as its own f32
 // value (heads_split_stored), where the matmul splits K and a sum kernel of its own adds the pieces
 // (`ProductSplit::summed_tile_columns` 0): that sum, which holds each element of d_out once, also stores the backward's
@@ -170,6 +177,9 @@ struct FusionPlan {
     // itself; or -1.
     // sum_norm is its inverse, per such matmul.
     std::vector<int32_t> norm_in_sum, sum_norm;
+    // per RmsNormGrad or LayerNormGrad node: the matmul whose split-K sum kernel computes it (see above), so never
+    // lowered itself (nor its epilogue's root); or -1. sum_norm_grad is its inverse, per such matmul.
+    std::vector<int32_t> norm_grad_in_sum, sum_norm_grad;
     // per MatMul node: an attention backward node (AttentionGradQ, K or V; its siblings share the delta) whose delta
     // the matmul's split-K sum kernel stores (see above); or -1.
     std::vector<int32_t> sum_delta;

@@ -84,6 +84,43 @@ void FusionPlanner::try_norm_in_sum(int32_t id) {
     plan_.sum_norm[static_cast<size_t>(product)] = id;
 }
 
+// See fusion.hpp: a norm's backward computed by the split sum of the matmul that stores its output gradient. Its inputs:
+// x, w, up.
+void FusionPlanner::try_norm_grad_in_sum(int32_t id) {
+    const Node& norm = g_.node(id);
+    int32_t up = norm.inputs[2];
+    if (const Node& r = g_.node(up); r.op == Op::Reshape && r.shape.back() == g_.node(r.inputs[0]).shape.back()) {
+        up = r.inputs[0];  // a linear layer's view of its rows
+    }
+    const bool own = g_.node(up).op == Op::MatMul && plan_.epilogue_of[static_cast<size_t>(up)] < 0;
+    const int32_t product = own ? up : plan_.epilogue_product[static_cast<size_t>(up)];
+    if (product < 0 || g_.node(product).op != Op::MatMul || norm.dtype != DType::F32) return;
+    const size_t p = static_cast<size_t>(product);
+    const Node& pn = g_.node(product);
+    if (pn.dtype != DType::F32 || g_.node(up).dtype != DType::F32 || pn.shape.back() != norm.shape.back() ||
+        numel(g_.node(up).shape) != numel(pn.shape) || !plan_.column_slices[p].empty() || plan_.sum_norm[p] >= 0 ||
+        plan_.sum_norm_grad[p] >= 0 || plan_.sum_delta[p] >= 0) {
+        return;
+    }
+    if (const ProductSplit split = split_of_(product); !split.splits_k || split.summed_tile_columns) return;
+    // What the sum reads besides the pieces is computed before the product: the norm's input and weight, and its
+    // epilogue's other leaves; that epilogue stores nothing but its root.
+    const auto before = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
+    if (!before(norm.inputs[0]) || !before(norm.inputs[1])) return;
+    if (const int32_t root = plan_.epilogue_of[static_cast<size_t>(id)]; root >= 0) {
+        if (consumers_[static_cast<size_t>(id)] != std::vector<int32_t>{root} || !plan_.co_roots[static_cast<size_t>(root)].empty() ||
+            plan_.epilogue_keeps[static_cast<size_t>(id)] ||
+            std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
+            return;
+        }
+        for (int32_t leaf : leaves_of(root)) {
+            if (leaf != id && !before(leaf)) return;
+        }
+    }
+    plan_.norm_grad_in_sum[static_cast<size_t>(id)] = product;
+    plan_.sum_norm_grad[p] = id;
+}
+
 // See fusion.hpp: an attention backward's delta stored by the split sum of the matmul that stores its d_out split into
 // heads. Its inputs: q, k, v, out, d_out, lse[, start].
 void FusionPlanner::try_delta_in_sum(int32_t grad) {

@@ -23,11 +23,10 @@ void Lowering::pointwise(Op op, const std::vector<int32_t>& ins, int32_t out) {
     emit(codegen::pointwise_kernel(spec, t_.pointwise), std::move(bind));
 }
 
-// The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
-// With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
-void Lowering::fused_pointwise(int32_t root, int32_t out) {
+// The fused tree rooted at pointwise node `root` (see fusion.hpp) stored as `out_dtype`: FusedTree.
+Lowering::FusedTree Lowering::fused_tree(int32_t root, DType out_dtype) {
     // Over the root's own shape: `out` may be stored in another layout (its split into heads: heads_split_stored).
-    codegen::PointwiseSpec spec{.out_dtype = value(out).dtype, .out_shape = g_.node(root).shape};
+    codegen::PointwiseSpec spec{.out_dtype = out_dtype, .out_shape = g_.node(root).shape};
     const int32_t product = fusion_.epilogue_product[static_cast<size_t>(root)];  // -1: none
     std::vector<int32_t> bind;
     // node -> the step that computed (or, for a leaf, loaded) it: an inlined value read twice, as
@@ -83,18 +82,35 @@ void Lowering::fused_pointwise(int32_t root, int32_t out) {
         spec.extra_outputs.emplace_back(read->second, g_.node(kept).dtype);
         extra.push_back(value_of(kept));
     }
+    FusedTree tree{.product = product};
     if (product >= 0) {
         const auto position = [&](int32_t marker) {
             const auto at = std::find(bind.begin(), bind.end(), marker);
             return at == bind.end() ? -1 : static_cast<int32_t>(at - bind.begin());
         };
-        const codegen::Epilogue epilogue{.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
+        tree.epilogue = {.tree = std::move(spec), .product = position(-1), .product2 = position(-2)};
         std::erase_if(bind, [](int32_t v) { return v < 0; });
-        bind.insert(bind.end(), extra.begin(), extra.end());
-        if (is_norm(g_.node(product).op)) return lower_norm(g_.node(product), out, &epilogue, bind);
-        if (is_norm_grad(g_.node(product).op)) return lower_norm_grad(g_.node(product), out, &epilogue, bind);
-        return lower_product(product, {out}, &epilogue, bind);
+    } else {
+        tree.epilogue.tree = std::move(spec);
     }
+    tree.bind = std::move(bind);
+    tree.extra = std::move(extra);
+    return tree;
+}
+
+// The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
+// With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
+void Lowering::fused_pointwise(int32_t root, int32_t out) {
+    FusedTree t = fused_tree(root, value(out).dtype);
+    std::vector<int32_t> bind = std::move(t.bind);
+    if (const int32_t product = t.product; product >= 0) {
+        bind.insert(bind.end(), t.extra.begin(), t.extra.end());
+        if (is_norm(g_.node(product).op)) return lower_norm(g_.node(product), out, &t.epilogue, bind);
+        if (is_norm_grad(g_.node(product).op)) return lower_norm_grad(g_.node(product), out, &t.epilogue, bind);
+        return lower_product(product, {out}, &t.epilogue, bind);
+    }
+    codegen::PointwiseSpec& spec = t.epilogue.tree;
+    const std::vector<int32_t>& extra = t.extra;
     bind.push_back(out);
     bind.insert(bind.end(), extra.begin(), extra.end());
     if (const int32_t assign = fusion_.batched_update[static_cast<size_t>(root)]; assign >= 0) {

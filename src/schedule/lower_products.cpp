@@ -20,7 +20,8 @@ void Lowering::lower_product(int32_t id, const std::vector<int32_t>& outs, const
     std::vector<int32_t> extra = epilogue_inputs;  // then the norm's weight, then the second product's W
     ProductExtras extras{.b2 = second >= 0, .b2_node = second >= 0 ? g_.node(second).inputs[1] : -1,
                          .a2_node = second >= 0 && g_.node(second).inputs[0] != n.inputs[0] ? g_.node(second).inputs[0] : -1,
-                         .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)], .sum_delta = fusion_.sum_delta[static_cast<size_t>(id)]};
+                         .sum_norm = fusion_.sum_norm[static_cast<size_t>(id)], .sum_delta = fusion_.sum_delta[static_cast<size_t>(id)],
+                         .sum_norm_grad = fusion_.sum_norm_grad[static_cast<size_t>(id)]};
     int32_t row = a;
     if (fusion_.norm_in_products[static_cast<size_t>(norm)]) {  // A reads the norm's input row, in A's shape
         const Node& rms = g_.node(norm);
@@ -101,6 +102,20 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         spec.sum_norm_eps = g_.node(extras.sum_norm).data[0];
         spec.sum_layer_norm = g_.node(extras.sum_norm).op == Op::LayerNorm;
     }
+    // A norm's backward in the sum: its input gradient through the norm's epilogue (dx_tree: its root's tree, whose
+    // leaves come before this product, the plan's condition).
+    const int32_t norm_grad = extras.sum_norm_grad;
+    const int32_t dx_root = norm_grad >= 0 ? fusion_.epilogue_of[static_cast<size_t>(norm_grad)] : -1;
+    std::optional<FusedTree> dx_tree;
+    if (norm_grad >= 0) {
+        const Node& ng = g_.node(norm_grad);
+        spec.sum_norm_grad = {.on = true, .layer = ng.op == Op::LayerNormGrad, .eps = ng.data[0]};
+        if (dx_root >= 0) {
+            dx_tree = fused_tree(dx_root, g_.node(dx_root).dtype);
+            if (!dx_tree->extra.empty()) throw Error("schedule: a norm gradient's epilogue in a split sum stores more than its root");
+            spec.sum_norm_grad.epilogue = &dx_tree->epilogue;
+        }
+    }
     const int32_t attention_out = extras.sum_delta >= 0 ? g_.node(extras.sum_delta).inputs[3] : -1;
     if (attention_out >= 0) {
         lower(attention_out);  // the forward's, before this product (the plan's condition)
@@ -127,6 +142,19 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         if (extras.b2) extra[w2_at] = w2_16;
     }
     codegen::MatmulKernels kernels = codegen::matmul_kernels(spec, tuning);
+    // Where the sum stores the norm's input gradient (else it is lowered in its turn): x, w, dx and dx's epilogue's
+    // inputs, bound before a pair's second W (and A), which emit_product_pair takes from the end.
+    if (kernels.sum_stores_norm_grad) {
+        const Node& ng = g_.node(norm_grad);
+        const int32_t stands = dx_root >= 0 ? dx_root : norm_grad;  // the value dx is
+        const int32_t dx = new_value(g_.node(stands).shape, g_.node(stands).dtype, Storage::Transient, stands);
+        s_.node_value[static_cast<size_t>(stands)] = dx;
+        lowered_[static_cast<size_t>(stands)] = lowered_[static_cast<size_t>(norm_grad)] = true;
+        std::vector<int32_t> reads = {value_now(ng.inputs[0]), value_now(ng.inputs[1]), dx};
+        if (dx_tree) reads.insert(reads.end(), dx_tree->bind.begin(), dx_tree->bind.end());
+        const auto tail = static_cast<std::ptrdiff_t>((extras.b2 ? 1 : 0) + (spec.a2 ? 1 : 0));
+        extra.insert(extra.end() - tail, reads.begin(), reads.end());
+    }
     if (extras.b2 && kernels.sum) return emit_product_pair(std::move(kernels), a, b, outs, std::move(extra), spec.a2);
     // Where the sum stores the norm (else, no split or rows it cannot hold, the norm is lowered in its turn).
     if (kernels.sum_stores_norm) {

@@ -60,6 +60,14 @@ private:
         std::vector<int32_t> values;  // per key of the member, inputs then outputs: the value it binds
     };
     void pointwise(Op op, const std::vector<int32_t>& ins, int32_t out);
+    // A fused tree's kernel: its spec (as an epilogue of `product`, whose value its inputs -1 and -2 stood for, where
+    // it has one), the values its other inputs bind, and the nodes it stores besides the root with their values.
+    struct FusedTree {
+        codegen::Epilogue epilogue;
+        std::vector<int32_t> bind, extra;
+        int32_t product = -1;
+    };
+    FusedTree fused_tree(int32_t root, DType out_dtype);
     void fused_pointwise(int32_t root, int32_t out);
     void add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind);
     void emit_batches(const std::string& name, const std::vector<Batched>& members);
@@ -83,6 +91,7 @@ private:
         int32_t a2_node = -1;  // the second product's A where it has one of its own (MatmulSpec::a2), bound after W2
         int32_t sum_norm = -1;  // FusionPlan::sum_norm
         int32_t sum_delta = -1;  // FusionPlan::sum_delta
+        int32_t sum_norm_grad = -1;  // FusionPlan::sum_norm_grad
     };
     void lower_product(int32_t id, const std::vector<int32_t>& outs, const codegen::Epilogue* epilogue = nullptr,
                        const std::vector<int32_t>& epilogue_inputs = {});
