@@ -767,21 +767,14 @@ bool grad_q_from_scores(const AttentionSpec& s, const AttentionTiles& tiles) {
 // added in shared memory in a fixed order. A thread a row read 64 elements one after another: on the
 // H200 SmolLM2-135M's training step spent 0.63 ms in its 30 dispatches of 1,152 rows (21 us each).
 const char* const kAttentionDelta = R"(
-shared float sums[WG];
-
 void main() {
     uint lid = gl_LocalInvocationID.x, lane = lid % TPR, r = mn_group_id() * (WG / TPR) + lid / TPR;
     float s = 0.0;
     if (r < ROWS) {
         for (uint d = lane; d < D; d += TPR) s += float(o.d[out_row(r) * D + d]) * float(dout.d[r * D + d]);
     }
-    sums[lid] = s;
-    barrier();
-    [[unroll]] for (uint w = TPR / 2u; w > 0u; w /= 2u) {
-        if (lane < w) sums[lid] += sums[lid + w];
-        barrier();
-    }
-    if (lane == 0u && r < ROWS) delta.d[r] = sums[lid];
+    s = lane_sum(s);
+    if (lane == 0u && r < ROWS) delta.d[r] = s;
 }
 )";
 
@@ -796,8 +789,8 @@ KernelSource attention_delta_kernel(const AttentionSpec& s, const Launch& launch
     k.spec_values = {checked_u32(rows, "attention rows"), checked_u32(head_dim, "attention head dim")};
     checked_u32(rows * head_dim, "attention tensor size");
     k.iface.bindings = {{"o", dtype}, {"dout", dtype}, {"delta", DType::F32, true}};
-    k.glsl = glsl_preamble(k.iface) + "#extension GL_EXT_control_flow_attributes : require\n#define TPR " +
-             std::to_string(per_row) + "u\n" + kFlatGroupId + out_row_glsl(s) + kAttentionDelta;
+    k.glsl = glsl_preamble(k.iface) + "#define TPR " + std::to_string(per_row) + "u\n" + kLaneSum + kFlatGroupId +
+             out_row_glsl(s) + kAttentionDelta;
     k.groups = grid_for(blocks_of(rows, k.iface.local_size / per_row), launch.max_groups);
     return k;
 }

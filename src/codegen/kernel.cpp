@@ -54,6 +54,21 @@ vec2 wg_sum(vec2 v) {
 }
 )";
 
+const char* const kLaneSum = R"(
+#extension GL_EXT_control_flow_attributes : require
+shared float lane_sums[WG];
+float lane_sum(float v) {
+    uint lid = gl_LocalInvocationID.x, lane = lid % TPR;
+    lane_sums[lid] = v;
+    barrier();
+    [[unroll]] for (uint w = TPR / 2u; w > 0u; w /= 2u) {
+        if (lane < w) lane_sums[lid] += lane_sums[lid + w];
+        barrier();
+    }
+    return lane_sums[lid];
+}
+)";
+
 const char* const kLastPieceGlsl = R"(
 // Whether this workgroup stored the last of a tile's `arrivals` pieces (cnt counts them, and is zero again after the
 // last, for the next run). A barrier makes each workgroup's stores visible device-wide before its count, and the last

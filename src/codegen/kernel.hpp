@@ -64,6 +64,10 @@ extern const char* const kFlatGroupId;
 // GLSL `vec2 wg_sum(vec2 v)`: the sum over the workgroup, every invocation getting it (shared `red[WG]`; every
 // invocation must call it: it holds barriers), for the kernels of one workgroup per row (the norms).
 extern const char* const kWorkgroupPairSum;
+// GLSL `float lane_sum(float v)`: the sum of v over each run of TPR invocations (a power of two, defined before the
+// text) added in shared memory in a fixed order, right in the run's first; every invocation must call it (barriers).
+// For the kernels of TPR threads a row (the attention backward's delta).
+extern const char* const kLaneSum;
 // GLSL `bool last_piece(uint tile, uint arrivals)` for the kernels that finish their own split work (split-K's sum,
 // the attention's merge of key chunks) in the workgroup that stores a tile's last piece: whether this one's is the
 // last of the tile's `arrivals` (binding cnt, i32, a counter a tile, zero before and after the dispatch), after which

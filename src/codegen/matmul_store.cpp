@@ -200,11 +200,8 @@ KernelSource split_sum_delta_kernel(const MatmulSpec& spec, uint32_t splits, uin
     const std::string store = store_glsl(k, spec.dtype, spec.column_parts);
     const std::string epi = epilogue_glsl(spec.epilogue, k);
     k.iface.bindings.insert(k.iface.bindings.end(), {{"o", DType::F32}, {"delta", DType::F32, true}});
-    k.glsl = glsl_preamble(k.iface) + "#extension GL_EXT_control_flow_attributes : require\n" + kFlatGroupId + epi +
-             split_sum_head(spec.dtype, store) + "#define TPR " + std::to_string(per_row) + "u\n#define O_MERGED " +
-             (d.o_merged ? "1" : "0") + "\n" + R"(
-shared float sums[WG];
-
+    k.glsl = glsl_preamble(k.iface) + "#define TPR " + std::to_string(per_row) + "u\n" + kLaneSum + kFlatGroupId + epi +
+             split_sum_head(spec.dtype, store) + "#define O_MERGED " + (d.o_merged ? "1" : "0") + "\n" + R"(
 void main() {
     uint lid = gl_LocalInvocationID.x, lane = lid % TPR, g = mn_group_id() * (WG / TPR) + lid / TPR;
     uint row = g / HEADS, head = g % HEADS;  // C's row (a position) and the head
@@ -220,13 +217,8 @@ void main() {
             s += o.d[O_MERGED != 0 ? i : r * D + d] * float(STORE(v));
         }
     }
-    sums[lid] = s;
-    barrier();
-    [[unroll]] for (uint w = TPR / 2u; w > 0u; w /= 2u) {
-        if (lane < w) sums[lid] += sums[lid + w];
-        barrier();
-    }
-    if (lane == 0u && row < ROWS) delta.d[r] = sums[lid];
+    s = lane_sum(s);
+    if (lane == 0u && row < ROWS) delta.d[r] = s;
 }
 )";
     k.groups = grid_for((static_cast<uint64_t>(spec.m * d.heads) + 256 / per_row - 1) / (256 / per_row), max_groups);
