@@ -29,32 +29,14 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
             if (c.empty() || c.back() != static_cast<int32_t>(i)) c.push_back(static_cast<int32_t>(i));
         }
     }
-    plan_.inlined.assign(g.nodes().size(), false);
-    plan_.in_place_of.assign(g.nodes().size(), -1);
-    plan_.assign_elided.assign(g.nodes().size(), false);
-    plan_.stored_in.assign(g.nodes().size(), -1);
-    plan_.epilogue_of.assign(g.nodes().size(), -1);
-    plan_.epilogue_product.assign(g.nodes().size(), -1);
-    plan_.epilogue_keeps.assign(g.nodes().size(), false);
-    plan_.heads_merged_into.assign(g.nodes().size(), -1);
-    plan_.heads_split_by.assign(g.nodes().size(), -1);
-    plan_.batched_update.assign(g.nodes().size(), -1);
-    plan_.read_strided.assign(g.nodes().size(), false);
-    plan_.rope_of_gradient.assign(g.nodes().size(), -1);
-    plan_.co_roots.assign(g.nodes().size(), {});
-    plan_.column_slices.assign(g.nodes().size(), {});
-    plan_.heads_split_stored.assign(g.nodes().size(), -1);
-    plan_.rope_into_cache.assign(g.nodes().size(), -1);
-    plan_.rope_in_gemv.assign(g.nodes().size(), -1);
-    plan_.cache_in_gemv.assign(g.nodes().size(), -1);
-    plan_.in_gemv.assign(g.nodes().size(), -1);
-    plan_.norm_in_products.assign(g.nodes().size(), false);
-    plan_.norm_in_sum.assign(g.nodes().size(), -1);
-    plan_.sum_norm.assign(g.nodes().size(), -1);
-    plan_.sum_delta.assign(g.nodes().size(), -1);
-    plan_.norm_grad_in_sum.assign(g.nodes().size(), -1);
-    plan_.sum_norm_grad.assign(g.nodes().size(), -1);
-    plan_.epilogue_pair.assign(g.nodes().size(), -1);
+    // Every per-node field of the plan starts as none: no node (-1), no, or an empty list.
+    const auto start_as = [n = g.nodes().size()](const auto& none, auto&... fields) { (fields.assign(n, none), ...); };
+    start_as(-1, plan_.in_place_of, plan_.stored_in, plan_.epilogue_of, plan_.epilogue_product, plan_.heads_merged_into,
+             plan_.heads_split_by, plan_.batched_update, plan_.rope_of_gradient, plan_.heads_split_stored,
+             plan_.rope_into_cache, plan_.rope_in_gemv, plan_.cache_in_gemv, plan_.in_gemv, plan_.norm_in_sum,
+             plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair);
+    start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
+    start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
     stored_outputs_.assign(g.nodes().size(), 0);
 }
 
