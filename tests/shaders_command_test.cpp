@@ -100,7 +100,7 @@ TEST(ShadersCommand, DecodeWritesGeneratesStepOverTheCache) {
         SCOPED_TRACE(merged ? "merged in the chunk kernel" : "combined");
         TempDir tmp("shaders-decode");
         int status = -1;
-        const std::string out = run_command(std::string(merged ? "MEGANEURA_SPLIT_SUM=attention " : "") + MEGANEURA_BINARY +
+        const std::string out = run_command(std::string(merged ? "MEGANEURA_SPLIT_SUM=attention " : "MEGANEURA_SPLIT_SUM=dispatch ") + MEGANEURA_BINARY +
                                                 " shaders --model smollm2 --size tiny --caps nvidia-h200 --decode 2048 --out " +
                                                 tmp.dir().string(), &status);
         ASSERT_EQ(status, 0) << out;
