@@ -135,12 +135,12 @@ const Command shaders_command = {
     .description =
         "Writes every kernel of a model's inference program and training step to --out (inference/ and\n"
         "training/, one NNN-label.spv per kernel; with --decode, generate's decode step too, in decode/),\n"
-        "specialized for the device here or for a device\n"
-        "profile; with --msl also each as Metal Shading Language (NNN-label.metal, through SPIRV-Cross,\n"
-        "as MoltenVK would translate it). Shapes stay specialization constants (Metal function\n"
-        "constants). dispatches.txt lists every dispatch: its kernel's number, grid x workgroup size,\n"
-        "level (a barrier between levels; hoisted: run only when parameters change), label and the variant\n"
-        "its family chose, with why the others declined. Device profiles (--caps):" +
+        "specialized for the device here or for a device profile; with --msl also each as Metal Shading\n"
+        "Language (NNN-label.metal, through SPIRV-Cross, as MoltenVK would translate it). Shapes stay\n"
+        "specialization constants (Metal function constants). dispatches.txt lists every dispatch: its\n"
+        "kernel's number, grid x workgroup size, level (a barrier between levels; hoisted: run only when\n"
+        "parameters change), label and the variant its family chose, with why the others declined. Device\n"
+        "profiles (--caps):" +
         profile_list(),
     .options = {{"model", "", "NAME", "a model of the registry (meganeura models; required)"},
                 {"size", "full", "SIZE", "tiny (the test configuration) or full (the published one)"},
