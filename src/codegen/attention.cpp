@@ -458,45 +458,62 @@ std::vector<CoopView> grad_views(const AttentionSpec& s, const std::vector<Bindi
     return views;
 }
 
+// Where dq (ROT_KV: the record's dk half) is stored rotated (ROT_SIGN, AttentionSpec::rotate_sign), the RoPE that reads it
+// computed where the chunks are added, by sum_block or by the sum kernel (kGradSumRotated), the same way:
+// store_rotated_pair adds row r's columns (c, c + D / 2) over the chunks' records (RECORD floats each, in ROT_PARTS)
+// in chunk order, rotates them together (the row's position: its place in its head of ROT_LEN rows) and stores them;
+// store_dv adds and stores element e of dv's half of the record. Needs EACH, RECORD, SPLITS, STORE, kRopeRotate.
+const char* const kRotatedPairs = R"(
+void store_rotated_pair(uint r, uint c) {
+    const uint HALF = D / 2u;
+    uint e = r * D + c;
+    float a = 0.0, b = 0.0;
+    for (uint q = 0u; q < SPLITS; ++q) {
+        a += ROT_PARTS.d[q * RECORD + e];
+        b += ROT_PARTS.d[q * RECORD + e + HALF];
+    }
+    rope_rotate(a, b, float(positions.d[r % ROT_LEN]), float(inv_freq.d[c]), ROT_SIGN);
+#if ROT_KV
+    uint at = kv_row(r) * D + c;
+    dk.d[at] = STORE(a);
+    dk.d[at + HALF] = STORE(b);
+#else
+    uint at = out_row(r) * D + c;
+    dq.d[at] = STORE(a);
+    dq.d[at + HALF] = STORE(b);
+#endif
+}
+#if ROT_KV
+void store_dv(uint e) {
+    float sum = 0.0;
+    for (uint q = 0u; q < SPLITS; ++q) sum += ROT_PARTS.d[q * RECORD + EACH + e];
+    dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
+}
+#endif
+)";
+
+// The GLSL of kRotatedPairs for a backward kernel of `s` (kv: the dK/dV one) reading its chunks' records from `parts`,
+// its head lengths `len` (a GLSL expression); nothing where it does not rotate.
+std::string rotated_pairs_glsl(const AttentionSpec& s, bool kv, const std::string& parts, const std::string& len) {
+    if (s.rotate_sign == 0) return "";
+    return "#define ROT_SIGN " + std::to_string(s.rotate_sign) + "\n#define ROT_KV " + (kv ? "1" : "0") + "\n#define ROT_PARTS " +
+           parts + "\n#define ROT_LEN (" + len + ")\n" + kRopeRotate + kRotatedPairs;
+}
+
 // A backward kernel's chunks added by the workgroup that stores a block's last one (AttentionTiles::last_chunk_merges),
 // as the sum kernel would (kGradSum: the same additions in the same order): `block` counts the block's chunks, whose
 // rows of the record (its dq rows, or both halves' dk and dv rows) are `rows` from flat row `first`. Every invocation
 // calls it after storing its chunk.
 //
-// With ROT_SIGN (AttentionSpec::rotate_sign), dq (or the record's dk half) is stored rotated, the RoPE that reads it
-// computed here: each row's column pairs (p, p + D / 2) added and rotated together (its position: the row's place in
-// its head, TQ or TK rows), then dv's rows as they are.
+// With ROT_SIGN, dq (or the record's dk half) is stored rotated (kRotatedPairs), then dv's rows as they are.
 const char* const kGradSumBlock = R"(
-const uint EACH = HEADS * (GS_KV != 0 ? TK : ROWS) * D, RECORD = (GS_KV + 1u) * EACH;
 void sum_block(uint block, uint first, uint rows) {
     if (!last_piece(block, SPLITS)) return;
 #ifdef ROT_SIGN
-    const uint HALF = D / 2u, LEN = GS_KV != 0 ? TK : TQ;
-    for (uint f = gl_LocalInvocationID.x; f < rows * HALF; f += WG) {
-        uint r = first + f / HALF, p = f % HALF, e = r * D + p;
-        float a = 0.0, b = 0.0;
-        for (uint q = 0u; q < SPLITS; ++q) {
-            a += part.d[q * RECORD + e];
-            b += part.d[q * RECORD + e + HALF];
-        }
-        rope_rotate(a, b, float(positions.d[r % LEN]), float(inv_freq.d[p]), ROT_SIGN);
+    const uint HALF = D / 2u;
+    for (uint f = gl_LocalInvocationID.x; f < rows * HALF; f += WG) store_rotated_pair(first + f / HALF, f % HALF);
 #if GS_KV
-        uint at = kv_row(r) * D + p;
-        dk.d[at] = STORE(a);
-        dk.d[at + HALF] = STORE(b);
-#else
-        uint at = out_row(r) * D + p;
-        dq.d[at] = STORE(a);
-        dq.d[at + HALF] = STORE(b);
-#endif
-    }
-#if GS_KV
-    for (uint f = gl_LocalInvocationID.x; f < rows * D; f += WG) {
-        uint e = first * D + f;
-        float sum = 0.0;
-        for (uint q = 0u; q < SPLITS; ++q) sum += part.d[q * RECORD + EACH + e];
-        dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
-    }
+    for (uint f = gl_LocalInvocationID.x; f < rows * D; f += WG) store_dv(first * D + f);
 #endif
     return;
 #endif
@@ -517,8 +534,9 @@ void sum_block(uint block, uint first, uint rows) {
 }
 )";
 std::string grad_sum_block_glsl(const AttentionSpec& s, bool kv) {
-    return std::string("#define GS_KV ") + (kv ? "1" : "0") + "\n" +
-           (s.rotate_sign != 0 ? "#define ROT_SIGN " + std::to_string(s.rotate_sign) + "\n" + kRopeRotate : "") + kGradSumBlock;
+    return std::string("#define GS_KV ") + (kv ? "1" : "0") +
+           "\nconst uint EACH = HEADS * (GS_KV != 0 ? TK : ROWS) * D, RECORD = (GS_KV + 1u) * EACH;\n" +
+           rotated_pairs_glsl(s, kv, "part", "GS_KV != 0 ? TK : TQ") + kGradSumBlock;
 }
 
 // The spec a backward kernel's product is built from: it stores dq (dk) rotated only where its last chunk of a block
@@ -557,32 +575,18 @@ void main() {
 }
 )";
 
-// kGradSum where dq (or the record's dk half) is stored rotated (ROT_SIGN): its rows' column pairs (c, c + D / 2)
-// added and rotated together, as sum_block does (the same additions in the same order; a row's position its place in
-// its head, LEN rows), then dv's elements as they are; a thread per pair, then per element.
+// kGradSum where dq (or the record's dk half) is stored rotated (kRotatedPairs, as sum_block stores it): a thread per
+// column pair, then per element of dv.
 const char* const kGradSumRotated = R"(
 void main() {
     uint f = mn_group_id() * WG + gl_LocalInvocationID.x;
     const uint HALF = D / 2u;
     if (f < EACH / 2u) {
-        uint r = f / HALF, c = f % HALF, e = r * D + c;
-        float a = 0.0, b = 0.0;
-        for (uint q = 0u; q < SPLITS; ++q) {
-            a += p.d[q * RECORD + e];
-            b += p.d[q * RECORD + e + HALF];
-        }
-        rope_rotate(a, b, float(positions.d[r % LEN]), float(inv_freq.d[c]), ROT_SIGN);
-        uint at = ROW(r) * D + c;
-        OUT.d[at] = STORE(a);
-        OUT.d[at + HALF] = STORE(b);
+        store_rotated_pair(f / HALF, f % HALF);
         return;
     }
-#if KV
-    uint e = f - EACH / 2u;
-    if (e >= EACH) return;
-    float sum = 0.0;
-    for (uint q = 0u; q < SPLITS; ++q) sum += p.d[q * RECORD + EACH + e];
-    dv.d[dv_row(e / D) * D + e % D] = STORE(sum);
+#if ROT_KV
+    if (f - EACH / 2u < EACH) store_dv(f - EACH / 2u);
 #endif
 }
 )";
@@ -611,31 +615,24 @@ AttentionGradKernels with_partial_sums(KernelSource product, const AttentionSpec
     k.spec_values = {checked_u32(record, "attention gradient size"), checked_u32(each, "attention gradient size"),
                      checked_u32(s.head_dim, "attention head dim"), split.splits};
     k.choice = "adds " + std::to_string(split.splits) + " chunks' partial sums in chunk order";
-    if (out.rotated) {
-        k.iface.spec_constants.push_back("LEN");
-        k.spec_values.push_back(checked_u32(kv ? s.kv_len : s.q_len, "attention length"));
-        k.iface.bindings = {{"p", DType::F32}};
-        if (kv) {
-            k.iface.bindings.insert(k.iface.bindings.end(), {{"dk", s.dtype, true}, {"dv", s.dtype, true}});
-        } else {
-            k.iface.bindings.push_back({"dq", s.dtype, true});
-        }
-        for (Binding& b : rotation_bindings(s)) k.iface.bindings.push_back(std::move(b));
-        k.glsl = glsl_preamble(k.iface) + kFlatGroupId + out_row_glsl(s) + kRopeRotate + "#define ROT_SIGN " +
-                 std::to_string(s.rotate_sign) + "\n#define STORE " + storage_type(s.dtype) + "\n#define KV " + (kv ? "1" : "0") +
-                 "\n#define ROW " + (kv ? "kv_row" : "out_row") + "\n#define OUT " + (kv ? "dk" : "dq") + "\n" + kGradSumRotated;
-        k.groups = grid_for((static_cast<uint64_t>(each / 2 + (kv ? each : 0)) + 255) / 256, max_groups);
-        k.choice += kv ? ", dk rotated by the RoPE that reads it" : ", dq rotated by the RoPE that reads it";
-        return out;
-    }
-    const uint32_t v = s.head_dim % 4 == 0 ? 4 : 1;
-    const std::string vec = v == 4 ? "vec4" : "float", stored = v == 4 ? (s.dtype == DType::F16 ? "f16vec4" : "vec4") : storage_type(s.dtype);
     k.iface.bindings = {{"p", DType::F32}};
     if (kv) {
         k.iface.bindings.insert(k.iface.bindings.end(), {{"dk", s.dtype, true}, {"dv", s.dtype, true}});
     } else {
         k.iface.bindings.push_back({"dq", s.dtype, true});
     }
+    if (out.rotated) {
+        k.iface.spec_constants.push_back("LEN");
+        k.spec_values.push_back(checked_u32(kv ? s.kv_len : s.q_len, "attention length"));
+        for (Binding& b : rotation_bindings(s)) k.iface.bindings.push_back(std::move(b));
+        k.glsl = glsl_preamble(k.iface) + kFlatGroupId + out_row_glsl(s) + "#define STORE " + storage_type(s.dtype) + "\n" +
+                 rotated_pairs_glsl(s, kv, "p", "LEN") + kGradSumRotated;
+        k.groups = grid_for((static_cast<uint64_t>(each / 2 + (kv ? each : 0)) + 255) / 256, max_groups);
+        k.choice += kv ? ", dk rotated by the RoPE that reads it" : ", dq rotated by the RoPE that reads it";
+        return out;
+    }
+    const uint32_t v = s.head_dim % 4 == 0 ? 4 : 1;
+    const std::string vec = v == 4 ? "vec4" : "float", stored = v == 4 ? (s.dtype == DType::F16 ? "f16vec4" : "vec4") : storage_type(s.dtype);
     // With V = 4, the bindings again as vec4 views named <binding>4, which the kernel uses (P, OUT, DV).
     std::string views;
     const std::string suffix = v == 4 ? "4" : "";
