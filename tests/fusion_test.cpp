@@ -182,22 +182,28 @@ TEST_F(FusionTest, RopeReadsTheSplitOfTheHeadsInPlace) {
 // Sibling products (optimize/siblings.cpp) are one product whose kernel stores each slice of its columns
 // as a tensor of its own (FusionPlan::column_slices): one dispatch per run (where K is split, its last piece of a
 // tile stores the parts; with the split sum a dispatch of its own, two), the stacked weight's three copies hoisted. Odd widths, so no part is
-// stored 16 bytes at a time; on the GEMV (one row) and the tiled kernel.
+// stored 16 bytes at a time; on the GEMV (one row) and the tiled kernel. With biases on q and v (Whisper's), the
+// product stores the stacked biases' add as its epilogue into the slices, as many dispatches; the biases' stacking
+// (q's, zeros for k, v's) three hoisted copies more.
 TEST_F(FusionTest, SiblingProductsStoreTheirColumnSlices) {
-    for (const SplitK split_k : kSplitKs) {
-        const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
-        const ScopedEnv sum("MEGANEURA_SPLIT_SUM", split_k.sum);
-        for (const int64_t rows : {1, 5}) {
-            Graph g;
-            const Tensor x = g.input("x", {rows, 70});
-            for (const auto& [name, width] : {std::pair{"q", 7}, {"k", 12}, {"v", 3}}) {
-                g.output(name, g.linear(x, g.parameter(std::string("w") + name, {width, 70})));
+    for (const bool biased : {false, true}) {
+        for (const SplitK split_k : kSplitKs) {
+            const ScopedEnv forced("MEGANEURA_MATMUL_SPLITS", split_k.pieces);
+            const ScopedEnv sum("MEGANEURA_SPLIT_SUM", split_k.sum);
+            for (const int64_t rows : {1, 5}) {
+                Graph g;
+                const Tensor x = g.input("x", {rows, 70});
+                for (const auto& [name, width] : {std::pair{"q", 7}, {"k", 12}, {"v", 3}}) {
+                    const Tensor w = g.parameter(std::string("w") + name, {width, 70});
+                    const bool bias = biased && std::string(name) != "k";
+                    g.output(name, bias ? g.linear(x, w, g.parameter(std::string("b") + name, {width})) : g.linear(x, w));
+                }
+                const SessionStats stats = compile(g, device()).stats();
+                const bool summed_apart = rows > 1 && split_k.summed_apart();  // a GEMV never splits K
+                EXPECT_EQ(stats.dispatches, summed_apart ? 2u : 1u) << rows << " rows, biased " << biased << ", " << split_k;
+                EXPECT_EQ(stats.hoisted_dispatches, biased ? 6u : 3u) << rows << " rows, biased " << biased;
+                expect_matches_reference(g, random_feeds(g, 21));
             }
-            const SessionStats stats = compile(g, device()).stats();
-            const bool summed_apart = rows > 1 && split_k.summed_apart();  // a GEMV never splits K
-            EXPECT_EQ(stats.dispatches, summed_apart ? 2u : 1u) << rows << " rows, " << split_k;
-            EXPECT_EQ(stats.hoisted_dispatches, 3u);
-            expect_matches_reference(g, random_feeds(g, 21));
         }
     }
 }

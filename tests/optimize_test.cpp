@@ -151,6 +151,31 @@ TEST(OptimizeTest, SiblingProductsBecomeOneOverTheirStackedWeights) {
     expect_same_outputs(g, o, 7);
 }
 
+// Linear layers with biases join their siblings (Whisper's q and v with k, which has none): one product over the
+// stacked weights plus the biases stacked the same way, zeros in k's place, and each bias's add a slice of that sum (a
+// view of it for a 3-D input's rows) with the same values. One whose bias another pointwise op reads after (a LoRA
+// delta added, an activation) stays apart: that op is its product's epilogue.
+TEST(OptimizeTest, BiasedSiblingProductsAddTheirStackedBiases) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 3, 8});
+    const Tensor q = g.linear(x, g.parameter("q", {6, 8}), g.parameter("q.bias", {6}));
+    const Tensor k = g.linear(x, g.parameter("k", {4, 8}));
+    const Tensor v = g.linear(x, g.parameter("v", {5, 8}), g.parameter("v.bias", {5}));
+    const Tensor up = g.linear(x, g.parameter("up", {7, 8}), g.parameter("up.bias", {7}));
+    g.output("q", g.softmax(q, -1));
+    g.output("k", k);
+    g.output("v", g.sum(v, {1}));
+    g.output("up", g.gelu(up));
+    optimize::Stats stats;
+    const Graph o = optimize::optimize(g, &stats);
+    EXPECT_EQ(stats.siblings, 2u);
+    EXPECT_EQ(count_op(o, Op::MatMul), 2u);  // the stacked one, and up's
+    EXPECT_EQ(count_op(o, Op::Concat), 2u);  // the weights, and the biases
+    EXPECT_EQ(count_op(o, Op::Slice), 3u);
+    EXPECT_EQ(count_op(o, Op::Add), 2u);     // the stacked biases', and up's
+    expect_same_outputs(g, o, 8);
+}
+
 // A program that trains (here one assignment of a parameter) keeps its siblings apart: its weights change
 // every step, so stacking them would be copies every step, not once.
 TEST(OptimizeTest, SiblingProductsOfAProgramThatTrainsStayApart) {

@@ -4,15 +4,20 @@
 // instead of three, and in a decode step one GEMV reading x once; the product's kernel stores each
 // slice as a tensor of its own (schedule/fusion.hpp), so what reads q, k and v reads what it read.
 //
+// Linear layers with biases (Whisper's q and v, Qwen2's q, k and v) join as well: the stacked product adds the biases
+// stacked the same way (zeros for a sibling without one), x @ [Wq; Wk; Wv]^T + [bq; 0; bv], and each sibling's bias
+// add is the slice of that sum. The product stores the sum as its epilogue and the slices as before: one dispatch
+// where each biased product was one.
+//
 // Only in a program that does not train (no assignment of a parameter): there the stacked weight
 // depends on parameters alone, so its copies are hoisted (schedule/hoist.cpp) and run once, not every
 // run. A training step would copy the weights every step, three copies for the two products saved.
 //
-// Not a product that a pointwise op reads (directly or through reshapes): that op may store through
-// the product as its epilogue (a bias, LoRA's delta, the SwiGLU's silu(gate) * up, which the up
-// product stores today, one kernel), and it cannot read a column another workgroup computes. So a
-// SwiGLU's gate and up stay two products: fused, they would be the product and a pointwise kernel,
-// two dispatches again.
+// Not a product that another pointwise op reads (directly or through reshapes; after its bias, if it has one): that op
+// may store through the product as its epilogue (an activation, LoRA's delta, the SwiGLU's silu(gate) * up, which the
+// up product stores today, one kernel), and it cannot read a column another workgroup computes. So a SwiGLU's gate and
+// up stay two products: fused, they would be the product and a pointwise kernel, two dispatches again.
+#include <algorithm>
 #include <map>
 
 #include "optimize/optimize.hpp"
@@ -21,7 +26,9 @@
 namespace mn::optimize {
 namespace {
 
-bool read_pointwise(const Graph& g, const std::vector<std::vector<int32_t>>& readers, int32_t id) {
+using Readers = std::vector<std::vector<int32_t>>;
+
+bool read_pointwise(const Graph& g, const Readers& readers, int32_t id) {
     for (int32_t r : readers[static_cast<size_t>(id)]) {
         const Op op = g.node(r).op;
         if (op_info(op).archetype == Archetype::Pointwise || (op == Op::Reshape && read_pointwise(g, readers, r))) return true;
@@ -29,54 +36,102 @@ bool read_pointwise(const Graph& g, const std::vector<std::vector<int32_t>>& rea
     return false;
 }
 
+// A linear layer's product and the bias it adds: the chain from the product through the reshapes that alone read it
+// (a linear layer of a 3-D input views its rows back) to add(view, b), b a parameter of the product's columns.
+struct Linear {
+    int32_t product = -1;
+    std::vector<int32_t> chain;  // the product and its views
+    int32_t add = -1, bias = -1;  // -1: no bias
+};
+
+Linear linear_of(const Graph& g, const Readers& readers, const std::vector<bool>& is_output, int32_t product) {
+    Linear l{.product = product, .chain = {product}};
+    const int64_t width = g.node(product).shape[1];
+    for (int32_t at = product;;) {
+        const auto& r = readers[static_cast<size_t>(at)];
+        if (is_output[static_cast<size_t>(at)] || r.size() != 1) return l;
+        const Node& next = g.node(r[0]);
+        if (next.op == Op::Reshape && next.shape.back() == width) {
+            l.chain.push_back(at = r[0]);
+            continue;
+        }
+        const int32_t other = next.op == Op::Add && next.inputs[0] == at ? next.inputs[1] : next.inputs[0];
+        const Node& b = g.node(other);
+        if (next.op == Op::Add && next.inputs[0] != next.inputs[1] && next.shape == g.node(at).shape &&
+            b.op == Op::Parameter && b.shape == Shape{width} && b.dtype == next.dtype) {
+            l.add = r[0], l.bias = other;
+        }
+        return l;
+    }
+}
+
 }  // namespace
 
 Graph fuse_sibling_products(const Graph& g, Stats& stats) {
     const auto& nodes = g.nodes();
-    std::vector<std::vector<int32_t>> readers(nodes.size());
+    Readers readers(nodes.size());
+    std::vector<bool> is_output(nodes.size(), false);
+    for (const auto& [name, id] : g.outputs()) is_output[static_cast<size_t>(id)] = true;
     bool trains = false;
     for (size_t i = 0; i < nodes.size(); ++i) {
         for (int32_t in : nodes[i].inputs) readers[static_cast<size_t>(in)].push_back(static_cast<int32_t>(i));
         trains = trains || (nodes[i].op == Op::Assign && g.node(nodes[i].inputs[0]).op == Op::Parameter);
     }
     // Linear layers of a 2-D input by a parameter, forward ones, grouped by their input in node order.
-    std::map<int32_t, std::vector<int32_t>> by_input;
+    std::map<int32_t, std::vector<Linear>> by_input;
     for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()) && !trains; ++i) {
         const Node& n = g.node(i);
-        if (n.op == Op::MatMul && n.ints == std::vector<int64_t>{0, 1} && n.shape.size() == 2 && !n.gradient &&
-            g.node(n.inputs[1]).op == Op::Parameter && !read_pointwise(g, readers, i)) {
-            by_input[n.inputs[0]].push_back(i);
+        if (n.op != Op::MatMul || n.ints != std::vector<int64_t>{0, 1} || n.shape.size() != 2 || n.gradient ||
+            g.node(n.inputs[1]).op != Op::Parameter) {
+            continue;
         }
+        Linear l = linear_of(g, readers, is_output, i);
+        if (!read_pointwise(g, readers, l.add >= 0 ? l.add : i)) by_input[n.inputs[0]].push_back(std::move(l));
     }
-    std::vector<const std::vector<int32_t>*> group_of(nodes.size(), nullptr);
+    std::vector<const std::vector<Linear>*> group_of(nodes.size(), nullptr);
     for (const auto& [input, members] : by_input) {
         if (members.size() < 2) continue;
-        for (int32_t m : members) group_of[static_cast<size_t>(m)] = &members;
+        for (const Linear& m : members) group_of[static_cast<size_t>(m.product)] = &members;
         stats.siblings += members.size() - 1;
     }
-    // What the copy has for a node already: a weight moved up to its group's product, a sibling's slice.
-    std::vector<int32_t> made(nodes.size(), -1);
+    // What the copy has for a node already: a weight or bias moved up to its group's product, a sibling's slice (or its
+    // view, for a bias's add; kDropped for that add's product and views, which nothing else reads).
+    std::vector<int32_t> made(nodes.size(), kEmit);
     return rebuild(g, [&](size_t i, const Node& n, Graph& out) -> int32_t {
-        if (made[i] >= 0) return made[i];
+        if (made[i] != kEmit) return made[i];
         if (!group_of[i]) return kEmit;
-        // The group's first product: a later sibling's weight is not in the copy yet, and as a leaf it
-        // may come earlier.
-        std::vector<Tensor> weights;
-        for (int32_t m : *group_of[i]) {
-            const int32_t w = g.node(m).inputs[1];
-            if (const auto copied = out.find(g.node(w).name)) {
-                weights.push_back(*copied);
-            } else {
-                weights.push_back(out.emit(g.node(w)));
-                made[static_cast<size_t>(w)] = weights.back().id;
+        // The group's first product: a later sibling's weight or bias is not in the copy yet, and as a leaf it may
+        // come earlier.
+        const auto copied = [&](int32_t leaf) {
+            if (const auto found = out.find(g.node(leaf).name)) return *found;
+            const Tensor t = out.emit(g.node(leaf));
+            made[static_cast<size_t>(leaf)] = t.id;
+            return t;
+        };
+        const std::vector<Linear>& group = *group_of[i];
+        std::vector<Tensor> weights, biases;
+        const bool biased = std::any_of(group.begin(), group.end(), [](const Linear& m) { return m.add >= 0; });
+        for (const Linear& m : group) {
+            weights.push_back(copied(g.node(m.product).inputs[1]));
+            if (biased) {
+                const Node& p = g.node(m.product);
+                biases.push_back(m.bias >= 0 ? copied(m.bias) : out.full({p.shape[1]}, 0.0, p.dtype));
             }
         }
-        const Tensor y = out.matmul(out.handle(n.inputs[0]), out.concat(weights, 0), false, true);
+        Tensor y = out.matmul(out.handle(n.inputs[0]), out.concat(weights, 0), false, true);
+        if (biased) y = out.add(y, out.concat(biases, 0));
         int64_t at = 0;
-        for (int32_t m : *group_of[i]) {
-            const int64_t width = g.node(m).shape[1];
-            made[static_cast<size_t>(m)] = out.slice(y, 1, at, at + width).id;
+        for (const Linear& m : group) {
+            const int64_t width = g.node(m.product).shape[1];
+            const Tensor slice = out.slice(y, 1, at, at + width);
             at += width;
+            if (m.add < 0) {
+                made[static_cast<size_t>(m.product)] = slice.id;
+                continue;
+            }
+            for (int32_t c : m.chain) made[static_cast<size_t>(c)] = kDropped;
+            const Shape& shape = g.node(m.add).shape;
+            made[static_cast<size_t>(m.add)] = shape.size() == 2 ? slice.id : out.reshape(slice, shape).id;
         }
         return made[i];
     });

@@ -55,6 +55,11 @@ FusionPlan FusionPlanner::run() {
         if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_epilogue(static_cast<int32_t>(i));
     }
     index_epilogue_products();  // epilogue_of is final from here on
+    std::vector<int32_t> stored_by = matmuls_storing_alone();
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (live_[i] && (g_.nodes()[i].op == Op::MatMul || stored_by[i] >= 0)) try_store_column_slices(static_cast<int32_t>(i));
+        if (!plan_.column_slices[i].empty()) stored_by[i] = -1;  // its slices, not the root, split the heads
+    }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {
         if (live_[i] && g_.nodes()[i].op == Op::RmsNorm) try_norm_in_products(static_cast<int32_t>(i));
         if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
@@ -65,9 +70,7 @@ FusionPlan FusionPlanner::run() {
         }
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
-        if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_store_column_slices(static_cast<int32_t>(i));
     }
-    const std::vector<int32_t> stored_by = matmuls_storing_alone();
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
         if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||
                                                            op == Op::AttentionGradK || op == Op::AttentionGradV)) {
@@ -87,7 +90,7 @@ FusionPlan FusionPlanner::run() {
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
     }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
-        if (live_[i] && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
+        if (live_[i] && g_.nodes()[i].op == Op::MatMul && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
     }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // last: it asks whether the permute is stored any other way

@@ -36,7 +36,9 @@
 //
 // A matmul whose readers are all slices of its columns that tile them (optimize/'s sibling fusion: q, k
 // and v of one product) stores each slice as a tensor of its own: its kernel writes column j to the slice
-// that holds it, so the slices are no copies, and what reads them reads contiguous tensors as before.
+// that holds it, so the slices are no copies, and what reads them reads contiguous tensors as before. So does a
+// matmul that stores a fused root through its epilogue, where the root's readers are such slices (biased siblings:
+// the stacked biases added, then sliced).
 //
 // An assignment whose value is a fused root writes that kernel's result straight into the target
 // (a parameter or optimizer state) instead of copying it afterwards, when that is safe: every other
@@ -162,7 +164,8 @@ struct FusionPlan {
     // per Permute {0, 2, 1, 3} node (a model's split of the heads): the Rope that is its one reader and
     // reads the permute's input in place (rope_kernel's split_heads), so the permute is never lowered; or -1.
     std::vector<int32_t> heads_split_by;
-    // per MatMul node: the slices of its columns, in column order, that it stores (see above); else empty.
+    // per MatMul node, and per fused root that a matmul stores alone through its epilogue: the slices of its columns,
+    // in column order, that the matmul stores (see above); else empty.
     std::vector<std::vector<int32_t>> column_slices;
     // per Slice node of column_slices, per MatMul node of two dims without them, and per fused root that such a
     // matmul alone stores through its epilogue (a bias, a scale): the Permute {0, 2, 1, 3} that reads it through

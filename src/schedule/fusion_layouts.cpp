@@ -138,12 +138,14 @@ void FusionPlanner::try_delta_in_sum(int32_t grad) {
     plan_.sum_delta[p] = grad;
 }
 
+// `id`: a matmul, or a fused root a matmul stores alone through its epilogue, whose kernel stores nothing else.
 void FusionPlanner::try_store_column_slices(int32_t id) {
     const Node& p = g_.node(id);
     std::vector<int32_t> slices = consumers_[static_cast<size_t>(id)];
     const auto is_slice = [&](int32_t s) { return g_.node(s).op == Op::Slice; };
     if (is_root_[static_cast<size_t>(id)] || p.shape.size() != 2 || slices.size() < 2 ||
-        !std::all_of(slices.begin(), slices.end(), is_slice)) {
+        !std::all_of(slices.begin(), slices.end(), is_slice) || !plan_.co_roots[static_cast<size_t>(id)].empty() ||
+        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), id) != plan_.stored_in.end()) {
         return;
     }
     std::sort(slices.begin(), slices.end(), [&](int32_t a, int32_t b) { return g_.node(a).ints[1] < g_.node(b).ints[1]; });

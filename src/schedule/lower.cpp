@@ -197,7 +197,8 @@ void Lowering::lower(int32_t id) {
     if (const auto& slices = fusion_.column_slices[static_cast<size_t>(id)]; !slices.empty()) {
         std::vector<int32_t> outs;  // the product's own value is never stored
         for (int32_t slice : slices) outs.push_back(product_output(slice, n.dtype));
-        return lower_product(id, outs);
+        if (n.op == Op::MatMul) return lower_product(id, outs);
+        return fused_pointwise(id, outs[0], outs);  // a root its matmul stores, through its epilogue
     }
     if (n.op == Op::MatMul && (fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0 || fusion_.rope_in_gemv[static_cast<size_t>(id)] >= 0)) {
         return lower_product(id, {product_output(id, n.dtype)});  // its heads split, or rotated (its RoPE's value)

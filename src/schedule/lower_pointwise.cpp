@@ -99,16 +99,18 @@ Lowering::FusedTree Lowering::fused_tree(int32_t root, DType out_dtype) {
 }
 
 // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
-// With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead.
-void Lowering::fused_pointwise(int32_t root, int32_t out) {
+// With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead: a
+// matmul into the root's column slices where it has them (`parts`, FusionPlan::column_slices; else just out).
+void Lowering::fused_pointwise(int32_t root, int32_t out, const std::vector<int32_t>& parts) {
     FusedTree t = fused_tree(root, value(out).dtype);
     std::vector<int32_t> bind = std::move(t.bind);
     if (const int32_t product = t.product; product >= 0) {
         bind.insert(bind.end(), t.extra.begin(), t.extra.end());
         if (is_norm(g_.node(product).op)) return lower_norm(g_.node(product), out, &t.epilogue, bind);
         if (is_norm_grad(g_.node(product).op)) return lower_norm_grad(g_.node(product), out, &t.epilogue, bind);
-        return lower_product(product, {out}, &t.epilogue, bind);
+        return lower_product(product, parts.empty() ? std::vector<int32_t>{out} : parts, &t.epilogue, bind);
     }
+    if (!parts.empty()) throw Error("schedule: column parts of a pointwise kernel");
     codegen::PointwiseSpec& spec = t.epilogue.tree;
     const std::vector<int32_t>& extra = t.extra;
     bind.push_back(out);
