@@ -86,6 +86,51 @@ TEST_F(FusionTest, SharedValuesAndOutputsAreMaterialized) {
 
 // A broadcast operand is computed in its reader's kernel, once per element that reads it: a dispatch
 // and a barrier cost more than a few ALU ops per element of a bandwidth-bound kernel.
+// A sum, mean or max of a fused pointwise tree that it alone reads evaluates the tree as it reads it (FusionPlan::
+// reduced_in): one kernel, labelled by both, on every walk of the reduction: a row per output (the BN fold's scale
+// gradient, sum(dW * w) over each filter), 32 columns a workgroup (a bias's gradient over rows), a leading axis too (a
+// per-channel sum over NCHW), a long row in pieces with their sum apart or in the last piece's workgroup; and a max.
+// Where the reduction permutes its input first, the tree is stored for the copy; a tree read twice is stored once.
+TEST_F(FusionTest, ReductionEvaluatesThePointwiseTreeItReads) {
+    struct Case {
+        const char* what;
+        Shape shape;
+        std::vector<int64_t> axes;
+        Op op;
+        size_t dispatches;
+    };
+    const Case cases[] = {
+        {"per filter", {8, 3, 5, 5}, {1, 2, 3}, Op::Sum, 1},
+        {"over rows", {300, 40}, {0}, Op::Sum, 2},         // rows in pieces, and their sum
+        {"per channel", {4, 6, 7, 7}, {0, 2, 3}, Op::Mean, 1},
+        {"long row", {1, 20000}, {1}, Op::Mean, 2},         // pieces, and their sum
+        {"max", {5, 9, 4}, {1}, Op::Max, 1},
+        {"permuted", {3, 4, 5, 6}, {1, 3}, Op::Sum, 3},      // the tree, its copy, the sum
+    };
+    for (const char* sum : {"dispatch", "reduction"}) {
+        const ScopedEnv in_kernels("MEGANEURA_SPLIT_SUM", sum);
+        for (const Case& c : cases) {
+            Graph g;
+            const Tensor a = g.input("a", c.shape), b = g.input("b", c.shape);
+            const Tensor tree = g.exp(a * 0.5) * b + 1.0;
+            g.output("y", c.op == Op::Sum ? g.sum(tree, c.axes) : c.op == Op::Mean ? g.mean(tree, c.axes) : g.max(tree, c.axes));
+            const bool permuted = std::string(c.what) == "permuted";
+            const std::vector<std::string> labels = kernel_labels(g);
+            EXPECT_EQ(labels.size(), c.dispatches - (std::string(sum) == "reduction" && c.dispatches == 2)) << c.what << ", " << sum;
+            const std::string reduced = permuted ? labels.back() : labels.front();
+            EXPECT_EQ(reduced.ends_with("+mul+exp+mul+add"), !permuted) << c.what << ": " << reduced;
+            expect_matches_reference(g, random_feeds(g, 31));
+        }
+    }
+    Graph g;  // read twice: stored, and reduced from memory
+    const Tensor a = g.input("a", {8, 20});
+    const Tensor tree = g.exp(a) * a;
+    g.output("y", g.sum(tree, {1}));
+    g.output("z", g.max(tree, {0}));
+    EXPECT_EQ(dispatches_of(g), 3u);
+    expect_matches_reference(g, random_feeds(g, 32));
+}
+
 TEST_F(FusionTest, BroadcastOperandIsComputedInItsReader) {
     Graph g;
     Tensor x = g.input("x", {4, 1});

@@ -101,8 +101,10 @@ struct Reduction {
     int64_t partial_elements = 0;  // f32 scratch between the two, where there is a sum or a last piece sums
     int64_t tile_counters = 0;
 };
+// With a prologue, the reduced tensor is that fused pointwise tree (Epilogue::product -1), evaluated
+// where its element would be read; its leaves are the first bindings, in place of the input's.
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                         const Launch& launch, int64_t lead, bool last_piece_sums);
+                         const Launch& launch, int64_t lead, bool last_piece_sums, const Epilogue* prologue = nullptr);
 
 // Cross-entropy with an ignore index, in three kernels: the count of rows whose label is not
 // ignore_index (one workgroup, count[0] as a float: the mean's denominator); the per-row loss,

@@ -67,6 +67,18 @@ std::vector<Binding> piece_bindings(DType in_dtype, DType out_dtype, bool severa
     return {{"x", in_dtype}, {"part", DType::F32, true, true}, {"cnt", DType::I32, true}, {"y", out_dtype, true}};
 }
 
+// GLSL `X_AT(i)`, element i of the reduced tensor: x's; or, with a prologue (a fused pointwise tree that the reduction
+// evaluates where it would read its stored value: schedule/fusion.hpp), the tree's at i, whose leaves' bindings
+// replace x's, first. Call it after k's other bindings and constants are set, before its preamble.
+std::string input_glsl(KernelSource& k, const Epilogue* prologue) {
+    if (!prologue) return "#define X_AT(i) float(x.d[i])\n";
+    std::vector<Binding> rest(k.iface.bindings.begin() + 1, k.iface.bindings.end());  // all but x
+    k.iface.bindings.clear();
+    const std::string text = epilogue_glsl(prologue, k, "P");
+    k.iface.bindings.insert(k.iface.bindings.end(), rest.begin(), rest.end());
+    return text + "#define X_AT(i) PEPI(i, 0.0)\n";
+}
+
 // After a piece's store of output `at` (`part.d[p * OUTPUTS + at]`, by invocation `lid`): the last piece's
 // workgroup adds the output's pieces in piece order, as split_sum_kernel does, and stores it.
 std::string last_piece_sum(const std::string& block, const std::string& lid, const std::string& at, DType out_dtype) {
@@ -81,7 +93,8 @@ std::string last_piece_sum(const std::string& block, const std::string& lid, con
 // shared-memory tree combines their partials. Several pieces (sum and mean) write each piece's f32
 // partial sum, [piece][outer * inner], for split_sum_kernel to add.
 KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                               const Launch& launch, int64_t lead, const Pieces& cut, bool last_piece_sums) {
+                               const Launch& launch, int64_t lead, const Pieces& cut, bool last_piece_sums,
+                               const Epilogue* prologue) {
     static const char* const kLabels[] = {"sum", "mean", "max", "softmax", "log_softmax"};
     const bool rows_only = mode == ReduceMode::Softmax || mode == ReduceMode::LogSoftmax;
     if (rows_only && lead != 1) throw Error("codegen: softmax reduces one axis, not a leading one too");
@@ -98,6 +111,7 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
     const bool summed_here = pieces > 1 && last_piece_sums;
     const DType result_dtype = pieces > 1 ? DType::F32 : out_dtype;
     k.iface.bindings = piece_bindings(in_dtype, out_dtype, pieces > 1, last_piece_sums);
+    const std::string input = input_glsl(k, prologue);
     const std::string st = storage_type(result_dtype);
 
     std::string body =
@@ -112,8 +126,7 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
         "    uint j1 = min(LEAD * R, (p + 1u) * PIECE);\n";
     // Element j of the LEAD * R reduced ones; LEAD is a constant, so with one leading slice this folds to
     // the row walk base + j * INNER.
-    const std::string load =
-        "float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)])";
+    const std::string load = "X_AT(base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER))";
     const std::string loop = "    for (uint j = p * PIECE + lid; j < j1; j += WG) ";
     if (mode == ReduceMode::Sum || mode == ReduceMode::Mean) {
         body += "    float acc = 0.0;\n" + loop + "acc += " + load + ";\n    red[lid] = acc;\n" + tree("a + b") +
@@ -140,7 +153,7 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
                     " - lse);\n}\n";
         }
     }
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + (summed_here ? kLastPieceGlsl : "") + body;
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + input + (summed_here ? kLastPieceGlsl : "") + body;
     k.groups = grid_for(static_cast<uint64_t>(pieces * outer * inner), launch.max_groups);
     return k;
 }
@@ -149,7 +162,7 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
 // (families.hpp); nothing where that walk does not apply.
 std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
                                                int64_t r, int64_t inner, const Launch& launch, int64_t lead,
-                                               bool last_piece_sums) {
+                                               bool last_piece_sums, const Epilogue* prologue) {
     constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
     constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
     const uint32_t wg = pow2_at_most(launch.local_size);
@@ -172,12 +185,13 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
     const bool summed_here = splits > 1 && last_piece_sums;
     const DType partial_dtype = splits > 1 ? DType::F32 : out_dtype;
     k.iface.bindings = piece_bindings(in_dtype, out_dtype, splits > 1, last_piece_sums);
+    const std::string input = input_glsl(k, prologue);
     // Row j of the LEAD * R reduced ones, in column c (see reduce_kernel).
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + (summed_here ? kLastPieceGlsl : "") + R"(
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + input + (summed_here ? kLastPieceGlsl : "") + R"(
 const uint CW = 32u, RL = WG / CW, CB = (INNER + CW - 1u) / CW;  // columns, row lanes, column blocks
 shared float red[WG];
 float at(uint base, uint j) {
-    return float(x.d[base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER)]);
+    return X_AT(base + (LEAD == 1u ? j * INNER : (j / R) * (OUTER * R * INNER) + (j % R) * INNER));
 }
 void main() {
     uint g = mn_group_id();
@@ -209,8 +223,8 @@ void main() {
 }  // namespace
 
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
-                         const Launch& launch, int64_t lead, bool last_piece_sums) {
-    if (auto columns = column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, last_piece_sums)) {
+                         const Launch& launch, int64_t lead, bool last_piece_sums, const Epilogue* prologue) {
+    if (auto columns = column_reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, last_piece_sums, prologue)) {
         return *columns;
     }
     // A row cut into pieces of at least this many elements (16 a thread at 256 threads): shorter rows gain less
@@ -221,7 +235,7 @@ Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64
     const Pieces cut = mode == ReduceMode::Sum || mode == ReduceMode::Mean ? cut_rows(rows, outputs, kMinRowPiece)
                                                                           : Pieces{rows, 1};
     Reduction out;
-    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, cut, last_piece_sums);
+    out.partial = row_reduce_kernel(mode, in_dtype, out_dtype, outer, r, inner, launch, lead, cut, last_piece_sums, prologue);
     add_pieces(out, out_dtype, outputs, cut, launch, last_piece_sums, outputs);
     return out;
 }

@@ -34,7 +34,8 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
     start_as(-1, plan_.in_place_of, plan_.stored_in, plan_.epilogue_of, plan_.epilogue_product, plan_.heads_merged_into,
              plan_.heads_split_by, plan_.batched_update, plan_.rope_of_gradient, plan_.heads_split_stored,
              plan_.rope_into_cache, plan_.rope_in_gemv, plan_.cache_in_gemv, plan_.in_gemv, plan_.norm_in_sum,
-             plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair);
+             plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair,
+             plan_.reduced_in);
     start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
     start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
     stored_outputs_.assign(g.nodes().size(), 0);
@@ -89,6 +90,11 @@ FusionPlan FusionPlanner::run() {
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
     }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the batches: an update is no prologue
+        if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Sum || op == Op::Mean || op == Op::Max)) {
+            try_prologue(static_cast<int32_t>(i));
+        }
+    }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
         if (live_[i] && g_.nodes()[i].op == Op::MatMul && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
@@ -120,6 +126,21 @@ void FusionPlanner::try_read_strided(int32_t id) {
         if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
     }
     plan_.read_strided[static_cast<size_t>(id)] = true;
+}
+
+// See fusion.hpp: the fused root a reduction reads, evaluated by the reduction. Its kernel would store the root alone
+// (no epilogue's product, co-roots, extra outputs, batch or write in place; nor is it stored by another), within the bindings a pointwise kernel
+// may have: the reduction's own are at most three more than the one it replaces (pieces, counters, result).
+void FusionPlanner::try_prologue(int32_t reduction) {
+    const int32_t root = g_.node(reduction).inputs[0];
+    const auto at = static_cast<size_t>(root);
+    if (!is_pointwise(g_.node(root)) || plan_.inlined[at] || only_reader(root) != reduction ||
+        plan_.epilogue_product[at] >= 0 || !plan_.co_roots[at].empty() || plan_.batched_update[at] >= 0 ||
+        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.stored_in[at] >= 0 ||
+        stored_outputs_[at] > 0 || leaves_of(root).size() + 3 > max_inputs_) {
+        return;
+    }
+    plan_.reduced_in[at] = reduction;
 }
 
 // The one reader of a node that is no root, or -1.

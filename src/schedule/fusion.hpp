@@ -115,6 +115,11 @@
 // the kernel cannot, the lowering stores the gradient and lowers the RoPE after it. A RoPE kernel and its level go, per
 // layer of a training step of a model with rotary positions (SmolLM2's).
 //
+// A fused root whose one reader is a sum, mean or max over it (a reduction's prologue: the BN fold's scale gradient,
+// sum(dW * w) over each filter), and whose kernel stores nothing else, is evaluated by the reduction where it would
+// read the root's element (codegen::reduce_kernels' prologue): its kernel, and its round trip through memory, go.
+// Where the lowering finds the reduction needs its input copied first (axes it permutes), it stores the root then.
+//
 // A permute or expand whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the
 // fused trees read its input through its strides (Whisper's convolutions' [batch, channels, frames] as
 // [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's; a
@@ -197,6 +202,9 @@ struct FusionPlan {
     // per fused pointwise root: the named Assign of a parameter whose value it is, when its kernel runs in
     // that name's batch; or -1.
     std::vector<int32_t> batched_update;
+    // per fused pointwise root: the Sum, Mean or Max node that evaluates its tree as its prologue (see above), so it is
+    // never stored; or -1.
+    std::vector<int32_t> reduced_in;
     // per Permute or Expand node: its readers' fused trees read its input through its strides (see above), so it is
     // never stored.
     std::vector<bool> read_strided;

@@ -142,6 +142,7 @@ void Lowering::lower(int32_t id) {
         return;
     }
     if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
+    if (fusion_.reduced_in[static_cast<size_t>(id)] >= 0) return;  // evaluated by its reduction (or stored by it)
     if (fusion_.in_gemv[static_cast<size_t>(id)] >= 0) return;  // its product's GEMV stored it (product_output)
     if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) {  // lowered in its epilogue's place
         if (fusion_.epilogue_keeps[static_cast<size_t>(id)]) {   // which stores its value too
@@ -217,9 +218,10 @@ void Lowering::lower(int32_t id) {
         case Archetype::Attention: return lower_attention(id, out);
         case Archetype::Leaf: case Archetype::Reduction: case Archetype::DataMovement: break;
     }
-    const Shape x = shape_of(in(0));  // a copy: new values may reallocate
+    // A copy (new values may reallocate); a reduction's input may be no value (FusionPlan::reduced_in).
+    const Shape x = in(0) >= 0 ? shape_of(in(0)) : g_.node(n.inputs[0]).shape;
     switch (n.op) {
-        case Op::Sum: case Op::Mean: case Op::Max: return lower_reduce(n, in(0), out);
+        case Op::Sum: case Op::Mean: case Op::Max: return lower_reduce(id, out);
         case Op::Softmax: case Op::LogSoftmax: {
             const auto a = static_cast<size_t>(n.ints[0]);
             int64_t outer = 1, inner = 1;

@@ -220,12 +220,20 @@ void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {
     emit(codegen::strided_copy_kernel(spec, t_.pointwise), {in, out});
 }
 
+// Of value `in`, or where `prologue` is a fused root (FusionPlan::reduced_in), of that tree evaluated as it is read.
 void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
-                      int64_t lead) {
-    const DType in_dtype = s_.values[static_cast<size_t>(in)].dtype, out_dtype = s_.values[static_cast<size_t>(out)].dtype;
-    codegen::Reduction k =
-        codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead, t_.reduction_last_piece_sums);
-    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in}, {out}, k.tile_counters);
+                      int64_t lead, int32_t prologue) {
+    std::optional<FusedTree> tree;
+    if (prologue >= 0) {
+        tree = fused_tree(prologue, g_.node(prologue).dtype);
+        tree->epilogue.product = -1;  // every input is a leaf
+    }
+    const DType in_dtype = tree ? g_.node(prologue).dtype : s_.values[static_cast<size_t>(in)].dtype;
+    const DType out_dtype = s_.values[static_cast<size_t>(out)].dtype;
+    codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,
+                                                   t_.reduction_last_piece_sums, tree ? &tree->epilogue : nullptr);
+    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, tree ? tree->bind : std::vector{in},
+                          {out}, k.tile_counters);
 }
 
 // The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
@@ -237,12 +245,20 @@ int32_t Lowering::cross_entropy_count(const Node& n, int32_t labels, int64_t row
 
 // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to
 // [outer, R, inner] directly, and a leading block plus one more to [lead, outer, R, inner] (a
-// per-channel sum of NCHW over {0, 2, 3}); otherwise they are first permuted to the end.
-void Lowering::lower_reduce(const Node& n, int32_t in, int32_t out) {
-    const Shape shape = s_.values[static_cast<size_t>(in)].shape;  // a copy: new values may reallocate
-    auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
+// per-channel sum of NCHW over {0, 2, 3}); otherwise they are first permuted to the end. Its input may be a fused root
+// it evaluates (FusionPlan::reduced_in), stored first only where it is permuted.
+void Lowering::lower_reduce(int32_t id, int32_t out) {
+    const Node& n = g_.node(id);
+    const int32_t x = n.inputs[0];
+    const int32_t prologue = fusion_.reduced_in[static_cast<size_t>(x)] == id ? x : -1;
+    int32_t in = value_of(x);
+    const Shape shape = g_.node(x).shape;
     const auto mode = n.op == Op::Sum ? codegen::ReduceMode::Sum
                     : n.op == Op::Mean ? codegen::ReduceMode::Mean : codegen::ReduceMode::Max;
+    const auto reduce_in_place = [&](int64_t outer, int64_t r, int64_t inner, int64_t lead = 1) {
+        reduce(mode, in, out, outer, r, inner, lead, prologue);
+    };
+    auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
     // The dims of size > 1 as runs of reduced and kept ones, with each run's size.
     std::vector<std::pair<bool, int64_t>> runs;
     for (size_t d = 0; d < shape.size(); ++d) {
@@ -252,18 +268,16 @@ void Lowering::lower_reduce(const Node& n, int32_t in, int32_t out) {
     }
     auto size_of = [&](size_t run) { return run < runs.size() ? runs[run].second : 1; };
     const size_t reduced_runs = static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [](auto& r) { return r.first; }));
-    if (reduced_runs == 0) {  // nothing of size > 1 is reduced: an element-wise pass
-        reduce(mode, in, out, numel(shape), 1, 1);
-        return;
-    }
+    if (reduced_runs == 0) return reduce_in_place(numel(shape), 1, 1);  // nothing of size > 1 is reduced: element-wise
     if (reduced_runs == 1) {
         const size_t at = runs[0].first ? 0 : 1;
-        reduce(mode, in, out, at ? size_of(0) : 1, size_of(at), size_of(at + 1));
-        return;
+        return reduce_in_place(at ? size_of(0) : 1, size_of(at), size_of(at + 1));
     }
-    if (reduced_runs == 2 && runs[0].first) {  // reduced, kept, reduced[, kept]
-        reduce(mode, in, out, size_of(1), size_of(2), size_of(3), size_of(0));
-        return;
+    if (reduced_runs == 2 && runs[0].first) return reduce_in_place(size_of(1), size_of(2), size_of(3), size_of(0));  // reduced, kept, reduced[, kept]
+    if (prologue >= 0) {  // stored after all, for the copy
+        in = new_value(shape, g_.node(x).dtype, Storage::Transient, x);
+        s_.node_value[static_cast<size_t>(x)] = in;
+        fused_pointwise(x, in);
     }
     std::vector<int64_t> perm;
     for (size_t d = 0; d < shape.size(); ++d) if (!reduced(d)) perm.push_back(static_cast<int64_t>(d));

@@ -77,9 +77,9 @@ private:
     int32_t value_now(int32_t n);
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
-                int64_t lead = 1);
+                int64_t lead = 1, int32_t prologue = -1);
     int32_t cross_entropy_count(const Node& n, int32_t labels, int64_t rows);
-    void lower_reduce(const Node& n, int32_t in, int32_t out);
+    void lower_reduce(int32_t id, int32_t out);
 
     // lower_products.cpp
     // What a matmul computes besides the product (codegen::MatmulSpec): a GEMV of one row, A's RMSNorm; a second product
