@@ -162,7 +162,7 @@ InitialValues initial_values(const Session::Impl& impl, const Graph& graph) {
     for (size_t v = 0; v < s.values.size(); ++v) {
         const sched::Value& val = s.values[v];
         if (val.storage == sched::Storage::Counters) out.filled.emplace_back(static_cast<int32_t>(v), 0u);
-        if (val.node < 0 || val.view_of >= 0) continue;
+        if (val.node < 0 || (val.view_of >= 0 && val.part_at < 0)) continue;  // a leaf's part of a stack is its own
         const Node& n = graph.node(val.node);
         if (n.op != Op::Constant && n.op != Op::Parameter && n.op != Op::State) continue;
         const bool random = n.op != Op::Constant && (n.init.kind == Init::Uniform || n.init.kind == Init::Normal);
@@ -459,8 +459,8 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
     mark("order", [&] { return compiler::dump_schedule(s, graph, true); });
     name_values(*impl, graph);
 
-    const uint64_t align = std::max<uint64_t>(256, caps.min_storage_buffer_offset_alignment);
-    const memory::Placement placement = memory::place_values(s, align, options.plan_memory && !impl->check_graph);
+    const memory::Placement placement =
+        memory::place_values(s, tuning.binding_alignment, options.plan_memory && !impl->check_graph);
     mark("plan", [&] {
         return compiler::dump_plan(s, placement.first, placement.last, placement.arena_values, placement.arena);
     });

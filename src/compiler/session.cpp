@@ -31,7 +31,8 @@ std::string Device::describe() const { return rt::describe(ctx_->caps()); }
 
 rt::BufferRange Session::Impl::range(int32_t v) const {
     const auto r = static_cast<size_t>(schedule.root(v));
-    return {home[r], offset[r], (std::max<uint64_t>(schedule.values[r].bytes(), 4) + 3) / 4 * 4};
+    const uint64_t bytes = schedule.values[static_cast<size_t>(schedule.storage(v))].bytes();
+    return {home[r], offset[r] + schedule.offset_in_root(v), (std::max<uint64_t>(bytes, 4) + 3) / 4 * 4};
 }
 
 int32_t Session::Impl::live(std::string_view name) const {

@@ -9,9 +9,11 @@
 // add is the slice of that sum. The product stores the sum as its epilogue and the slices as before: one dispatch
 // where each biased product was one.
 //
-// Only in a program that does not train (no assignment of a parameter): there the stacked weight
-// depends on parameters alone, so its copies are hoisted (schedule/hoist.cpp) and run once, not every
-// run. A training step would copy the weights every step, three copies for the two products saved.
+// The stacked weights (and biases) are no copies where their bytes can lie one after another, each a multiple of 256
+// bytes (the binding alignment of every device we know): the lowering makes each weight a part of the stack's bytes
+// (schedule's Lowering::stack_leaves), in a training step as in inference. Elsewhere they are copies: hoisted in a
+// program that does not train (schedule/hoist.cpp), run once; a training step would copy them every step, so it
+// stacks only what the lowering will not copy.
 //
 // Not a product that another pointwise op reads (directly or through reshapes; after its bias, if it has one): that op
 // may store through the product as its epilogue (an activation, LoRA's delta, the SwiGLU's silu(gate) * up, which the
@@ -27,6 +29,8 @@ namespace mn::optimize {
 namespace {
 
 using Readers = std::vector<std::vector<int32_t>>;
+
+constexpr uint64_t kStackAlignment = 256;  // bytes: the largest storage-buffer offset alignment of a device we know
 
 bool read_pointwise(const Graph& g, const Readers& readers, int32_t id) {
     for (int32_t r : readers[static_cast<size_t>(id)]) {
@@ -79,7 +83,7 @@ Graph fuse_sibling_products(const Graph& g, Stats& stats) {
     }
     // Linear layers of a 2-D input by a parameter, forward ones, grouped by their input in node order.
     std::map<int32_t, std::vector<Linear>> by_input;
-    for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()) && !trains; ++i) {
+    for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i) {
         const Node& n = g.node(i);
         if (n.op != Op::MatMul || n.ints != std::vector<int64_t>{0, 1} || n.shape.size() != 2 || n.gradient ||
             g.node(n.inputs[1]).op != Op::Parameter) {
@@ -88,9 +92,19 @@ Graph fuse_sibling_products(const Graph& g, Stats& stats) {
         Linear l = linear_of(g, readers, is_output, i);
         if (!read_pointwise(g, readers, l.add >= 0 ? l.add : i)) by_input[n.inputs[0]].push_back(std::move(l));
     }
+    // Whether a stack of the group's weights (and biases, zeros where one has none) is its leaves in place.
+    const auto in_place = [&](const std::vector<Linear>& members) {
+        const bool biased = std::any_of(members.begin(), members.end(), [](const Linear& m) { return m.add >= 0; });
+        return std::all_of(members.begin(), members.end(), [&](const Linear& m) {
+            const Node& p = g.node(m.product);
+            const uint64_t row = static_cast<uint64_t>(p.shape[1]) * dtype_size(p.dtype);
+            return row * static_cast<uint64_t>(g.node(p.inputs[1]).shape[1]) % kStackAlignment == 0 &&
+                   (!biased || row % kStackAlignment == 0);
+        });
+    };
     std::vector<const std::vector<Linear>*> group_of(nodes.size(), nullptr);
     for (const auto& [input, members] : by_input) {
-        if (members.size() < 2) continue;
+        if (members.size() < 2 || (trains && !in_place(members))) continue;
         for (const Linear& m : members) group_of[static_cast<size_t>(m.product)] = &members;
         stats.siblings += members.size() - 1;
     }

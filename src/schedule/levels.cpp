@@ -14,24 +14,28 @@ namespace {
 
 // Levels steps [first, end) among themselves, as if every step before them had run (a level below base), and
 // stably sorts them by level.
+// A binding touches its storage (Schedule::storage): a part of its root's bytes (Value::part_at), or all of them. A
+// part depends on the accesses to itself and to all of the root; all of the root on every access to it or a part.
 void level_from(Schedule& s, size_t first, int32_t base) {
-    std::vector<int32_t> last_write(s.values.size(), -1), last_read(s.values.size(), -1);
+    const size_t n = s.values.size();
+    // Per storage, its last level that wrote it and that read it; per root, the same over any of its parts.
+    std::vector<int32_t> last_write(n, -1), last_read(n, -1), part_write(n, -1), part_read(n, -1);
     std::vector<int32_t> level(s.steps.size() - first, 0);
     for (size_t i = first; i < s.steps.size(); ++i) {
         const Step& step = s.steps[i];
         int32_t l = 0;
         for (size_t b = 0; b < step.values.size(); ++b) {
-            const auto v = static_cast<size_t>(s.root(step.values[b]));
-            l = std::max(l, last_write[v] + 1);
-            if (step.kernel.iface.bindings[b].writes) l = std::max(l, last_read[v] + 1);
+            const auto v = static_cast<size_t>(s.storage(step.values[b])), r = static_cast<size_t>(s.root(step.values[b]));
+            const bool writes = step.kernel.iface.bindings[b].writes;
+            l = std::max({l, last_write[v] + 1, v == r ? part_write[r] + 1 : last_write[r] + 1});
+            if (writes) l = std::max({l, last_read[v] + 1, v == r ? part_read[r] + 1 : last_read[r] + 1});
         }
         for (size_t b = 0; b < step.values.size(); ++b) {
-            const auto v = static_cast<size_t>(s.root(step.values[b]));
-            if (step.kernel.iface.bindings[b].writes) {
-                last_write[v] = l;
-            } else {
-                last_read[v] = std::max(last_read[v], l);
-            }
+            const auto v = static_cast<size_t>(s.storage(step.values[b])), r = static_cast<size_t>(s.root(step.values[b]));
+            const bool writes = step.kernel.iface.bindings[b].writes;
+            std::vector<int32_t>& own = writes ? last_write : last_read;
+            own[v] = std::max(own[v], l);
+            if (v != r) (writes ? part_write : part_read)[r] = std::max((writes ? part_write : part_read)[r], l);
         }
         level[i - first] = l;
     }

@@ -3,6 +3,8 @@
 // stored, where (a view, in place, a product's column part, the heads' merged or split layout) and by which
 // kernel: its family's (lower_pointwise.cpp, lower_products.cpp, lower_transformer.cpp), or for softmax, the
 // losses, the data movement and pooling, one written here. Here too: the values and the steps that compute them.
+#include <set>
+
 #include "schedule/lowering.hpp"
 
 namespace mn::sched {
@@ -125,6 +127,39 @@ void Lowering::emit_through_partials(codegen::KernelSource first, std::optional<
     std::vector<int32_t> reads = {partial};
     reads.insert(reads.end(), outs.begin(), outs.end());
     emit(std::move(*finish), std::move(reads));
+}
+
+// A concat of leaves along their first axis (optimize/'s stacked weights and biases of sibling products) whose bytes
+// can lie one after another: each becomes a part of the concat's value (Value::part_at), which is then no copy, in a
+// training step as in inference. Each a parameter or constant with bytes of its own so far (no part of another, nor
+// twice in this one), every part starting at a multiple of the binding alignment. The stack is a parameter where one
+// of its parts is, and pinned as leaves are.
+bool Lowering::stack_leaves(const Node& n, int32_t out) {
+    if (n.ints[0] != 0) return false;
+    uint64_t at = 0;
+    bool parameters = false;
+    std::set<int32_t> parts;
+    for (int32_t in : n.inputs) {
+        const Op op = g_.node(in).op;
+        const int32_t v = value_of(in);
+        if ((op != Op::Parameter && op != Op::Constant) || v < 0 || value(v).view_of >= 0 || !parts.insert(v).second ||
+            at % t_.binding_alignment) {
+            return false;
+        }
+        parameters = parameters || op == Op::Parameter;
+        at += value(v).bytes();
+    }
+    Value& stack = s_.values[static_cast<size_t>(out)];
+    stack.storage = parameters ? Storage::Parameter : Storage::Constant;
+    stack.pinned = true;
+    at = 0;
+    for (int32_t in : n.inputs) {
+        Value& part = s_.values[static_cast<size_t>(value_of(in))];
+        part.view_of = out;
+        part.part_at = static_cast<int64_t>(at);
+        at += part.bytes();
+    }
+    return true;
 }
 
 void Lowering::lower(int32_t id) {
@@ -273,6 +308,7 @@ void Lowering::lower(int32_t id) {
             return;
         }
         case Op::Concat: {
+            if (stack_leaves(n, out)) return;
             const auto axis = static_cast<size_t>(n.ints[0]);
             const auto out_st = contiguous_strides(n.shape);
             int64_t at = 0;

@@ -122,13 +122,13 @@ void Lowering::fused_pointwise(int32_t root, int32_t out, const std::vector<int3
 }
 
 // A batched update (FusionPlan::batched_update) waits for the others of its name; `bind` is what its
-// pointwise kernel would bind. Each binding's key is the storage it names (its root value), so a
+// pointwise kernel would bind. Each binding's key is the storage it names (Schedule::storage), so a
 // scalar every member reads is one binding and an update in place reads and writes its target through one.
 void Lowering::add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind) {
     Batched b{.member = {.spec = std::move(spec)}, .values = std::move(bind)};
     const size_t inputs = b.member.spec.in_dtypes.size();
     for (size_t k = 0; k < b.values.size(); ++k) {
-        (k < inputs ? b.member.in_keys : b.member.out_keys).push_back(s_.root(b.values[k]));
+        (k < inputs ? b.member.in_keys : b.member.out_keys).push_back(s_.storage(b.values[k]));
     }
     const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& e) { return e.first == name; });
     (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));

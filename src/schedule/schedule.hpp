@@ -5,6 +5,7 @@
 // scratch buffer a lowering needed. A reshape is a view: it shares its source's storage. Steps run
 // in graph order (topological by construction). Device specialization (workgroup sizes, matmul
 // tiles) reads DeviceCaps only.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct Value {
     Storage storage = Storage::Transient;
     int32_t node = -1;     // graph node, -1 for scratch
     int32_t view_of = -1;  // another value whose storage this one shares
+    // >= 0: this value is a part of view_of's bytes, starting at this byte (leaves stacked by a concat, which is then
+    // no copy: Lowering::stack_leaves); -1: it is all of them (a reshape's view).
+    int64_t part_at = -1;
     bool pinned = false;   // never aliased by the planner: leaves and user-visible outputs
     uint64_t bytes() const { return static_cast<uint64_t>(numel(shape)) * dtype_size(dtype); }
 };
@@ -43,6 +47,21 @@ struct Schedule {
     int32_t root(int32_t v) const {
         while (values[static_cast<size_t>(v)].view_of >= 0) v = values[static_cast<size_t>(v)].view_of;
         return v;
+    }
+    // The value whose bytes v's are: the first part on v's way to its root, or the root.
+    int32_t storage(int32_t v) const {
+        while (values[static_cast<size_t>(v)].view_of >= 0 && values[static_cast<size_t>(v)].part_at < 0) {
+            v = values[static_cast<size_t>(v)].view_of;
+        }
+        return v;
+    }
+    // Where v's bytes start in its root's.
+    uint64_t offset_in_root(int32_t v) const {
+        uint64_t at = 0;
+        for (; values[static_cast<size_t>(v)].view_of >= 0; v = values[static_cast<size_t>(v)].view_of) {
+            at += static_cast<uint64_t>(std::max<int64_t>(values[static_cast<size_t>(v)].part_at, 0));
+        }
+        return at;
     }
 };
 
@@ -69,6 +88,9 @@ struct Tuning {
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;
     uint32_t max_fused_inputs = 16;  // distinct inputs (and extra outputs) of one fused pointwise kernel
+    // Where a root value's bytes may start, and a part of it (Value::part_at) that a kernel binds: the device's
+    // storage-buffer offset alignment, at least 256 bytes.
+    uint64_t binding_alignment = 256;
     // Bindings of one batch of parameter updates (codegen::pointwise_batch_kernel): the device's storage buffers
     // per stage, at most 1024 (a function per member in its shader). A GPU's 1024 take SmolLM2-135M's 62 updates
     // (258 bindings with AdamW) and ResNet-50's 107 (436) in one dispatch; lavapipe's 32 take 6 AdamW updates.

@@ -74,6 +74,7 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     t.pointwise = {.local_size = wg, .max_groups = max_groups};
     t.max_fused_inputs = std::min<uint32_t>(16, caps.max_storage_buffers_per_stage - 1);
     t.max_batch_bindings = std::min<uint32_t>(1024, caps.max_storage_buffers_per_stage);
+    t.binding_alignment = std::max<uint64_t>(t.binding_alignment, caps.min_storage_buffer_offset_alignment);
     t.reduction = {.local_size = wg, .max_groups = max_groups};
     // Attention: a CPU driver runs a workgroup as one loop, so small groups. A GPU's blocked kernels
     // get 64 rows with 16 threads per group of 4 (256 threads; 4 head-dim columns each at D = 64) and
