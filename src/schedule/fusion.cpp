@@ -38,6 +38,7 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
              plan_.reduced_in);
     start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
     start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
+    start_as(uint8_t{0}, plan_.leaf_batch);
     stored_outputs_.assign(g.nodes().size(), 0);
 }
 
@@ -95,6 +96,18 @@ FusionPlan FusionPlanner::run() {
             try_prologue(static_cast<int32_t>(i));
         }
     }
+    std::vector<bool> assigned(g_.nodes().size(), false);  // the targets of assignments
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (live_[i] && g_.nodes()[i].op == Op::Assign) assigned[static_cast<size_t>(g_.nodes()[i].inputs[0])] = true;
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the prologues: a reduction's is no batch
+        if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_leaf_batch(static_cast<int32_t>(i), assigned);
+    }
+    for (const uint8_t batch : {uint8_t{1}, uint8_t{2}}) {  // a batch of one is the kernel it was
+        if (std::count(plan_.leaf_batch.begin(), plan_.leaf_batch.end(), batch) == 1) {
+            *std::find(plan_.leaf_batch.begin(), plan_.leaf_batch.end(), batch) = 0;
+        }
+    }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
         if (live_[i] && g_.nodes()[i].op == Op::MatMul && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
@@ -141,6 +154,34 @@ void FusionPlanner::try_prologue(int32_t reduction) {
         return;
     }
     plan_.reduced_in[at] = reduction;
+}
+
+// See fusion.hpp: a root of graph leaves, in its own pointwise kernel (no epilogue's product, batch of updates, write in
+// place, split of the heads, column slices or reduction reads it there; not stored by another), batched with its kind.
+// Its co-roots are its extra outputs, so their leaves count too.
+void FusionPlanner::try_leaf_batch(int32_t root, const std::vector<bool>& assigned) {
+    const auto at = static_cast<size_t>(root);
+    if (plan_.epilogue_product[at] >= 0 || plan_.stored_in[at] >= 0 || plan_.batched_update[at] >= 0 ||
+        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.reduced_in[at] >= 0 ||
+        !plan_.column_slices[at].empty()) {
+        return;
+    }
+    const auto no_unit_dims = [](const Shape& s) {
+        Shape out;
+        for (int64_t d : s) if (d != 1) out.push_back(d);
+        return out;
+    };
+    const Shape shape = no_unit_dims(g_.node(root).shape);
+    uint8_t batch = 1;
+    std::set<int32_t> leaves = leaves_of(root);
+    for (int32_t co : plan_.co_roots[at]) leaves.merge(leaves_of(co));  // computed in its kernel too
+    for (int32_t leaf : leaves) {
+        if (kernel_of(leaf) == root) continue;  // the root's value, which a co-root reads
+        const Node& n = g_.node(leaf);
+        if (op_info(n.op).archetype != Archetype::Leaf || (numel(n.shape) != 1 && no_unit_dims(n.shape) != shape)) return;
+        if (n.op == Op::Input || assigned[static_cast<size_t>(leaf)]) batch = 2;
+    }
+    plan_.leaf_batch[at] = batch;
 }
 
 // The one reader of a node that is no root, or -1.

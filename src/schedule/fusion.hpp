@@ -120,6 +120,13 @@
 // read the root's element (codegen::reduce_kernels' prologue): its kernel, and its round trip through memory, go.
 // Where the lowering finds the reduction needs its input copied first (axes it permutes), it stores the root then.
 //
+// A fused root whose leaves are all graph leaves (parameters, constants, state, inputs), each read element for element or
+// as a scalar, and whose kernel is a pointwise one of its own (ResNet-50's per-channel batch-norm scale and shift, one a
+// norm; an optimizer's step-size scalars), runs with the others like it in one dispatch (codegen::pointwise_batch_kernel)
+// where the first of them would run: they read nothing any kernel computes, so running them earlier changes no value.
+// Two batches: those that read only parameters, constants and state no assignment writes (which a program that does not
+// train hoists), and the others.
+//
 // A permute or expand whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the
 // fused trees read its input through its strides (Whisper's convolutions' [batch, channels, frames] as
 // [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's; a
@@ -205,6 +212,9 @@ struct FusionPlan {
     // per fused pointwise root: the Sum, Mean or Max node that evaluates its tree as its prologue (see above), so it is
     // never stored; or -1.
     std::vector<int32_t> reduced_in;
+    // per fused pointwise root of graph leaves alone (see above): its batch, 1 (parameters, constants and state no
+    // assignment writes) or 2 (the others); 0: none.
+    std::vector<uint8_t> leaf_batch;
     // per Permute or Expand node: its readers' fused trees read its input through its strides (see above), so it is
     // never stored.
     std::vector<bool> read_strided;

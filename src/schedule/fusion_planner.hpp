@@ -51,6 +51,7 @@ private:
     void try_norm_grad_in_sum(int32_t id);
     void try_store_column_slices(int32_t id);
     void try_prologue(int32_t reduction);
+    void try_leaf_batch(int32_t root, const std::vector<bool>& assigned);
     std::vector<int32_t> matmuls_storing_alone() const;
     void try_store_heads_split(int32_t stored);
     int32_t merge_of(int32_t id) const;

@@ -243,6 +243,7 @@ void Lowering::lower(int32_t id) {
         return fused_pointwise(id, product_output(id, n.dtype));  // its matmul's epilogue stores it split into heads
     }
     if (stored && value_of(id) >= 0) return;  // a co-root its kernel, earlier, stored
+    if (const uint8_t batch = fusion_.leaf_batch[static_cast<size_t>(id)]) return lower_leaf_batch(batch);
     const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, id);
     s_.node_value[static_cast<size_t>(id)] = out;
     if (stored) return;

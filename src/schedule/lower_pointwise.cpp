@@ -125,13 +125,36 @@ void Lowering::fused_pointwise(int32_t root, int32_t out, const std::vector<int3
 // pointwise kernel would bind. Each binding's key is the storage it names (Schedule::storage), so a
 // scalar every member reads is one binding and an update in place reads and writes its target through one.
 void Lowering::add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind) {
+    const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& e) { return e.first == name; });
+    (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second)
+        .push_back(batched(std::move(spec), std::move(bind)));
+}
+
+Lowering::Batched Lowering::batched(codegen::PointwiseSpec spec, std::vector<int32_t> bind) const {
     Batched b{.member = {.spec = std::move(spec)}, .values = std::move(bind)};
     const size_t inputs = b.member.spec.in_dtypes.size();
     for (size_t k = 0; k < b.values.size(); ++k) {
         (k < inputs ? b.member.in_keys : b.member.out_keys).push_back(s_.storage(b.values[k]));
     }
-    const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const auto& e) { return e.first == name; });
-    (it != batches_.end() ? it->second : batches_.emplace_back(name, std::vector<Batched>{}).second).push_back(std::move(b));
+    return b;
+}
+
+// Every root of leaf batch `batch` (FusionPlan::leaf_batch) in one batch of kernels, now: the first of them is lowered.
+void Lowering::lower_leaf_batch(uint8_t batch) {
+    std::vector<Batched> members;
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+        if (fusion_.leaf_batch[i] != batch || value_of(static_cast<int32_t>(i)) >= 0) continue;
+        const Node& n = g_.node(static_cast<int32_t>(i));
+        lowered_[i] = true;
+        const int32_t out = new_value(n.shape, n.dtype, Storage::Transient, static_cast<int32_t>(i));
+        s_.node_value[i] = out;
+        FusedTree t = fused_tree(static_cast<int32_t>(i), n.dtype);
+        std::vector<int32_t> bind = std::move(t.bind);
+        bind.push_back(out);
+        bind.insert(bind.end(), t.extra.begin(), t.extra.end());
+        members.push_back(batched(std::move(t.epilogue.tree), std::move(bind)));
+    }
+    emit_batches("pointwise", members);
 }
 
 // The batch's members in order, as few dispatches as fit the device's bindings and Tuning::max_batch_members. A

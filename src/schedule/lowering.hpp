@@ -71,6 +71,8 @@ private:
     void fused_pointwise(int32_t root, int32_t out, const std::vector<int32_t>& parts = {});
     bool stack_leaves(const Node& n, int32_t out);
     void add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind);
+    Batched batched(codegen::PointwiseSpec spec, std::vector<int32_t> bind) const;
+    void lower_leaf_batch(uint8_t batch);
     void emit_batches(const std::string& name, const std::vector<Batched>& members);
     bool is_view_of(int32_t node, int32_t product) const;
     void add_leaf(codegen::PointwiseSpec& spec, int32_t v);
