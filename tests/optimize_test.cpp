@@ -128,52 +128,34 @@ TEST(OptimizeTest, ReductionsOverAxesOfOneAreReshapes) {
 // Linear layers reading one input (q, k and v) become one product over their weights stacked by rows and
 // a slice of its columns each, computing the same values bit for bit; one read by a pointwise op (a SwiGLU's
 // gate, which its reader stores as the product's epilogue) stays its own product, and one nothing reads
-// goes.
+// goes. With biases (Whisper's q and v; k has none) the product adds the biases stacked the same way, zeros in k's
+// place, and each bias's add is a slice of that sum (a view of it for a 3-D input's rows); one whose bias another
+// pointwise op reads after (an activation, a LoRA delta added) stays apart: that op is its product's epilogue.
 TEST(OptimizeTest, SiblingProductsBecomeOneOverTheirStackedWeights) {
-    Graph g;
-    const Tensor x = g.input("x", {2, 3, 8});
-    const Tensor q = g.linear(x, g.parameter("q", {6, 8}));
-    const Tensor k = g.linear(x, g.parameter("k", {4, 8}));
-    const Tensor v = g.linear(x, g.parameter("v", {5, 8}));
-    const Tensor gate = g.linear(x, g.parameter("gate", {7, 8}));
-    g.linear(x, g.parameter("unused", {3, 8}));
-    g.output("q", g.softmax(q, -1));
-    g.output("k", k);
-    g.output("v", g.sum(v, {1}));
-    g.output("gated", g.silu(gate));
-    optimize::Stats stats;
-    const Graph o = optimize::optimize(g, &stats);
-    EXPECT_EQ(stats.siblings, 2u);  // k and v are slices of q's product now
-    EXPECT_EQ(count_op(o, Op::MatMul), 2u);  // the stacked one, and the gate's
-    EXPECT_EQ(count_op(o, Op::Concat), 1u);
-    EXPECT_EQ(count_op(o, Op::Slice), 3u);
-    for (const char* name : {"q", "k", "v", "gate", "unused"}) EXPECT_TRUE(o.find(name).has_value()) << name;
-    expect_same_outputs(g, o, 7);
-}
-
-// Linear layers with biases join their siblings (Whisper's q and v with k, which has none): one product over the
-// stacked weights plus the biases stacked the same way, zeros in k's place, and each bias's add a slice of that sum (a
-// view of it for a 3-D input's rows) with the same values. One whose bias another pointwise op reads after (a LoRA
-// delta added, an activation) stays apart: that op is its product's epilogue.
-TEST(OptimizeTest, BiasedSiblingProductsAddTheirStackedBiases) {
-    Graph g;
-    const Tensor x = g.input("x", {2, 3, 8});
-    const Tensor q = g.linear(x, g.parameter("q", {6, 8}), g.parameter("q.bias", {6}));
-    const Tensor k = g.linear(x, g.parameter("k", {4, 8}));
-    const Tensor v = g.linear(x, g.parameter("v", {5, 8}), g.parameter("v.bias", {5}));
-    const Tensor up = g.linear(x, g.parameter("up", {7, 8}), g.parameter("up.bias", {7}));
-    g.output("q", g.softmax(q, -1));
-    g.output("k", k);
-    g.output("v", g.sum(v, {1}));
-    g.output("up", g.gelu(up));
-    optimize::Stats stats;
-    const Graph o = optimize::optimize(g, &stats);
-    EXPECT_EQ(stats.siblings, 2u);
-    EXPECT_EQ(count_op(o, Op::MatMul), 2u);  // the stacked one, and up's
-    EXPECT_EQ(count_op(o, Op::Concat), 2u);  // the weights, and the biases
-    EXPECT_EQ(count_op(o, Op::Slice), 3u);
-    EXPECT_EQ(count_op(o, Op::Add), 2u);     // the stacked biases', and up's
-    expect_same_outputs(g, o, 8);
+    for (const bool biased : {false, true}) {
+        Graph g;
+        const Tensor x = g.input("x", {2, 3, 8});
+        const auto linear = [&](const std::string& name, int64_t rows, bool bias) {
+            const Tensor w = g.parameter(name, {rows, 8});
+            return bias ? g.linear(x, w, g.parameter(name + ".bias", {rows})) : g.linear(x, w);
+        };
+        const Tensor q = linear("q", 6, biased), k = linear("k", 4, false), v = linear("v", 5, biased);
+        const Tensor gate = linear("gate", 7, biased);
+        linear("unused", 3, false);
+        g.output("q", g.softmax(q, -1));
+        g.output("k", k);
+        g.output("v", g.sum(v, {1}));
+        g.output("gated", g.silu(gate));
+        optimize::Stats stats;
+        const Graph o = optimize::optimize(g, &stats);
+        EXPECT_EQ(stats.siblings, 2u) << biased;                       // k and v are slices of q's product now
+        EXPECT_EQ(count_op(o, Op::MatMul), 2u) << biased;              // the stacked one, and the gate's
+        EXPECT_EQ(count_op(o, Op::Concat), biased ? 2u : 1u) << biased;  // the weights, and the biases
+        EXPECT_EQ(count_op(o, Op::Add), biased ? 2u : 0u) << biased;     // the stacked biases', and the gate's
+        EXPECT_EQ(count_op(o, Op::Slice), 3u) << biased;
+        for (const char* name : {"q", "k", "v", "gate", "unused"}) EXPECT_TRUE(o.find(name).has_value()) << name;
+        expect_same_outputs(g, o, biased ? 8 : 7);
+    }
 }
 
 // A program that trains (here one assignment of a parameter) keeps its siblings apart: its weights change
