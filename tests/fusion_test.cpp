@@ -465,16 +465,20 @@ TEST_F(FusionTest, TheSplitSumOfANormsOutputGradientComputesTheNormsBackward) {
 // the weights stacked in place (Lowering::stack_leaves: each a part of the stack's bytes, no copy, nothing hoisted), the
 // biases too (zeros for k's), read here by products as attention's are. Three AdamW steps from the same weights give the
 // program the losses and weights (read back by name from the stack's parts) of the one without the optimize pass;
-// weights loaded from a checkpoint into the parts are what the next step reads.
+// weights loaded from a checkpoint into the parts are what the next step reads; a part that is an output comes back from
+// its place in the stack, which is read back whole.
 TEST_F(FusionTest, SiblingProductsOfATrainingStepAreStackedInPlace) {
     Graph g;
     const Tensor x = g.input("x", {8, 64});
     const auto weight = [&](const char* name, int64_t rows) { return g.parameter(name, {rows, 64}, Init::uniform(-0.2, 0.2)); };
     const auto bias = [&](const char* name, int64_t rows) { return g.parameter(name, {rows}, Init::uniform(-1, 1)); };
-    const Tensor q = g.linear(x, weight("wq", 64), bias("bq", 64)), k = g.linear(x, weight("wk", 64));
+    const Tensor wk = weight("wk", 64);
+    const Tensor q = g.linear(x, weight("wq", 64), bias("bq", 64)), k = g.linear(x, wk);
     const Tensor v = g.linear(x, weight("wv", 128), bias("bv", 128));
     const Tensor scores = g.matmul(q, k, false, true);
     const Tensor loss = g.mean(scores * scores) * 1e-2 + g.mean(g.tanh(g.matmul(scores, v)));
+    g.output("scores", scores);
+    g.output("wk out", wk);  // in inference, read back after a run with the whole stack, of which it is a part
     const std::vector<std::string> names = {"wq", "bq", "wk", "wv", "bv"};
     const CompileOptions training{.loss = loss, .optimizer = AdamW{.lr = 1e-2}};
     size_t stacked = 0;
@@ -495,6 +499,7 @@ TEST_F(FusionTest, SiblingProductsOfATrainingStepAreStackedInPlace) {
         fused.set("x", xs);
         apart.set("x", xs);
         EXPECT_NEAR(fused.step(), apart.step(), 1e-6) << what;
+        EXPECT_EQ(fused.get("wk out"), fused.get("wk")) << what;
         for (const std::string& name : names) {
             const std::vector<float> want = apart.get(name);
             EXPECT_LE(relative_l2(fused.get(name), std::vector<double>(want.begin(), want.end())), 1e-6) << name << ", " << what;
@@ -507,6 +512,11 @@ TEST_F(FusionTest, SiblingProductsOfATrainingStepAreStackedInPlace) {
     apart.save(dir.path("weights.safetensors"));
     fused.load(dir.path("weights.safetensors"));
     expect_same_step("after a load");
+    Session inference = compile(g, device());
+    fused.copy_to(inference, {"wq", "bq", "wk"});  // what the outputs read
+    inference.set("x", xs);
+    inference.run();
+    EXPECT_EQ(inference.get("wk out"), fused.get("wk"));
 }
 
 // SmolVLA's action expert projects its VLM context with the k and v weights of every layer: 16 siblings, one product

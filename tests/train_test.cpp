@@ -254,6 +254,25 @@ TEST_F(TrainTest, CheckpointRoundTripIsBitExact) {
     for (const auto& name : names) EXPECT_EQ(file.at(name).to_f32(), a.get(name)) << name;
 }
 
+// An output that is a parameter (here fc1.weight's) names no second tensor: the checkpoint holds the parameter once,
+// and a load writes it once (twice in one program were two copies of the same bytes without a barrier between); and
+// both names read what the load wrote, before any run.
+TEST_F(TrainTest, AnOutputOfAParameterIsNoSecondTensorOfTheCheckpoint) {
+    Problem prob;
+    prob.g.output("fc1 weight out", *prob.g.find("fc1.weight"));
+    Session a = prob.compile_with(AdamW{.lr = 0.02});
+    a.step();
+    TempPath path("alias");
+    a.save(path.str());
+    std::vector<std::string> in_file;
+    for (const auto& [name, t] : io::read_safetensors(path.str())) in_file.push_back(name);
+    EXPECT_EQ(in_file, adam_persistent_names());
+    Session b = prob.compile_with(AdamW{.lr = 0.02});
+    b.load(path.str());
+    EXPECT_EQ(b.get("fc1.weight"), a.get("fc1.weight"));
+    EXPECT_EQ(b.get("fc1 weight out"), a.get("fc1.weight"));
+}
+
 // ---- 3. resume ----------------------------------------------------------------------------------
 
 TEST_F(TrainTest, ResumeContinuesTheSameTrajectory) {

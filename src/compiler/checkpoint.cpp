@@ -14,10 +14,6 @@ namespace {
 
 const char* kStepKey = "meganeura.step";
 
-bool persistent(const sched::Value& v) {
-    return v.storage == sched::Storage::Parameter || v.storage == sched::Storage::State;
-}
-
 }  // namespace
 
 void Session::save(const std::string& path) const { save(path, {}); }
@@ -25,7 +21,7 @@ void Session::save(const std::string& path) const { save(path, {}); }
 void Session::save(const std::string& path, const std::function<bool(const std::string&)>& omit) const {
     io::TensorMap tensors;
     for (const auto& [name, v] : impl_->names) {
-        if (v < 0 || !persistent(impl_->value(v))) continue;
+        if (!impl_->checkpointed.count(name)) continue;
         if (omit && impl_->value(v).storage == sched::Storage::Parameter && omit(name)) continue;
         const sched::Value& val = impl_->value(v);
         io::TensorData t{.dtype = val.dtype == DType::F16 ? "F16" : "F32", .shape = val.shape};
@@ -53,7 +49,7 @@ void Session::load(const std::vector<std::string>& files, const std::function<bo
     std::vector<int32_t> values;
     std::vector<const io::TensorData*> sources;
     for (const auto& [name, v] : impl_->names) {
-        if (v < 0 || !persistent(impl_->value(v)) || (keep && keep(name))) continue;
+        if (!impl_->checkpointed.count(name) || (keep && keep(name))) continue;
         const sched::Value& val = impl_->value(v);
         auto it = file.find(name);
         if (it == file.end()) {

@@ -47,6 +47,7 @@ void name_values(Session::Impl& impl, const Graph& graph) {
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
         const Node& n = graph.nodes()[i];
         if (n.op == Op::Input || n.op == Op::Parameter || n.op == Op::State) impl.names[n.name] = s.node_value[i];
+        if ((n.op == Op::Parameter || n.op == Op::State) && s.node_value[i] >= 0) impl.checkpointed.insert(n.name);
     }
     for (const auto& [name, id] : graph.outputs()) impl.names[name] = s.node_value[static_cast<size_t>(id)];
 }

@@ -147,9 +147,12 @@ void Session::copy_to(Session& dst, const std::vector<std::string>& names) const
 }
 
 std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
+    // An output comes back after each run, its whole root (v may be a part of it); a parameter or state that is an output
+    // is read now: set, load and copy_to change it between runs.
     auto it = readback_at.find(schedule.root(v));
-    if (it == readback_at.end()) return read_now(v);
-    const auto* at = static_cast<const uint8_t*>(readback.mapped()) + it->second;
+    const sched::Storage storage = value(v).storage;
+    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) return read_now(v);
+    const auto* at = static_cast<const uint8_t*>(readback.mapped()) + it->second + schedule.offset_in_root(v);
     return {at, at + value(v).bytes()};
 }
 

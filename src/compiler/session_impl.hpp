@@ -3,6 +3,7 @@
 // buffers and the recorded command sequence.
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "compiler/trace.hpp"
@@ -19,6 +20,8 @@ struct Session::Impl {
     std::vector<const rt::Buffer*> home;  // per value (roots only): pinned or arena
     std::vector<uint64_t> offset;         // per value (roots only): byte offset in its home
     std::map<std::string, int32_t, std::less<>> names;  // inputs, parameters, outputs -> value
+    // The parameters and state by their own names: a checkpoint's tensors (not an output's name for one of them).
+    std::set<std::string, std::less<>> checkpointed;
     std::map<int32_t, uint64_t> upload_at;    // input root -> offset in `upload`
     std::map<int32_t, uint64_t> readback_at;  // output root -> offset in `readback`
     std::unique_ptr<rt::Program> program;

@@ -142,8 +142,9 @@ void FusionPlanner::try_read_strided(int32_t id) {
 }
 
 // See fusion.hpp: the fused root a reduction reads, evaluated by the reduction. Its kernel would store the root alone
-// (no epilogue's product, co-roots, extra outputs, batch or write in place; nor is it stored by another), within the bindings a pointwise kernel
-// may have: the reduction's own are at most three more than the one it replaces (pieces, counters, result).
+// (no epilogue's product, co-roots, extra outputs, batch or write in place; nor is it stored by another), within the
+// bindings a pointwise kernel may have: the reduction's own are at most three more than the one it replaces (pieces,
+// counters, result).
 void FusionPlanner::try_prologue(int32_t reduction) {
     const int32_t root = g_.node(reduction).inputs[0];
     const auto at = static_cast<size_t>(root);
