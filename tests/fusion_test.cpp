@@ -983,6 +983,28 @@ TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
     }
 }
 
+// A norm that a split product's sum stores goes through its epilogue there too (Whisper's final LayerNorm and its
+// square for the loss): the sum stores the epilogue's root in the norm's place, and the norm's own value too where an
+// output reads it; no kernel of the norm's. RMSNorm and LayerNorm, against the float64 reference.
+TEST_F(FusionTest, TheSplitSumStoresANormThroughItsEpilogue) {
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
+    const ScopedEnv sum("MEGANEURA_SPLIT_SUM", "dispatch");
+    for (const bool layer : {false, true}) {
+        for (const bool kept : {false, true}) {
+            Graph g;
+            const Tensor h = g.linear(g.input("x", {10, 96}), g.parameter("w", {40, 96})) + g.input("r", {10, 40});
+            const Tensor nw = g.parameter("nw", {40});
+            const Tensor normed = layer ? g.layer_norm(h, nw, g.parameter("nb", {40}), 1e-5) : g.rms_norm(h, nw, 1e-5);
+            g.output("squared", normed * normed * 0.5 + g.input("s", {40}));
+            if (kept) g.output("normed", normed);
+            const std::string norm = layer ? "+layer_norm" : "+rms_norm";
+            EXPECT_EQ(kernel_labels(g), (std::vector<std::string>{"matmul", "matmul_split_sum+add" + norm + "+mul+mul+add"}))
+                << norm << (kept ? ", kept" : "");
+            expect_matches_reference(g, random_feeds(g, 35));
+        }
+    }
+}
+
 // An RMSNorm or LayerNorm of the rows a product stores where its K is split (its own value, or its residual add's: a
 // pre-norm block's) is stored by the split's sum kernel (FusionPlan::norm_in_sum): no norm dispatch. Rows of 40, 132
 // and 2052 columns (one, one and three vec4s a thread), batched rows; in training too, where the backward reads the

@@ -166,6 +166,9 @@ struct MatmulSpec {
     // f32 C of whole 16-byte rows, no column parts, rows of at most kSumNormMaxColumns).
     double sum_norm_eps = 0;
     bool sum_layer_norm = false;
+    // The norm's own epilogue (its product input the norm's value), whose root the sum stores in the norm's place, its
+    // inputs and outputs bound after the norm's output (Whisper's final LayerNorm and what its reader computes of it).
+    const Epilogue* sum_norm_epilogue = nullptr;
     // heads > 0: C is the gradient of an attention's output, [batch * seq, heads * head_dim] stored split into its
     // heads (its one column part), and O that output. Where K is split and a sum kernel adds the pieces, that kernel
     // stores the attention backward's delta = rowsum(C * O) too, [batch, heads, seq] f32, O (f32; o_merged: its heads

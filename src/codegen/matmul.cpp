@@ -510,7 +510,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
             out.sum = split_sum_pairs_kernel(spec, splits, t.max_groups);
         } else {
             out.sum = out.sum_stores_norm ? split_sum_norm_kernel(elements / spec.n, spec.n, splits, t.max_groups, spec.epilogue,
-                                                                  spec.sum_norm_eps, spec.sum_layer_norm)
+                                                                  spec.sum_norm_eps, spec.sum_layer_norm, spec.sum_norm_epilogue)
                                           : split_sum_kernel(spec.dtype, elements, splits, t.max_groups, spec.epilogue,
                                                              spec.column_parts, spec.b2, merged_heads(spec));
         }

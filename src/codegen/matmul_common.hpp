@@ -166,9 +166,10 @@ KernelSource split_sum_delta_kernel(const MatmulSpec& spec, uint32_t splits, uin
 KernelSource split_sum_norm_grad_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b
-// (bindings p, c, the epilogue's, w, [b], y; MatmulSpec::sum_norm_eps).
+// (bindings p, c, the epilogue's, w, [b], y, the norm's epilogue's: y holds that epilogue's root where there is one;
+// MatmulSpec::sum_norm_eps, sum_norm_epilogue).
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
-                                   const Epilogue* epilogue, double eps, bool layer);
+                                   const Epilogue* epilogue, double eps, bool layer, const Epilogue* norm_epilogue);
 
 // GLSL: `void store_c(uint i, float v)` and `void store_c4(uint i, vec4 v)`, which store the output's
 // element i (and the 3 after it) of its row-major [rows, N] where it lives: in c, or with column parts in

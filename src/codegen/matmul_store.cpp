@@ -311,7 +311,7 @@ void main() {
 }
 
 KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t splits, uint32_t max_groups,
-                                   const Epilogue* epilogue, double eps, bool layer) {
+                                   const Epilogue* epilogue, double eps, bool layer, const Epilogue* norm_epilogue) {
     if (columns % 4 || columns > kSumNormMaxColumns) throw Error("matmul: a split sum's norm needs rows of whole vec4s");
     KernelSource k;
     k.label = "matmul_split_sum";
@@ -334,7 +334,8 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
         views += view_of(k.iface.bindings.size(), name + "4", name == "y");
         k.iface.bindings.push_back({name, DType::F32, name == "y"});
     }
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + split_sum_head(DType::F32, store) + views +
+    const std::string norm_epi = epilogue_glsl(norm_epilogue, k, "N");  // stores NEPI4 of the norm into y
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + norm_epi + split_sum_head(DType::F32, store) + views +
              "const uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n"
              "#define LAYER " + (layer ? "1" : "0") + "\n" + R"(
 const uint N4 = N / 4u;
@@ -371,7 +372,9 @@ void main() {
     float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(N) + uintBitsToFloat(EPS_BITS));
     for (uint u = 0u; u < PER; ++u) {
         uint j = lid + u * WG;
-        if (j < N4) y4.d[row * N4 + j] = (h[u] - mean) * rstd * w4.d[j] + BIAS(j);
+        if (j >= N4) continue;
+        vec4 normed = (h[u] - mean) * rstd * w4.d[j] + BIAS(j);
+        y4.d[row * N4 + j] = NEPI4(4u * (row * N4 + j), normed);
     }
 }
 )";

@@ -60,8 +60,8 @@ void FusionPlanner::try_norm_in_sum(int32_t id) {
     const Node& norm = g_.node(id);
     // The weight (and bias) leaves: the product's lowering reads them, where a model may declare them after it.
     const auto leaf = [&](int32_t n) { return op_info(g_.node(n).op).archetype == Archetype::Leaf; };
-    if (plan_.norm_in_products[static_cast<size_t>(id)] || plan_.epilogue_of[static_cast<size_t>(id)] >= 0 ||
-        norm.dtype != DType::F32 || !std::all_of(norm.inputs.begin() + 1, norm.inputs.end(), leaf)) {
+    if (plan_.norm_in_products[static_cast<size_t>(id)] || norm.dtype != DType::F32 ||
+        !std::all_of(norm.inputs.begin() + 1, norm.inputs.end(), leaf)) {
         return;
     }
     int32_t x = norm.inputs[0];
@@ -77,11 +77,27 @@ void FusionPlanner::try_norm_in_sum(int32_t id) {
         numel(g_.node(x).shape) != numel(p.shape) || plan_.epilogue_pair[static_cast<size_t>(product)] >= 0 ||
         !plan_.column_slices[static_cast<size_t>(product)].empty() ||
         plan_.heads_split_stored[static_cast<size_t>(x)] >= 0 || plan_.sum_norm[static_cast<size_t>(product)] >= 0 ||
-        !split_of_(product).splits_k) {
+        !split_of_(product).splits_k || !epilogue_fits_sum(id, product, true)) {
         return;
     }
     plan_.norm_in_sum[static_cast<size_t>(id)] = product;
     plan_.sum_norm[static_cast<size_t>(product)] = id;
+}
+
+// Whether the epilogue of norm (or norm gradient) `id`, if it has one, can be stored by the split sum of `product` in the
+// norm's place: it stores nothing but its root (no co-roots; the norm's own value too only where `keeps`: a norm's sum
+// stores it, a norm gradient's does not), and its other leaves are computed before the product.
+bool FusionPlanner::epilogue_fits_sum(int32_t id, int32_t product, bool keeps) const {
+    const int32_t root = plan_.epilogue_of[static_cast<size_t>(id)];
+    if (root < 0) return true;
+    if (!plan_.co_roots[static_cast<size_t>(root)].empty() || (!keeps && plan_.epilogue_keeps[static_cast<size_t>(id)]) ||
+        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
+        return false;
+    }
+    const std::set<int32_t> leaves = leaves_of(root);
+    return std::all_of(leaves.begin(), leaves.end(), [&](int32_t leaf) {
+        return leaf == id || leaf < product || op_info(g_.node(leaf).op).archetype == Archetype::Leaf;
+    });
 }
 
 // See fusion.hpp: a norm's backward computed by the split sum of the matmul that stores its output gradient. Its inputs:
@@ -104,19 +120,9 @@ void FusionPlanner::try_norm_grad_in_sum(int32_t id) {
     }
     if (const ProductSplit split = split_of_(product); !split.splits_k || split.summed_tile_columns) return;
     // What the sum reads besides the pieces is computed before the product: the norm's input and weight, and its
-    // epilogue's other leaves; that epilogue stores nothing but its root.
+    // epilogue's other leaves.
     const auto before = [&](int32_t n) { return n < product || op_info(g_.node(n).op).archetype == Archetype::Leaf; };
-    if (!before(norm.inputs[0]) || !before(norm.inputs[1])) return;
-    if (const int32_t root = plan_.epilogue_of[static_cast<size_t>(id)]; root >= 0) {
-        if (consumers_[static_cast<size_t>(id)] != std::vector<int32_t>{root} || !plan_.co_roots[static_cast<size_t>(root)].empty() ||
-            plan_.epilogue_keeps[static_cast<size_t>(id)] ||
-            std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
-            return;
-        }
-        for (int32_t leaf : leaves_of(root)) {
-            if (leaf != id && !before(leaf)) return;
-        }
-    }
+    if (!before(norm.inputs[0]) || !before(norm.inputs[1]) || !epilogue_fits_sum(id, product, false)) return;
     plan_.norm_grad_in_sum[static_cast<size_t>(id)] = product;
     plan_.sum_norm_grad[p] = id;
 }

@@ -98,9 +98,21 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     spec.a_rms_eps = extras.a_rms_eps;
     spec.b2 = extras.b2;
     spec.a2 = extras.a2_node >= 0;
+    // A norm in the sum, through its epilogue where it has one (its root's tree: its leaves come before this product,
+    // the plan's condition).
+    const int32_t norm_root = extras.sum_norm >= 0 ? fusion_.epilogue_of[static_cast<size_t>(extras.sum_norm)] : -1;
+    std::optional<FusedTree> norm_tree;
     if (extras.sum_norm >= 0) {
         spec.sum_norm_eps = g_.node(extras.sum_norm).data[0];
         spec.sum_layer_norm = g_.node(extras.sum_norm).op == Op::LayerNorm;
+        if (norm_root >= 0) {
+            const int32_t norm = extras.sum_norm;
+            if (fusion_.epilogue_keeps[static_cast<size_t>(norm)] && value_of(norm) < 0) {  // stored by the epilogue too
+                s_.node_value[static_cast<size_t>(norm)] = new_value(g_.node(norm).shape, g_.node(norm).dtype, Storage::Transient, norm);
+            }
+            norm_tree = fused_tree(norm_root, g_.node(norm_root).dtype);
+            spec.sum_norm_epilogue = &norm_tree->epilogue;
+        }
     }
     // A norm's backward in the sum: its input gradient through the norm's epilogue (dx_tree: its root's tree, whose
     // leaves come before this product, the plan's condition).
@@ -159,13 +171,17 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     // Where the sum stores the norm (else, no split or rows it cannot hold, the norm is lowered in its turn).
     if (kernels.sum_stores_norm) {
         const Node& norm = g_.node(extras.sum_norm);
-        const int32_t y = new_value(norm.shape, norm.dtype, Storage::Transient, extras.sum_norm);
-        s_.node_value[static_cast<size_t>(extras.sum_norm)] = y;
+        const int32_t stands = norm_root >= 0 ? norm_root : extras.sum_norm;  // the value y is
+        const int32_t y = new_value(g_.node(stands).shape, g_.node(stands).dtype, Storage::Transient, stands);
+        s_.node_value[static_cast<size_t>(stands)] = y;
+        lowered_[static_cast<size_t>(stands)] = lowered_[static_cast<size_t>(extras.sum_norm)] = true;
         for (size_t i = 1; i < norm.inputs.size(); ++i) {  // the weight (and bias): leaves (the plan's condition),
             lower(norm.inputs[i]);                          // which a model may declare after the product
             extra.push_back(value_of(norm.inputs[i]));
         }
         extra.push_back(y);
+        if (norm_tree) extra.insert(extra.end(), norm_tree->bind.begin(), norm_tree->bind.end());
+        if (norm_tree) extra.insert(extra.end(), norm_tree->extra.begin(), norm_tree->extra.end());
     }
     // Where the sum stores the attention backward's delta (else, no split, it is lowered with the backward).
     if (kernels.sum_stores_delta) {
