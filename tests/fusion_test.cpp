@@ -422,8 +422,9 @@ TEST_F(FusionTest, TheSplitSumOfTheOutputsGradientStoresTheAttentionDelta) {
 // A pre-norm residual block's backward (SmolLM2's, Whisper's): the gradient of the norm's output is a product's (the
 // output projection's input gradient) or a SwiGLU pair's (dG Wg + dU Wu); where K is split and a sum dispatch adds the
 // pieces, that sum computes the norm's backward too, with the residual's gradient added (FusionPlan::sum_norm_grad): no
-// norm gradient kernel of its own. Summed by the product's last pieces, it keeps its kernel. RMSNorm and LayerNorm,
-// against the float64 reference.
+// norm gradient kernel of its own. Summed by the product's last pieces, it keeps its kernel. The sum stores the norm
+// weight's gradient's dy * xhat too (FusionPlan::up_xhat_of), where a unit-weight norm's kernel computed it.
+// RMSNorm and LayerNorm, against the float64 reference.
 TEST_F(FusionTest, TheSplitSumOfANormsOutputGradientComputesTheNormsBackward) {
     for (const SplitK split_k : kSplitKs) {
         for (const bool layer : {false, true}) {
@@ -448,13 +449,17 @@ TEST_F(FusionTest, TheSplitSumOfANormsOutputGradientComputesTheNormsBackward) {
                 const std::vector<Tensor> grads = grad(g.sum(h * g.input("dy", h.shape())), params);
                 for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
                 const std::string norm_grad = layer ? "layer_norm_grad" : "rms_norm_grad";
-                int own = 0, in_sum = 0;
+                int own = 0, in_sum = 0, unit_norms = 0;
                 for (const std::string& label : kernel_labels(g)) {
                     own += label.starts_with(norm_grad);
                     in_sum += label.starts_with("matmul_split_sum") && label.find("+" + norm_grad) != std::string::npos;
+                    unit_norms += label == (layer ? "layer_norm+mul" : "rms_norm+mul");
                 }
                 EXPECT_EQ(own, split_k.summed_apart() ? 0 : 1);
                 EXPECT_EQ(in_sum, split_k.summed_apart() ? 1 : 0);
+                // w's gradient's dy * xhat: stored by the sum that computes the norm's gradient (the norm gradient's own
+                // kernel, with the residual's gradient its epilogue, runs after it)
+                EXPECT_EQ(unit_norms, split_k.summed_apart() ? 0 : 1);
                 expect_matches_reference(g, random_feeds(g, 27), 1e-4);
             }
         }
@@ -1153,9 +1158,10 @@ TEST_F(FusionTest, ALossSeedIsStoredByTheKernelOfWhatItReads) {
     g.output("loss", loss);
     const std::vector<Tensor> grads = grad(loss, {x, w, b});
     for (size_t i = 0; i < grads.size(); ++i) g.output("d" + std::to_string(i), grads[i]);
-    // the norm with y * y and the seed; the loss; the norm's gradient; w's and b's: gy * xhat and the sums
+    // the norm with y * y and the seed; the loss; the norm's gradient, which stores gy * xhat too (FusionPlan::
+    // up_xhat_of); w's and b's sums
     EXPECT_EQ(kernel_labels(g), (std::vector<std::string>{"layer_norm+mul+div+mul+mul+add", "mean", "layer_norm_grad",
-                                                           "layer_norm+mul", "sum", "sum"}));
+                                                           "sum", "sum"}));
     expect_matches_reference(g, random_feeds(g, 41), 1e-5);
 }
 

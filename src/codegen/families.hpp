@@ -188,6 +188,7 @@ struct MatmulSpec {
         bool on = false, layer = false;
         double eps = 0;
         const Epilogue* epilogue = nullptr;
+        bool stores_up_xhat = false;  // NormSpec::stores_up_xhat's, bound after dx's epilogue's (before p2)
     } sum_norm_grad;
     // > 0: C's rows, (b * heads_merged + h) * heads_seq + t (a product batched over heads; no column parts), are
     // stored at row (b * heads_seq + t) * heads_merged + h: an attention's dQ stored with its heads merged back
@@ -419,10 +420,14 @@ struct NormSpec {
     // The pointwise tree stored instead of the normalized value (GroupNorm + SiLU) or of the input gradient
     // (plus a residual's gradient); its other inputs, then its extra outputs, are bound after y (dx).
     const Epilogue* epilogue = nullptr;
+    // A gradient (RMS or Layer) also stores up * xhat, the normalized row times the output's gradient (what the weight's
+    // gradient sums over the rows), bound last: the row is in registers, where a kernel of its own would normalize it
+    // again (schedule/fusion.hpp).
+    bool stores_up_xhat = false;
 };
 // Bindings: x, w, [b (Layer)], y, then the epilogue's.
 KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
-// Bindings: x, w, up, dx, then the epilogue's.
+// Bindings: x, w, up, dx, then the epilogue's, then up * xhat's (stores_up_xhat).
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);
 // Where RoPE's rows [batch, heads, seq] are in memory: reads_split reads x as [batch, seq, heads, dim]
 // (before a model's split of the heads, permute {0, 2, 1, 3}, which is then no copy); writes_merged

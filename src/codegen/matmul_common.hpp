@@ -162,7 +162,7 @@ KernelSource split_sum_pairs_kernel(const MatmulSpec& spec, uint32_t splits, uin
 KernelSource split_sum_delta_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
 // The same for the f32 rows of an RMSNorm's or LayerNorm's output gradient, one workgroup a row, which then stores the
 // norm's input gradient through its epilogue (MatmulSpec::sum_norm_grad): bindings p, c, the epilogue's, x, w, dx,
-// dx's epilogue's, [p2].
+// dx's epilogue's, [up_xhat], [p2].
 KernelSource split_sum_norm_grad_kernel(const MatmulSpec& spec, uint32_t splits, uint32_t max_groups);
 // The same for f32 rows of `columns` values (a multiple of 4, at most kSumNormMaxColumns), one workgroup a row, which
 // then stores the row's RMSNorm, y = c * rstd * w, or with `layer` its LayerNorm, y = (c - mean) * rstd * w + b

@@ -249,13 +249,18 @@ KernelSource split_sum_norm_grad_kernel(const MatmulSpec& spec, uint32_t splits,
         k.iface.bindings.push_back({name, DType::F32, name == "dx"});
     }
     const std::string dx_epi = epilogue_glsl(ng.epilogue, k, "DX_");
+    if (ng.stores_up_xhat) {
+        views += view_of(k.iface.bindings.size(), "up_xhat4", true);
+        k.iface.bindings.push_back({"up_xhat", DType::F32, true});
+    }
     if (spec.b2) {
         views += view_of(k.iface.bindings.size(), "p24", false);
         k.iface.bindings.push_back({"p2", DType::F32});
     }
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + dx_epi + split_sum_head(DType::F32, store) +
              views + "const uint PER = " + std::to_string((columns / 4 + wg - 1) / wg) + "u;  // vec4s a thread\n" +
-             "#define LAYER " + (ng.layer ? "1" : "0") + "\n#define PAIR " + (spec.b2 ? "1" : "0") + "\n" + R"(
+             "#define LAYER " + (ng.layer ? "1" : "0") + "\n#define PAIR " + (spec.b2 ? "1" : "0") + "\n#define UP_XHAT " +
+             (ng.stores_up_xhat ? "1" : "0") + "\n" + R"(
 const uint N4 = N / 4u;
 // With g = up * w and xhat = (x - mean) * rstd: dx = rstd (g - mean(g) - xhat mean(g xhat)), the mean(g) term only
 // when mean-centered (norm_grad_kernel's arithmetic, over the row held in registers).
@@ -303,6 +308,9 @@ void main() {
         if (j >= N4) continue;
         vec4 g = up[u] * w4.d[j];
         dx4.d[at] = DX_EPI4(4u * at, rstd * (g - (LAYER != 0 ? m.x : 0.0) - (xs[u] - mean) * rstd * m.y));
+#if UP_XHAT
+        up_xhat4.d[at] = up[u] * ((xs[u] - mean) * rstd);
+#endif
     }
 }
 )";

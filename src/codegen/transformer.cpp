@@ -159,6 +159,8 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
     KernelSource k = row_kernel(norm_label(spec, true), spec, launch);
     k.iface.bindings = {{"x", spec.dtype}, {"w", spec.dtype}, {"up", spec.dtype}, {"dx", spec.dtype, true}};
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
+    if (spec.stores_up_xhat) k.iface.bindings.push_back({"up_xhat", spec.dtype, true});
+    const std::string st = storage_type(spec.dtype);
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + norm_head(spec.mode) +
              "    vec2 acc = vec2(0.0);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
@@ -169,8 +171,8 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"
              "        float xhat = (float(x.d[base + j]) - mean) * rstd;\n"
-             "        dx.d[base + j] = " + storage_type(spec.dtype) + "(EPI(base + j, rstd * (g - " + (layer ? "m.x" : "0.0") +
-             " - xhat * m.y)));\n"
+             "        dx.d[base + j] = " + st + "(EPI(base + j, rstd * (g - " + (layer ? "m.x" : "0.0") + " - xhat * m.y)));\n" +
+             (spec.stores_up_xhat ? "        up_xhat.d[base + j] = " + st + "(float(up.d[base + j]) * xhat);\n" : "") +
              "    }\n}\n";
     return k;
 }

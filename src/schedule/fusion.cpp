@@ -35,7 +35,7 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
              plan_.heads_split_by, plan_.batched_update, plan_.rope_of_gradient, plan_.heads_split_stored,
              plan_.rope_into_cache, plan_.rope_in_gemv, plan_.cache_in_gemv, plan_.in_gemv, plan_.norm_in_sum,
              plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair,
-             plan_.reduced_in);
+             plan_.reduced_in, plan_.up_xhat_of, plan_.up_xhat_by);
     start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
     start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
     start_as(uint8_t{0}, plan_.leaf_batch);
@@ -72,6 +72,11 @@ FusionPlan FusionPlanner::run() {
         }
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_in_place(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::Permute) try_split_heads_in_rope(static_cast<int32_t>(i));
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the norms' gradients in sums, which run sooner
+        if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
+            try_up_xhat_in_norm_grad(static_cast<int32_t>(i));
+        }
     }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the splits: a permute is one or the other
         if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Attention || op == Op::Rope || op == Op::AttentionGradQ ||

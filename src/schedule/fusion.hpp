@@ -115,6 +115,11 @@
 // the kernel cannot, the lowering stores the gradient and lowers the RoPE after it. A RoPE kernel and its level go, per
 // layer of a training step of a model with rotary positions (SmolLM2's).
 //
+// A norm's weight gradient sums up * xhat over the rows, where xhat is the norm of x with unit weight (mn::grad's): that
+// product, a unit norm's epilogue, is stored by the kernel of the norm's input gradient of the same x and up (its own,
+// or the split sum that computes it), which holds the normalized row already: the unit norm's kernel goes, one a norm
+// of every training step.
+//
 // A fused root whose one reader is a sum, mean or max over it (a reduction's prologue: the BN fold's scale gradient,
 // sum(dW * w) over each filter), and whose kernel stores nothing else, is evaluated by the reduction where it would
 // read the root's element (codegen::reduce_kernels' prologue): its kernel, and its round trip through memory, go.
@@ -212,6 +217,9 @@ struct FusionPlan {
     // per fused pointwise root: the Sum, Mean or Max node that evaluates its tree as its prologue (see above), so it is
     // never stored; or -1.
     std::vector<int32_t> reduced_in;
+    // per RmsNormGrad or LayerNormGrad node: the root up * norm(x, unit weight) that its kernel stores too (see above),
+    // or -1; up_xhat_by is its inverse, per such root.
+    std::vector<int32_t> up_xhat_of, up_xhat_by;
     // per fused pointwise root of graph leaves alone (see above): its batch, 1 (parameters, constants and state no
     // assignment writes) or 2 (the others); 0: none.
     std::vector<uint8_t> leaf_batch;

@@ -84,6 +84,40 @@ void FusionPlanner::try_norm_in_sum(int32_t id) {
     plan_.sum_norm[static_cast<size_t>(product)] = id;
 }
 
+// See fusion.hpp: a unit-weight norm times up, stored by the kernel of the input gradient of the same x and up, which
+// runs before it. The norm's epilogue is that product alone (nothing else reads the norm; the root stores nothing else).
+void FusionPlanner::try_up_xhat_in_norm_grad(int32_t norm) {
+    const Node& n = g_.node(norm);
+    const bool layer = n.op == Op::LayerNorm;
+    const auto constant = [&](int32_t id, double value) {
+        const Node& c = g_.node(id);
+        return c.op == Op::Constant && std::all_of(c.data.begin(), c.data.end(), [&](double d) { return d == value; });
+    };
+    const int32_t root = plan_.epilogue_of[static_cast<size_t>(norm)];
+    if (root < 0 || !constant(n.inputs[1], 1.0) || (layer && !constant(n.inputs[2], 0.0)) || n.dtype != DType::F32 ||
+        plan_.epilogue_keeps[static_cast<size_t>(norm)] || !plan_.co_roots[static_cast<size_t>(root)].empty() ||
+        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
+        return;
+    }
+    const Node& r = g_.node(root);
+    if (r.op != Op::Mul || r.shape != n.shape || (r.inputs[0] != norm && r.inputs[1] != norm)) return;
+    const int32_t up = r.inputs[0] == norm ? r.inputs[1] : r.inputs[0];
+    if (up == norm || leaves_of(root) != std::set<int32_t>{norm, up}) return;
+    const Op grad = layer ? Op::LayerNormGrad : Op::RmsNormGrad;
+    for (int32_t c : consumers_[static_cast<size_t>(n.inputs[0])]) {
+        const Node& gn = g_.node(c);
+        // Its kernel runs where it is lowered: its product's split sum's, or in its epilogue's root's place.
+        const int32_t in_sum = plan_.norm_grad_in_sum[static_cast<size_t>(c)];
+        const int32_t at = in_sum >= 0 ? in_sum : std::max(c, plan_.epilogue_of[static_cast<size_t>(c)]);
+        if (gn.op == grad && gn.inputs[0] == n.inputs[0] && gn.inputs[2] == up && gn.data == n.data && at < root &&
+            gn.shape == n.shape && plan_.up_xhat_of[static_cast<size_t>(c)] < 0) {
+            plan_.up_xhat_of[static_cast<size_t>(c)] = root;
+            plan_.up_xhat_by[static_cast<size_t>(root)] = c;
+            return;
+        }
+    }
+}
+
 // Whether the epilogue of norm (or norm gradient) `id`, if it has one, can be stored by the split sum of `product` in the
 // norm's place: it stores nothing but its root (no co-roots; the norm's own value too only where `keeps`: a norm's sum
 // stores it, a norm gradient's does not), and its other leaves are computed before the product.

@@ -50,6 +50,7 @@ private:
     void try_delta_in_sum(int32_t grad);
     void try_norm_grad_in_sum(int32_t id);
     bool epilogue_fits_sum(int32_t id, int32_t product, bool keeps) const;
+    void try_up_xhat_in_norm_grad(int32_t norm);
     void try_store_column_slices(int32_t id);
     void try_prologue(int32_t reduction);
     void try_leaf_batch(int32_t root, const std::vector<bool>& assigned);

@@ -121,7 +121,9 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     std::optional<FusedTree> dx_tree;
     if (norm_grad >= 0) {
         const Node& ng = g_.node(norm_grad);
-        spec.sum_norm_grad = {.on = true, .layer = ng.op == Op::LayerNormGrad, .eps = ng.data[0]};
+        const int32_t up_xhat = fusion_.up_xhat_of[static_cast<size_t>(norm_grad)];
+        spec.sum_norm_grad = {.on = true, .layer = ng.op == Op::LayerNormGrad, .eps = ng.data[0],
+                              .stores_up_xhat = up_xhat >= 0 && !lowered_[static_cast<size_t>(up_xhat)]};
         if (dx_root >= 0) {
             dx_tree = fused_tree(dx_root, g_.node(dx_root).dtype);
             if (!dx_tree->extra.empty()) throw Error("schedule: a norm gradient's epilogue in a split sum stores more than its root");
@@ -164,6 +166,7 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
         lowered_[static_cast<size_t>(stands)] = lowered_[static_cast<size_t>(norm_grad)] = true;
         std::vector<int32_t> reads = {value_now(ng.inputs[0]), value_now(ng.inputs[1]), dx};
         if (dx_tree) reads.insert(reads.end(), dx_tree->bind.begin(), dx_tree->bind.end());
+        if (spec.sum_norm_grad.stores_up_xhat) reads.push_back(up_xhat_output(norm_grad));  // before its unit norm
         const auto tail = static_cast<std::ptrdiff_t>((extras.b2 ? 1 : 0) + (spec.a2 ? 1 : 0));
         extra.insert(extra.end() - tail, reads.begin(), reads.end());
     }

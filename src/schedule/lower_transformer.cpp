@@ -99,7 +99,24 @@ void Lowering::lower_norm_grad(const Node& n, int32_t out, const codegen::Epilog
                                const std::vector<int32_t>& epilogue_inputs) {
     codegen::NormSpec spec = norm_spec(n);
     spec.epilogue = epilogue;
-    emit(codegen::norm_grad_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+    std::vector<int32_t> bind = norm_bindings(n, out, epilogue_inputs);
+    if (const int32_t up_xhat = up_xhat_output(static_cast<int32_t>(&n - g_.nodes().data())); up_xhat >= 0) {
+        spec.stores_up_xhat = true;
+        bind.push_back(up_xhat);
+    }
+    emit(codegen::norm_grad_kernel(spec, t_.reduction), std::move(bind));
+}
+
+// The value of up * xhat that norm gradient `grad`'s kernel stores too (FusionPlan::up_xhat_of), made now; or -1, also
+// where the unit norm's kernel ran already (a split sum planned to compute the gradient declined it, so it runs later).
+int32_t Lowering::up_xhat_output(int32_t grad) {
+    const int32_t root = fusion_.up_xhat_of[static_cast<size_t>(grad)];
+    if (root < 0 || lowered_[static_cast<size_t>(root)]) return -1;
+    const Node& r = g_.node(root);
+    const int32_t v = new_value(r.shape, r.dtype, Storage::Transient, root);
+    s_.node_value[static_cast<size_t>(root)] = v;
+    lowered_[static_cast<size_t>(root)] = true;
+    return v;
 }
 
 std::vector<int32_t> Lowering::norm_bindings(const Node& n, int32_t out,

@@ -132,6 +132,7 @@ private:
     void slice_scatter(const Node& n, int32_t out, bool in_place);
     void lower_norm(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
                     const std::vector<int32_t>& epilogue_inputs = {});
+    int32_t up_xhat_output(int32_t grad);
     void lower_norm_grad(const Node& n, int32_t out, const codegen::Epilogue* epilogue = nullptr,
                          const std::vector<int32_t>& epilogue_inputs = {});
     std::vector<int32_t> norm_bindings(const Node& n, int32_t out, const std::vector<int32_t>& epilogue_inputs) const;
