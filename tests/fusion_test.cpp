@@ -988,6 +988,31 @@ TEST_F(FusionTest, RmsNormOfOneRowIsComputedByItsProducts) {
     }
 }
 
+// An RMSNorm or LayerNorm whose input is a pointwise kernel's root (Whisper's positional add through the convolutions'
+// permute, before its first LayerNorm) computes that root as it reads its rows and stores it for the later readers
+// (FusionPlan::norm_prologue): one kernel fewer. Not where a reader comes before the norm (it would read it unstored;
+// that reader's kernel stores it instead). Against the float64 reference.
+TEST_F(FusionTest, ANormComputesAndStoresThePointwiseInputItReads) {
+    for (const bool layer : {false, true}) {
+        for (const bool reader_first : {false, true}) {
+            Graph g;
+            const Tensor x = g.input("x", {2, 40, 6});
+            const Tensor h = g.permute(x, {0, 2, 1}) * 2.0 + g.input("pos", {6, 40});  // [2, 6, 40]
+            if (reader_first) g.output("r", h * 3.0);
+            const Tensor w = g.parameter("w", {40});
+            g.output("y", layer ? g.layer_norm(h, w, g.parameter("b", {40}), 1e-5) : g.rms_norm(h, w, 1e-5));
+            if (!reader_first) g.output("r", h * 3.0);
+            const std::string norm = layer ? "layer_norm" : "rms_norm";
+            // the norm computing h (its label the tree's ops after its own), and r; or r's kernel storing h first
+            // (FusionPlan::stored_in), and the norm reading it
+            const std::vector<std::string> want = reader_first ? std::vector<std::string>{"mul+add+mul", norm}
+                                                               : std::vector<std::string>{norm + "+mul+add", "mul"};
+            EXPECT_EQ(kernel_labels(g), want) << norm;
+            expect_matches_reference(g, random_feeds(g, 36));
+        }
+    }
+}
+
 // A norm that a split product's sum stores goes through its epilogue there too (Whisper's final LayerNorm and its
 // square for the loss): the sum stores the epilogue's root in the norm's place, and the norm's own value too where an
 // output reads it; no kernel of the norm's. RMSNorm and LayerNorm, against the float64 reference.

@@ -68,6 +68,10 @@ struct Epilogue {
 // without an epilogue; and with one, EPI2(i, v, v2) where the second product's value is v2. Adds the epilogue's bindings and constants to k: call it before k's preamble.
 // `prefix` starts every name it declares (macros, functions, constants, bindings), for a second epilogue in one kernel.
 std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string& prefix = "");
+// GLSL `X_AT(i)`, element i of the kernel's input, binding 0 named x: x's; or, with a prologue (a fused pointwise tree the
+// kernel evaluates where it would read x's element, Epilogue::product -1: schedule/fusion.hpp), the tree's at i, whose
+// leaves' bindings replace x's, first. Call it after k's other bindings and constants are set, before its preamble.
+std::string input_glsl(KernelSource& k, const Epilogue* prologue);
 
 // out[out_offset + sum c_d*out_strides[d]] = in[in_offset + sum c_d*in_strides[d]] for every
 // coordinate c of `dims`: permute, slice, expand and concat pieces are all this one kernel.
@@ -420,12 +424,16 @@ struct NormSpec {
     // The pointwise tree stored instead of the normalized value (GroupNorm + SiLU) or of the input gradient
     // (plus a residual's gradient); its other inputs, then its extra outputs, are bound after y (dx).
     const Epilogue* epilogue = nullptr;
+    // x is this fused pointwise tree (Epilogue::product -1), evaluated where x's element is read: its leaves are the
+    // first bindings, in place of x's, and its value is stored into the last binding, for x's other readers (an RMS or
+    // Layer norm: Whisper's positional add before its first LayerNorm).
+    const Epilogue* prologue = nullptr;
     // A gradient (RMS or Layer) also stores up * xhat, the normalized row times the output's gradient (what the weight's
     // gradient sums over the rows), bound last: the row is in registers, where a kernel of its own would normalize it
     // again (schedule/fusion.hpp).
     bool stores_up_xhat = false;
 };
-// Bindings: x, w, [b (Layer)], y, then the epilogue's.
+// Bindings: x (or the prologue's), w, [b (Layer)], y, then the epilogue's, then x's value (with a prologue).
 KernelSource norm_kernel(const NormSpec& spec, const Launch& launch);
 // Bindings: x, w, up, dx, then the epilogue's, then up * xhat's (stores_up_xhat).
 KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch);

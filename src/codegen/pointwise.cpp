@@ -142,6 +142,15 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string&
            epi + "2(i + 3u, v.w, v2.w))\n";
 }
 
+std::string input_glsl(KernelSource& k, const Epilogue* prologue) {
+    if (!prologue) return "#define X_AT(i) float(x.d[i])\n";
+    std::vector<Binding> rest(k.iface.bindings.begin() + 1, k.iface.bindings.end());  // all but x
+    k.iface.bindings.clear();
+    const std::string text = epilogue_glsl(prologue, k, "P");
+    k.iface.bindings.insert(k.iface.bindings.end(), rest.begin(), rest.end());
+    return text + "#define X_AT(i) PEPI(i, 0.0)\n";
+}
+
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
     KernelSource k;
     k.iface.local_size = launch.local_size;

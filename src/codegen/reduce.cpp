@@ -67,18 +67,6 @@ std::vector<Binding> piece_bindings(DType in_dtype, DType out_dtype, bool severa
     return {{"x", in_dtype}, {"part", DType::F32, true, true}, {"cnt", DType::I32, true}, {"y", out_dtype, true}};
 }
 
-// GLSL `X_AT(i)`, element i of the reduced tensor: x's; or, with a prologue (a fused pointwise tree that the reduction
-// evaluates where it would read its stored value: schedule/fusion.hpp), the tree's at i, whose leaves' bindings
-// replace x's, first. Call it after k's other bindings and constants are set, before its preamble.
-std::string input_glsl(KernelSource& k, const Epilogue* prologue) {
-    if (!prologue) return "#define X_AT(i) float(x.d[i])\n";
-    std::vector<Binding> rest(k.iface.bindings.begin() + 1, k.iface.bindings.end());  // all but x
-    k.iface.bindings.clear();
-    const std::string text = epilogue_glsl(prologue, k, "P");
-    k.iface.bindings.insert(k.iface.bindings.end(), rest.begin(), rest.end());
-    return text + "#define X_AT(i) PEPI(i, 0.0)\n";
-}
-
 // After a piece's store of output `at` (`part.d[p * OUTPUTS + at]`, by invocation `lid`): the last piece's
 // workgroup adds the output's pieces in piece order, as split_sum_kernel does, and stores it.
 std::string last_piece_sum(const std::string& block, const std::string& lid, const std::string& at, DType out_dtype) {

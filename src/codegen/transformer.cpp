@@ -46,11 +46,11 @@ std::string norm_head(NormMode mode) {
         "    float mean = 0.0;\n";
     if (mode == NormMode::Layer) {
         s += "    float s = 0.0;\n"
-             "    for (uint j = lid; j < D; j += WG) s += float(x.d[base + j]);\n"
+             "    for (uint j = lid; j < D; j += WG) s += X_AT(base + j);\n"
              "    mean = wg_sum(vec2(s, 0.0)).x / float(D);\n";
     }
     s += "    float q = 0.0;\n"
-         "    for (uint j = lid; j < D; j += WG) { float c = float(x.d[base + j]) - mean; q += c * c; }\n"
+         "    for (uint j = lid; j < D; j += WG) { float c = X_AT(base + j) - mean; q += c * c; }\n"
          "    float rstd = inversesqrt(wg_sum(vec2(q, 0.0)).x / float(D) + uintBitsToFloat(EPS_BITS));\n";
     return s;
 }
@@ -143,11 +143,15 @@ KernelSource norm_kernel(const NormSpec& spec, const Launch& launch) {
     if (layer) k.iface.bindings.push_back({"b", spec.dtype});
     k.iface.bindings.push_back({"y", spec.dtype, true});
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + norm_head(spec.mode) +
+    const std::string input = input_glsl(k, spec.prologue);
+    if (spec.prologue) k.iface.bindings.push_back({"x_out", spec.dtype, true});
+    const std::string st = storage_type(spec.dtype);
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + input + norm_head(spec.mode) +
              "    for (uint j = lid; j < D; j += WG) {\n"
-             "        float v = (float(x.d[base + j]) - mean) * rstd * float(w.d[CH(j)])" +
-             (layer ? " + float(b.d[CH(j)])" : "") + ";\n"
-             "        y.d[base + j] = " + storage_type(spec.dtype) + "(EPI(base + j, v));\n"
+             "        float xv = X_AT(base + j);\n" +
+             (spec.prologue ? "        x_out.d[base + j] = " + st + "(xv);\n" : "") +
+             "        float v = (xv - mean) * rstd * float(w.d[CH(j)])" + (layer ? " + float(b.d[CH(j)])" : "") + ";\n"
+             "        y.d[base + j] = " + st + "(EPI(base + j, v));\n"
              "    }\n}\n";
     return k;
 }
@@ -161,7 +165,7 @@ KernelSource norm_grad_kernel(const NormSpec& spec, const Launch& launch) {
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
     if (spec.stores_up_xhat) k.iface.bindings.push_back({"up_xhat", spec.dtype, true});
     const std::string st = storage_type(spec.dtype);
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + norm_head(spec.mode) +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epilogue + input_glsl(k, nullptr) + norm_head(spec.mode) +
              "    vec2 acc = vec2(0.0);\n"
              "    for (uint j = lid; j < D; j += WG) {\n"
              "        float g = float(up.d[base + j]) * float(w.d[CH(j)]);\n"

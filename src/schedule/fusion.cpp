@@ -35,7 +35,7 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
              plan_.heads_split_by, plan_.batched_update, plan_.rope_of_gradient, plan_.heads_split_stored,
              plan_.rope_into_cache, plan_.rope_in_gemv, plan_.cache_in_gemv, plan_.in_gemv, plan_.norm_in_sum,
              plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair,
-             plan_.reduced_in, plan_.up_xhat_of, plan_.up_xhat_by);
+             plan_.reduced_in, plan_.up_xhat_of, plan_.up_xhat_by, plan_.norm_prologue, plan_.prologue_of_norm);
     start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
     start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
     start_as(uint8_t{0}, plan_.leaf_batch);
@@ -105,6 +105,11 @@ FusionPlan FusionPlanner::run() {
     for (size_t i = 0; i < g_.nodes().size(); ++i) {
         if (live_[i] && g_.nodes()[i].op == Op::Assign) assigned[static_cast<size_t>(g_.nodes()[i].inputs[0])] = true;
     }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the reductions': one root, one prologue
+        if (live_[i] && (g_.nodes()[i].op == Op::RmsNorm || g_.nodes()[i].op == Op::LayerNorm)) {
+            try_norm_prologue(static_cast<int32_t>(i));
+        }
+    }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the prologues: a reduction's is no batch
         if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_leaf_batch(static_cast<int32_t>(i), assigned);
     }
@@ -162,6 +167,27 @@ void FusionPlanner::try_prologue(int32_t reduction) {
     plan_.reduced_in[at] = reduction;
 }
 
+// See fusion.hpp: a norm's input computed and stored by the norm's kernel. The root's kernel would store it alone (as a
+// reduction's prologue's, try_prologue), it is f32 as the norm, and every other reader comes after the norm, which
+// stores it.
+void FusionPlanner::try_norm_prologue(int32_t norm) {
+    const Node& n = g_.node(norm);
+    const int32_t root = n.inputs[0];
+    const auto at = static_cast<size_t>(root);
+    if (!is_pointwise(g_.node(root)) || plan_.inlined[at] || n.dtype != DType::F32 || g_.node(root).dtype != DType::F32 ||
+        plan_.norm_in_products[static_cast<size_t>(norm)] || plan_.norm_in_sum[static_cast<size_t>(norm)] >= 0 ||
+        plan_.epilogue_product[at] >= 0 || !plan_.co_roots[at].empty() || plan_.batched_update[at] >= 0 ||
+        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.stored_in[at] >= 0 ||
+        stored_outputs_[at] > 0 || plan_.reduced_in[at] >= 0 || plan_.prologue_of_norm[at] >= 0 ||
+        leaves_of(root).size() + 4 > max_inputs_) {
+        return;
+    }
+    const auto& readers = consumers_[at];  // their kernels run after the norm's
+    if (!std::all_of(readers.begin(), readers.end(), [&](int32_t r) { return r >= norm && kernel_of(r) >= norm; })) return;
+    plan_.norm_prologue[static_cast<size_t>(norm)] = root;
+    plan_.prologue_of_norm[at] = norm;
+}
+
 // See fusion.hpp: a root of graph leaves, in its own pointwise kernel (no epilogue's product, batch of updates, write in
 // place, split of the heads, column slices or reduction reads it there; not stored by another), batched with its kind.
 // Its co-roots are its extra outputs, so their leaves count too.
@@ -169,7 +195,7 @@ void FusionPlanner::try_leaf_batch(int32_t root, const std::vector<bool>& assign
     const auto at = static_cast<size_t>(root);
     if (plan_.epilogue_product[at] >= 0 || plan_.stored_in[at] >= 0 || plan_.batched_update[at] >= 0 ||
         plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.reduced_in[at] >= 0 ||
-        !plan_.column_slices[at].empty()) {
+        !plan_.column_slices[at].empty() || plan_.prologue_of_norm[at] >= 0) {
         return;
     }
     const auto no_unit_dims = [](const Shape& s) {

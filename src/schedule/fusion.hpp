@@ -115,6 +115,10 @@
 // the kernel cannot, the lowering stores the gradient and lowers the RoPE after it. A RoPE kernel and its level go, per
 // layer of a training step of a model with rotary positions (SmolLM2's).
 //
+// An RMSNorm or LayerNorm of f32 rows whose input is a fused root of a plain pointwise kernel (nothing else in it), read
+// by later kernels too, evaluates that root's tree as it reads its row (codegen::NormSpec::prologue) and stores the
+// root's value for the others: Whisper's positional add before its first LayerNorm, one kernel and level fewer.
+//
 // A norm's weight gradient sums up * xhat over the rows, where xhat is the norm of x with unit weight (mn::grad's): that
 // product, a unit norm's epilogue, is stored by the kernel of the norm's input gradient of the same x and up (its own,
 // or the split sum that computes it), which holds the normalized row already: the unit norm's kernel goes, one a norm
@@ -217,6 +221,9 @@ struct FusionPlan {
     // per fused pointwise root: the Sum, Mean or Max node that evaluates its tree as its prologue (see above), so it is
     // never stored; or -1.
     std::vector<int32_t> reduced_in;
+    // per RmsNorm or LayerNorm node: the fused root that is its input and that its kernel computes and stores (see
+    // above), or -1; prologue_of_norm is its inverse, per such root.
+    std::vector<int32_t> norm_prologue, prologue_of_norm;
     // per RmsNormGrad or LayerNormGrad node: the root up * norm(x, unit weight) that its kernel stores too (see above),
     // or -1; up_xhat_by is its inverse, per such root.
     std::vector<int32_t> up_xhat_of, up_xhat_by;

@@ -53,6 +53,7 @@ private:
     void try_up_xhat_in_norm_grad(int32_t norm);
     void try_store_column_slices(int32_t id);
     void try_prologue(int32_t reduction);
+    void try_norm_prologue(int32_t norm);
     void try_leaf_batch(int32_t root, const std::vector<bool>& assigned);
     std::vector<int32_t> matmuls_storing_alone() const;
     void try_store_heads_split(int32_t stored);

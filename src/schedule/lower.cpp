@@ -178,6 +178,7 @@ void Lowering::lower(int32_t id) {
     }
     if (fusion_.inlined[static_cast<size_t>(id)]) return;  // evaluated inside its consumer's kernel
     if (fusion_.reduced_in[static_cast<size_t>(id)] >= 0) return;  // evaluated by its reduction (or stored by it)
+    if (fusion_.prologue_of_norm[static_cast<size_t>(id)] >= 0) return;  // computed and stored by its norm's kernel
     if (fusion_.in_gemv[static_cast<size_t>(id)] >= 0) return;  // its product's GEMV stored it (product_output)
     if (fusion_.epilogue_of[static_cast<size_t>(id)] >= 0) {  // lowered in its epilogue's place
         if (fusion_.epilogue_keeps[static_cast<size_t>(id)] && value_of(id) < 0) {  // which stores its value too

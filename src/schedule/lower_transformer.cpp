@@ -92,7 +92,22 @@ void Lowering::lower_norm(const Node& n, int32_t out, const codegen::Epilogue* e
                           const std::vector<int32_t>& epilogue_inputs) {
     codegen::NormSpec spec = norm_spec(n);
     spec.epilogue = epilogue;
-    emit(codegen::norm_kernel(spec, t_.reduction), norm_bindings(n, out, epilogue_inputs));
+    std::vector<int32_t> bind = norm_bindings(n, out, epilogue_inputs);
+    // An input the kernel computes (FusionPlan::norm_prologue): its tree's leaves in x's place, its value stored last.
+    const int32_t x = fusion_.norm_prologue[static_cast<size_t>(&n - g_.nodes().data())];
+    std::optional<FusedTree> tree;
+    if (x >= 0) {
+        tree = fused_tree(x, g_.node(x).dtype);
+        tree->epilogue.product = -1;  // every input is a leaf
+        spec.prologue = &tree->epilogue;
+        bind.erase(bind.begin());
+        bind.insert(bind.begin(), tree->bind.begin(), tree->bind.end());
+        const int32_t v = new_value(g_.node(x).shape, g_.node(x).dtype, Storage::Transient, x);
+        s_.node_value[static_cast<size_t>(x)] = v;
+        lowered_[static_cast<size_t>(x)] = true;
+        bind.push_back(v);
+    }
+    emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
 }
 
 void Lowering::lower_norm_grad(const Node& n, int32_t out, const codegen::Epilogue* epilogue,
