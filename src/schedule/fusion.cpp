@@ -151,16 +151,23 @@ void FusionPlanner::try_read_strided(int32_t id) {
     plan_.read_strided[static_cast<size_t>(id)] = true;
 }
 
+// Whether fused root `root` is still to be lowered as a pointwise kernel of its own: no product stores it as its
+// epilogue nor another kernel as one more output, and it is no batched update, write in place, split of the heads,
+// column slices' root, nor a reduction's or norm's prologue.
+bool FusionPlanner::own_kernel(int32_t root) const {
+    const auto at = static_cast<size_t>(root);
+    return plan_.epilogue_product[at] < 0 && plan_.stored_in[at] < 0 && plan_.batched_update[at] < 0 &&
+           plan_.in_place_of[at] < 0 && plan_.heads_split_stored[at] < 0 && plan_.column_slices[at].empty() &&
+           plan_.reduced_in[at] < 0 && plan_.prologue_of_norm[at] < 0;
+}
+
 // See fusion.hpp: the fused root a reduction reads, evaluated by the reduction. Its kernel would store the root alone
-// (no epilogue's product, co-roots, extra outputs, batch or write in place; nor is it stored by another), within the
-// bindings a pointwise kernel may have: the reduction's own are at most three more than the one it replaces (pieces,
-// counters, result).
+// (own_kernel, and nothing stored in it: no co-roots or extra outputs), within the bindings a pointwise kernel may
+// have: the reduction's own are at most three more than the one it replaces (pieces, counters, result).
 void FusionPlanner::try_prologue(int32_t reduction) {
     const int32_t root = g_.node(reduction).inputs[0];
     const auto at = static_cast<size_t>(root);
-    if (!is_pointwise(g_.node(root)) || plan_.inlined[at] || only_reader(root) != reduction ||
-        plan_.epilogue_product[at] >= 0 || !plan_.co_roots[at].empty() || plan_.batched_update[at] >= 0 ||
-        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.stored_in[at] >= 0 ||
+    if (!is_pointwise(g_.node(root)) || plan_.inlined[at] || only_reader(root) != reduction || !own_kernel(root) ||
         stored_outputs_[at] > 0 || leaves_of(root).size() + 3 > max_inputs_) {
         return;
     }
@@ -176,10 +183,7 @@ void FusionPlanner::try_norm_prologue(int32_t norm) {
     const auto at = static_cast<size_t>(root);
     if (!is_pointwise(g_.node(root)) || plan_.inlined[at] || n.dtype != DType::F32 || g_.node(root).dtype != DType::F32 ||
         plan_.norm_in_products[static_cast<size_t>(norm)] || plan_.norm_in_sum[static_cast<size_t>(norm)] >= 0 ||
-        plan_.epilogue_product[at] >= 0 || !plan_.co_roots[at].empty() || plan_.batched_update[at] >= 0 ||
-        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.stored_in[at] >= 0 ||
-        stored_outputs_[at] > 0 || plan_.reduced_in[at] >= 0 || plan_.prologue_of_norm[at] >= 0 ||
-        leaves_of(root).size() + 4 > max_inputs_) {
+        !own_kernel(root) || stored_outputs_[at] > 0 || leaves_of(root).size() + 4 > max_inputs_) {
         return;
     }
     const auto& readers = consumers_[at];  // their kernels run after the norm's
@@ -188,16 +192,11 @@ void FusionPlanner::try_norm_prologue(int32_t norm) {
     plan_.prologue_of_norm[at] = norm;
 }
 
-// See fusion.hpp: a root of graph leaves, in its own pointwise kernel (no epilogue's product, batch of updates, write in
-// place, split of the heads, column slices or reduction reads it there; not stored by another), batched with its kind.
-// Its co-roots are its extra outputs, so their leaves count too.
+// See fusion.hpp: a root of graph leaves, in its own pointwise kernel (own_kernel), batched with its kind. Its co-roots
+// are its extra outputs, so their leaves count too.
 void FusionPlanner::try_leaf_batch(int32_t root, const std::vector<bool>& assigned) {
     const auto at = static_cast<size_t>(root);
-    if (plan_.epilogue_product[at] >= 0 || plan_.stored_in[at] >= 0 || plan_.batched_update[at] >= 0 ||
-        plan_.in_place_of[at] >= 0 || plan_.heads_split_stored[at] >= 0 || plan_.reduced_in[at] >= 0 ||
-        !plan_.column_slices[at].empty() || plan_.prologue_of_norm[at] >= 0) {
-        return;
-    }
+    if (!own_kernel(root)) return;
     const auto no_unit_dims = [](const Shape& s) {
         Shape out;
         for (int64_t d : s) if (d != 1) out.push_back(d);

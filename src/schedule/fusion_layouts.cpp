@@ -95,8 +95,7 @@ void FusionPlanner::try_up_xhat_in_norm_grad(int32_t norm) {
     };
     const int32_t root = plan_.epilogue_of[static_cast<size_t>(norm)];
     if (root < 0 || !constant(n.inputs[1], 1.0) || (layer && !constant(n.inputs[2], 0.0)) || n.dtype != DType::F32 ||
-        plan_.epilogue_keeps[static_cast<size_t>(norm)] || !plan_.co_roots[static_cast<size_t>(root)].empty() ||
-        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
+        plan_.epilogue_keeps[static_cast<size_t>(norm)] || stored_outputs_[static_cast<size_t>(root)] > 0) {
         return;
     }
     const Node& r = g_.node(root);
@@ -124,10 +123,7 @@ void FusionPlanner::try_up_xhat_in_norm_grad(int32_t norm) {
 bool FusionPlanner::epilogue_fits_sum(int32_t id, int32_t product, bool keeps) const {
     const int32_t root = plan_.epilogue_of[static_cast<size_t>(id)];
     if (root < 0) return true;
-    if (!plan_.co_roots[static_cast<size_t>(root)].empty() || (!keeps && plan_.epilogue_keeps[static_cast<size_t>(id)]) ||
-        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), root) != plan_.stored_in.end()) {
-        return false;
-    }
+    if (stored_outputs_[static_cast<size_t>(root)] > 0 || (!keeps && plan_.epilogue_keeps[static_cast<size_t>(id)])) return false;
     const std::set<int32_t> leaves = leaves_of(root);
     return std::all_of(leaves.begin(), leaves.end(), [&](int32_t leaf) {
         return leaf == id || leaf < product || op_info(g_.node(leaf).op).archetype == Archetype::Leaf;
@@ -184,8 +180,7 @@ void FusionPlanner::try_store_column_slices(int32_t id) {
     std::vector<int32_t> slices = consumers_[static_cast<size_t>(id)];
     const auto is_slice = [&](int32_t s) { return g_.node(s).op == Op::Slice; };
     if (is_root_[static_cast<size_t>(id)] || p.shape.size() != 2 || slices.size() < 2 ||
-        !std::all_of(slices.begin(), slices.end(), is_slice) || !plan_.co_roots[static_cast<size_t>(id)].empty() ||
-        std::find(plan_.stored_in.begin(), plan_.stored_in.end(), id) != plan_.stored_in.end()) {
+        !std::all_of(slices.begin(), slices.end(), is_slice) || stored_outputs_[static_cast<size_t>(id)] > 0) {
         return;
     }
     std::sort(slices.begin(), slices.end(), [&](int32_t a, int32_t b) { return g_.node(a).ints[1] < g_.node(b).ints[1]; });

@@ -52,6 +52,7 @@ private:
     bool epilogue_fits_sum(int32_t id, int32_t product, bool keeps) const;
     void try_up_xhat_in_norm_grad(int32_t norm);
     void try_store_column_slices(int32_t id);
+    bool own_kernel(int32_t root) const;
     void try_prologue(int32_t reduction);
     void try_norm_prologue(int32_t norm);
     void try_leaf_batch(int32_t root, const std::vector<bool>& assigned);

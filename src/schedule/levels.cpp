@@ -34,8 +34,9 @@ void level_from(Schedule& s, size_t first, int32_t base) {
             const auto v = static_cast<size_t>(s.storage(step.values[b])), r = static_cast<size_t>(s.root(step.values[b]));
             const bool writes = step.kernel.iface.bindings[b].writes;
             std::vector<int32_t>& own = writes ? last_write : last_read;
+            std::vector<int32_t>& of_parts = writes ? part_write : part_read;
             own[v] = std::max(own[v], l);
-            if (v != r) (writes ? part_write : part_read)[r] = std::max((writes ? part_write : part_read)[r], l);
+            if (v != r) of_parts[r] = std::max(of_parts[r], l);
         }
         level[i - first] = l;
     }

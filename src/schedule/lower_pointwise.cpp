@@ -98,6 +98,14 @@ Lowering::FusedTree Lowering::fused_tree(int32_t root, DType out_dtype) {
     return tree;
 }
 
+// The fused tree rooted at `root` as a kernel's prologue (a reduction's, a norm's: codegen::input_glsl), every input a
+// leaf.
+Lowering::FusedTree Lowering::prologue_tree(int32_t root) {
+    FusedTree tree = fused_tree(root, g_.node(root).dtype);
+    tree.epilogue.product = -1;
+    return tree;
+}
+
 // The fused tree rooted at pointwise node `root` (see fusion.hpp), as one kernel writing `out`.
 // With a product planned as its epilogue's kernel (fusion_.epilogue_of), the product stores the tree instead: a
 // matmul into the root's column slices where it has them (`parts`, FusionPlan::column_slices; else just out).
@@ -247,10 +255,7 @@ void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {
 void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                       int64_t lead, int32_t prologue) {
     std::optional<FusedTree> tree;
-    if (prologue >= 0) {
-        tree = fused_tree(prologue, g_.node(prologue).dtype);
-        tree->epilogue.product = -1;  // every input is a leaf
-    }
+    if (prologue >= 0) tree = prologue_tree(prologue);
     const DType in_dtype = tree ? g_.node(prologue).dtype : s_.values[static_cast<size_t>(in)].dtype;
     const DType out_dtype = s_.values[static_cast<size_t>(out)].dtype;
     codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,

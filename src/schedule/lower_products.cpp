@@ -183,8 +183,10 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
             extra.push_back(value_of(norm.inputs[i]));
         }
         extra.push_back(y);
-        if (norm_tree) extra.insert(extra.end(), norm_tree->bind.begin(), norm_tree->bind.end());
-        if (norm_tree) extra.insert(extra.end(), norm_tree->extra.begin(), norm_tree->extra.end());
+        if (norm_tree) {  // its epilogue's inputs, then what it stores besides its root
+            extra.insert(extra.end(), norm_tree->bind.begin(), norm_tree->bind.end());
+            extra.insert(extra.end(), norm_tree->extra.begin(), norm_tree->extra.end());
+        }
     }
     // Where the sum stores the attention backward's delta (else, no split, it is lowered with the backward).
     if (kernels.sum_stores_delta) {

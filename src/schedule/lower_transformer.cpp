@@ -94,11 +94,10 @@ void Lowering::lower_norm(const Node& n, int32_t out, const codegen::Epilogue* e
     spec.epilogue = epilogue;
     std::vector<int32_t> bind = norm_bindings(n, out, epilogue_inputs);
     // An input the kernel computes (FusionPlan::norm_prologue): its tree's leaves in x's place, its value stored last.
-    const int32_t x = fusion_.norm_prologue[static_cast<size_t>(&n - g_.nodes().data())];
+    const int32_t x = fusion_.norm_prologue[static_cast<size_t>(id_of(n))];
     std::optional<FusedTree> tree;
     if (x >= 0) {
-        tree = fused_tree(x, g_.node(x).dtype);
-        tree->epilogue.product = -1;  // every input is a leaf
+        tree = prologue_tree(x);
         spec.prologue = &tree->epilogue;
         bind.erase(bind.begin());
         bind.insert(bind.begin(), tree->bind.begin(), tree->bind.end());
@@ -115,7 +114,7 @@ void Lowering::lower_norm_grad(const Node& n, int32_t out, const codegen::Epilog
     codegen::NormSpec spec = norm_spec(n);
     spec.epilogue = epilogue;
     std::vector<int32_t> bind = norm_bindings(n, out, epilogue_inputs);
-    if (const int32_t up_xhat = up_xhat_output(static_cast<int32_t>(&n - g_.nodes().data())); up_xhat >= 0) {
+    if (const int32_t up_xhat = up_xhat_output(id_of(n)); up_xhat >= 0) {
         spec.stores_up_xhat = true;
         bind.push_back(up_xhat);
     }

@@ -46,6 +46,7 @@ private:
     void lower(int32_t id);
     int32_t new_value(Shape shape, DType dtype, Storage storage = Storage::Transient, int32_t node = -1);
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
+    int32_t id_of(const Node& n) const { return static_cast<int32_t>(&n - g_.nodes().data()); }  // n: one of g_'s
     const Value& value(int32_t v) const { return s_.values[static_cast<size_t>(v)]; }
     int32_t view_for(int32_t id, int32_t target);
     int32_t product_output(int32_t node, DType dtype);
@@ -68,6 +69,7 @@ private:
         int32_t product = -1;
     };
     FusedTree fused_tree(int32_t root, DType out_dtype);
+    FusedTree prologue_tree(int32_t root);
     void fused_pointwise(int32_t root, int32_t out, const std::vector<int32_t>& parts = {});
     bool stack_leaves(const Node& n, int32_t out);
     void add_to_batch(const std::string& name, codegen::PointwiseSpec spec, std::vector<int32_t> bind);
