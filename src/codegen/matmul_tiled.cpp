@@ -63,24 +63,36 @@ void main() {
     multiply_range(k_begin, k_end, tx, ty);
 
     uint c_off = gl_WorkGroupID.z * M * N;  // split-K: partial products [pair][split][batch][M][N]
-    [[unroll]] for (uint r = 0u; r < TM; ++r) {
-        uint gm = m0 + (r >> 2) * TY * 4u + ty * 4u + (r & 3u);
-        if (gm >= M) continue;
-        [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) {
-            uint gn = n0 + j * TX * 4u + tx * 4u;
-#if VEC_C
-            if (gn < N) store_c4(c_off + gm * N + gn, C_EPI4(c_off + gm * N + gn, acc[r][j]));
-#else
-            [[unroll]] for (uint q = 0u; q < 4u; ++q)
-                if (gn + q < N) store_c(c_off + gm * N + gn + q, C_EPI(c_off + gm * N + gn + q, acc[r][j][q]));
-#endif
-        }
-    }
+    STORE_TILE
 #if SUMS
     sum_pieces();
 #endif
 }
 )";
+
+// The thread's TM x TN / 4 quads of C stored through the epilogue, written out here rather than left to the driver's
+// unrolling of a loop: a store loop it declined to unroll would index the accumulators at run time, keeping all of
+// them in local memory for the whole kernel.
+std::string store_tile_glsl(const TiledGeometry& t) {
+    std::string glsl = R"(#if VEC_C
+#define STORE_QUAD(i, gn, v) if ((gn) < N) store_c4(i, C_EPI4(i, v));
+#else
+#define STORE_QUAD(i, gn, v) \
+    if ((gn) < N) store_c(i, C_EPI(i, (v).x)); \
+    if ((gn) + 1u < N) store_c((i) + 1u, C_EPI((i) + 1u, (v).y)); \
+    if ((gn) + 2u < N) store_c((i) + 2u, C_EPI((i) + 2u, (v).z)); \
+    if ((gn) + 3u < N) store_c((i) + 3u, C_EPI((i) + 3u, (v).w));
+#endif
+#define STORE_ACC(r, j) { \
+    uint gm = m0 + ((r) >> 2) * TY * 4u + ty * 4u + ((r) & 3u), gn = n0 + (j) * TX * 4u + tx * 4u; \
+    if (gm < M) { STORE_QUAD(c_off + gm * N + gn, gn, acc[r][j]) } \
+}
+#define STORE_TILE)";
+    for (uint32_t r = 0; r < t.tm; ++r) {
+        for (uint32_t j = 0; j < t.tn / 4; ++j) glsl += " STORE_ACC(" + std::to_string(r) + "u, " + std::to_string(j) + "u)";
+    }
+    return glsl + "\n";
+}
 
 }  // namespace
 
@@ -97,7 +109,7 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
                        (spec.trans_b ? "1" : "0") + "\n#define VEC_C " + (spec.n % 4 == 0 ? "1" : "0") + "\n";
     k.glsl = preamble(k.iface, "") + defs + common_glsl(spec, summed != nullptr) + store + loader_glsl(spec, 'a', pair && summed->a2) +
              loader_glsl(spec, 'b', pair) + kTiledSharedGlsl + kHead + kRegisterFetchGlsl + kTail + kRegisterTileProductGlsl +
-             (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMain;
+             (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + store_tile_glsl(t) + kMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, max_groups, pair);
     return k;
 }
