@@ -744,12 +744,12 @@ TEST(AttentionCoopSource, BackwardChosenAndCompiledForTheH200) {
         {{"d33_causal", 1, 2, 1, 64, 64, 33, true},
          "blocked: 128 rows per kv head, keys in 2 chunks of 32: 2" + underfill +
              "; cooperative declined: head dim 33 is not a multiple of 16",
-         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 1 workgroup would underfill 132 compute units; "
+         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 2" + underfill + "; "
          "cooperative declined: head dim 33 is not a multiple of 16"},
         // Unmasked on the f32 kernels: dQ is a matmul of the dS the dK/dV kernel stores (no dQ kernel: "").
         {{"d33", 1, 2, 1, 64, 64, 33},
          "",
-         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 1 workgroup would underfill 132 compute units; "
+         "blocked: 64 keys per kv head, query rows in 4 chunks of 32: 2" + underfill + "; "
          "cooperative declined: head dim 33 is not a multiple of 16; stores dS for dQ's matmul"},
         {{"one_query", 2, 5, 1, 1, 33, 48, true},
          "row-wise: 5 rows per kv head; cooperative declined: 5 rows per kv head, fewer than a subgroup's 16",

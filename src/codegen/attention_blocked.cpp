@@ -3,44 +3,62 @@
 // atomics), but each tile step is two small matrix products computed from registers:
 //
 //   a workgroup owns BR rows in groups of 4; NT threads share a group. Thread (rg, tx) keeps
-//   4 rows x BT/NT scores (tile columns tx + n*NT) and 4 rows x D/NT outputs (head-dim columns
-//   tx + c*NT) as vec4s, one component per row. The owned operands are staged once, transposed,
-//   as vec4 arrays [d][row group] (one load feeds 4 rows); the streamed ones as float arrays
-//   [d][tile row] with stride BT + 1, so that both a product over d (threads read consecutive tile
-//   rows) and one over tile rows (threads read consecutive d, stride BT + 1 apart: distinct banks)
-//   read them without bank conflicts. The scores go through shared memory once, transposed into
-//   [tile row][row group] vec4s, to feed the second product.
+//   4 rows x BT/NT scores (tile rows tx + n*NT) and 4 rows x its share of the head dim as vec4s,
+//   one component per row. The owned operands are staged once, transposed, as vec4 arrays
+//   [d][row group] (one load feeds 4 rows; head dims padded to whole quads with zeros). The
+//   backward kernels stream their tiles as they lie, rows of head-dim quads [tile row][quad] with an
+//   odd vec4 stride: a product over d takes a quad at a time, 4 loads of the owned rows and one quad
+//   of each of the thread's tile rows (consecutive threads, consecutive rows: distinct banks) feeding
+//   16 multiply-adds a tile row, and a product over tile rows a vec4 of scores and one quad (the
+//   thread's head-dim quads tx + c*NT) for 16 more. The forward streams its tiles as [d][tile row]
+//   floats, one load feeding 4 (see kBlockedForward). The scores go through shared memory once,
+//   transposed into [tile row][row group] vec4s, to feed the second product.
 //
-// Per multiply-add a thread loads about 1/4 of a shared word (the row-wise kernels: 1 to 2).
+// On the H200 the quads took Whisper-tiny's dK/dV from 1.83 to 1.52 ms and SmolLM2-135M's dQ from
+// 0.45 to 0.38 (bench/results/2026-12-05-h200-session33.md).
 #include "codegen/attention_blocked.hpp"
 
 namespace mn::codegen {
 
 const char* const kBlockedCommon = R"(
-const uint NT = TPR;                  // threads per group of 4 rows
-const uint RG = BR / 4u;              // row groups
-const uint SN = BT / NT;              // score columns per thread
-const uint ON = (D + NT - 1u) / NT;   // head-dim columns per thread
-const uint DP = ON * NT;              // head dim padded to whole column sets
-const uint R4 = RG + 1u;              // vec4 stride of a [d][row group] array (padded)
-const uint KS = BT + 1u;              // float stride of a [d][tile row] array
+const uint NT = TPR;                         // threads per group of 4 rows
+const uint RG = BR / 4u;                     // row groups
+const uint SN = BT / NT;                     // tile rows per thread
+const uint R4 = RG + 1u;                     // vec4 stride of a [d][row group] array (padded)
+const uint DQA = (D + 3u) / 4u;              // head-dim quads (the last padded with zeros)
+const uint QC = DQA % 2u == 0u ? 2u : 1u;    // quads a step of the unrolled dot products
+const uint DQ = (DQA + NT - 1u) / NT;        // head-dim quads per thread
+const uint DQP = DQ * NT;                    // head-dim quads a staged tile row (padded)
+const uint QS = DQP | 1u;                    // vec4 stride of a [tile row][quad] array
+const uint QPT = (BT * DQP + WG - 1u) / WG;  // quads of a streamed tile a thread fetches
 
 // rg: the thread's row group (rows 4*rg .. 4*rg+3 of the block), tx: its lane within the group.
 #define BLOCK_THREAD uint lid = gl_LocalInvocationID.x, rg = lid / NT, tx = lid % NT;
 
-// A streamed tile: BT rows of src from row `first` (those past `valid` as zeros), d < DP, fetched
-// into registers (CPT values per thread: all loads in flight at once, and while the previous tile
-// is being used) and then stored as dst[d * KS + i].
-const uint CPT = (BT * DP + WG - 1u) / WG;
-#define FETCH_COLUMNS(regs, src, first, valid, factor) \
-    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
-        uint e = lid + u * WG, i = e / DP, d = e % DP; \
-        regs[u] = e < BT * DP && i < (valid) && d < D ? float(src.d[((first) + i) * D + d]) * (factor) : 0.0; \
+// A product over the head dim, a quad dq at a time: as HEAD_DIM, its loop runs DQA / QC times (per
+// tile, which the loop limit of blocked_long_sweep counts).
+#define HEAD_QUADS(dq) \
+    for (uint dq##_0 = 0u; dq##_0 < DQA; dq##_0 += QC) [[unroll]] for (uint dq##_u = 0u, dq = dq##_0; dq##_u < QC; ++dq##_u, ++dq)
+// The 4 head dims of quad dq of the thread's 4 owned rows: a[j] holds dim 4 * dq + j of each row.
+#define OWNED_QUAD(a, src, dq) \
+    vec4 a[4]; \
+    [[unroll]] for (uint j = 0u; j < 4u; ++j) a[j] = src[((dq) * 4u + j) * R4 + rg];
+
+// A streamed tile: BT rows of src from row `first` (those past `valid` as zeros), as head-dim
+// quads, fetched into registers (QPT quads per thread: all loads in flight at once, and while the
+// previous tile is being used) and then stored as dst[row * QS + quad].
+#define FETCH_QUADS(regs, src, first, valid, factor) \
+    [[unroll]] for (uint u = 0u; u < QPT; ++u) { \
+        uint e = lid + u * WG, i = e / DQP, d0 = e % DQP * 4u; \
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) { \
+            bool in_range = e < BT * DQP && i < (valid) && d0 + j < D; \
+            regs[u][j] = in_range ? float(src.d[((first) + i) * D + d0 + j]) * (factor) : 0.0; \
+        } \
     }
-#define STORE_COLUMNS(dst, regs) \
-    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
+#define STORE_QUADS(dst, regs) \
+    [[unroll]] for (uint u = 0u; u < QPT; ++u) { \
         uint e = lid + u * WG; \
-        if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
+        if (e < BT * DQP) dst[e / DQP * QS + e % DQP] = regs[u]; \
     }
 // The forward's and dQ's block of query rows: its head, first row r0 and the keys it may see (of
 // its chunk, where the forward's keys are split: SPLIT);
@@ -61,29 +79,57 @@ const uint CPT = (BT * DP + WG - 1u) / WG;
         live[i] = r < ROWS; \
         position[i] = query_start() + int(r % TQ); \
     }
-// Key tiles for the forward and dQ, in registers k_next and v_next: FETCH_KEY_TILE(j0) reads tile
-// j0 of k and v; STAGE_KEY_TILE(j0, end) stores it as Kt and Vt once every thread is done with the
+// dQ's key tiles, in registers k_next and v_next: FETCH_KEY_TILE(j0) reads tile j0 of k and v as
+// quads; STAGE_KEY_TILE(j0, end) stores it as Ks and Vs once every thread is done with the
 // previous tile (and the owned rows are staged), then fetches the tile after j0 while the caller
 // uses this one.
 #define FETCH_KEY_TILE(j0) \
-    FETCH_COLUMNS(k_next, k, head * TK + (j0), TK - (j0), 1.0) \
-    FETCH_COLUMNS(v_next, v, head * TK + (j0), TK - (j0), 1.0)
+    FETCH_QUADS(k_next, k, head * TK + (j0), TK - (j0), 1.0) \
+    FETCH_QUADS(v_next, v, head * TK + (j0), TK - (j0), 1.0)
 #define STAGE_KEY_TILE(j0, end) \
+    barrier(); \
+    STORE_QUADS(Ks, k_next) \
+    STORE_QUADS(Vs, v_next) \
+    barrier(); \
+    if ((j0) + BT < (end)) { FETCH_KEY_TILE((j0) + BT) }
+// BR rows of src from row `first` into dst[d * R4 + i / 4][i % 4], and zeros for the dims of the
+// last quad past D.
+#define STAGE_ROWS4(dst, src, first, valid, factor) \
+    for (uint e = lid; e < BR * DQA * 4u; e += WG) { \
+        uint i = e / (DQA * 4u), d = e % (DQA * 4u); \
+        dst[d * R4 + i / 4u][i % 4u] = i < (valid) && d < D ? float(src.d[((first) + i) * D + d]) * (factor) : 0.0; \
+    }
+)";
+
+// The forward streams its key tiles as [d][tile row] floats (stride BT + 1), one load of them feeding 4
+// multiply-adds: as head-dim quads (what the backward kernels take) its tiles took 5% longer on the H200, Whisper-tiny's
+// 0.777 -> 0.815 ms and SmolLM2-135M's 0.263 -> 0.290 (bench/results/2026-12-05-h200-session33.md).
+const char* const kBlockedForward = R"(
+const uint ON = (D + NT - 1u) / NT;   // head-dim columns per thread
+const uint DP = ON * NT;              // head dim padded to whole column sets
+const uint KS = BT + 1u;              // float stride of a [d][tile row] array
+const uint CPT = (BT * DP + WG - 1u) / WG;
+
+// A key tile's rows of k and v from key j0 (zeros past TK), d < DP, fetched into registers (all loads
+// in flight at once, and while the previous tile is being used) and then stored as Kt[d * KS + i].
+#define FETCH_KEY_COLUMNS(regs, src, j0) \
+    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
+        uint e = lid + u * WG, i = e / DP, d = e % DP; \
+        regs[u] = e < BT * DP && (j0) + i < TK && d < D ? float(src.d[(head * TK + (j0) + i) * D + d]) : 0.0; \
+    }
+#define STORE_COLUMNS(dst, regs) \
+    [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
+        uint e = lid + u * WG; \
+        if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
+    }
+#define STAGE_KEY_COLUMNS(j0, end) \
     barrier(); \
     STORE_COLUMNS(Kt, k_next) \
     STORE_COLUMNS(Vt, v_next) \
     barrier(); \
-    if ((j0) + BT < (end)) { FETCH_KEY_TILE((j0) + BT) }
-// BR rows of src from row `first` into dst[d * R4 + i / 4][i % 4].
-#define STAGE_ROWS4(dst, src, first, valid, factor) \
-    for (uint e = lid; e < BR * D; e += WG) { \
-        uint i = e / D, d = e % D; \
-        dst[d * R4 + i / 4u][i % 4u] = i < (valid) ? float(src.d[((first) + i) * D + d]) * (factor) : 0.0; \
-    }
-)";
+    if ((j0) + BT < (end)) { FETCH_KEY_COLUMNS(k_next, k, (j0) + BT) FETCH_KEY_COLUMNS(v_next, v, (j0) + BT) }
 
-const char* const kBlockedForward = R"(
-shared vec4 Qt[D * R4];
+shared vec4 Qt[DQA * 4u * R4];
 shared float Kt[DP * KS];
 shared float Vt[DP * KS];
 shared vec4 Pt[BT * R4];
@@ -95,9 +141,10 @@ void main() {
     [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
     vec4 m = vec4(NEG_INF), l = vec4(0.0);  // l: this thread's share of the row sums
     float k_next[CPT], v_next[CPT];
-    FETCH_KEY_TILE(keys.x)
+    FETCH_KEY_COLUMNS(k_next, k, keys.x)
+    FETCH_KEY_COLUMNS(v_next, v, keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        STAGE_KEY_TILE(j0, keys.y)
+        STAGE_KEY_COLUMNS(j0, keys.y)
         vec4 s[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] = vec4(0.0);
         HEAD_DIM(d) {
@@ -167,10 +214,10 @@ void main() {
 )";
 
 const char* const kBlockedGradQ = R"(
-shared vec4 Qt[D * R4];
-shared vec4 Ot[D * R4];
-shared float Kt[DP * KS];
-shared float Vt[DP * KS];
+shared vec4 Qt[DQA * 4u * R4];
+shared vec4 Ot[DQA * 4u * R4];
+shared vec4 Ks[BT * QS];
+shared vec4 Vs[BT * QS];
 shared vec4 St[BT * R4];
 
 void main() {
@@ -182,20 +229,24 @@ void main() {
         row_lse[i] = live[i] ? lse.d[r] : 0.0;
         row_delta[i] = live[i] ? delta.d[r] : 0.0;
     }
-    vec4 acc[ON];
-    [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
-    float k_next[CPT], v_next[CPT];
+    vec4 acc[DQ * 4u];  // acc[c * 4 + j]: head dim 4 * (tx + c * NT) + j of the 4 rows
+    [[unroll]] for (uint c = 0u; c < DQ * 4u; ++c) acc[c] = vec4(0.0);
+    vec4 k_next[QPT], v_next[QPT];
     FETCH_KEY_TILE(keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         STAGE_KEY_TILE(j0, keys.y)
         vec4 s[SN], dp[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) { s[n] = vec4(0.0); dp[n] = vec4(0.0); }
-        HEAD_DIM(d) {
-            vec4 a = Qt[d * R4 + rg], b = Ot[d * R4 + rg];
+        HEAD_QUADS(dq) {
+            OWNED_QUAD(a, Qt, dq)
+            OWNED_QUAD(b, Ot, dq)
             [[unroll]] for (uint n = 0u; n < SN; ++n) {
-                uint at = d * KS + tx + n * NT;
-                s[n] += a * Kt[at];
-                dp[n] += b * Vt[at];
+                uint at = (tx + n * NT) * QS + dq;
+                vec4 kq = Ks[at], vq = Vs[at];
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    s[n] += a[j] * kq[j];
+                    dp[n] += b[j] * vq[j];
+                }
             }
         }
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
@@ -209,14 +260,17 @@ void main() {
         barrier();
         [[unroll]] for (uint jj = 0u; jj < BT; ++jj) {
             vec4 ds = St[jj * R4 + rg];
-            [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += ds * Kt[(tx + c * NT) * KS + jj];
+            [[unroll]] for (uint c = 0u; c < DQ; ++c) {
+                vec4 kq = Ks[jj * QS + tx + c * NT];
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[c * 4u + j] += ds * kq[j];
+            }
         }
     }
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         if (!live[i]) continue;
         uint r = head * ROWS + r0 + rg * 4u + i;
-        [[unroll]] for (uint c = 0u; c < ON; ++c) {
-            uint d = tx + c * NT;
+        [[unroll]] for (uint c = 0u; c < DQ * 4u; ++c) {
+            uint d = 4u * (tx + c / 4u * NT) + c % 4u;
 #ifdef SPLIT
             // The chunk's partial sums, [SPLITS][rows][D], which the sum kernel adds in chunk order.
             if (d < D) part.d[(split * HEADS * ROWS + r) * D + d] = acc[c][i] * scale();
@@ -232,10 +286,10 @@ void main() {
 )";
 
 const char* const kBlockedGradKV = R"(
-shared vec4 Kt[D * R4];
-shared vec4 Vt[D * R4];
-shared float Qt[DP * KS];
-shared float Ot[DP * KS];
+shared vec4 Kt[DQA * 4u * R4];
+shared vec4 Vt[DQA * 4u * R4];
+shared vec4 Qs[BT * QS];
+shared vec4 Os[BT * QS];
 shared vec4 Pt[BT * R4];
 shared vec4 St[BT * R4];
 
@@ -269,29 +323,29 @@ void main() {
     STAGE_ROWS4(Vt, v, head * TK + j0, TK - j0, 1.0)
     uvec4 key = uvec4(j0 + rg * 4u) + uvec4(0u, 1u, 2u, 3u);
     bvec4 live = lessThan(key, uvec4(TK));
-    vec4 dk_acc[ON], dv_acc[ON];
-    [[unroll]] for (uint c = 0u; c < ON; ++c) { dk_acc[c] = vec4(0.0); dv_acc[c] = vec4(0.0); }
+    vec4 dk_acc[DQ * 4u], dv_acc[DQ * 4u];  // [c * 4 + j]: head dim 4 * (tx + c * NT) + j of the 4 keys
+    [[unroll]] for (uint c = 0u; c < DQ * 4u; ++c) { dk_acc[c] = vec4(0.0); dv_acc[c] = vec4(0.0); }
     // One step per tile of BT query rows of each of the G heads; the next step's tile is fetched
     // into registers while this one is used.
     uint per_head = (queries.y - queries.x + BT - 1u) / BT;
     uvec2 steps = steps_of(G * per_head, split);
 #define QUERY_TILE(step) \
     uint t0 = queries.x + ((step) % per_head) * BT, rbase = head * ROWS + (step) / per_head * TQ + t0;
-    float q_next[CPT], o_next[CPT];
+    vec4 q_next[QPT], o_next[QPT];
     if (steps.x < steps.y) {
         QUERY_TILE(steps.x)
-        FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
-        FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
+        FETCH_QUADS(q_next, q, rbase, queries.y - t0, scale())
+        FETCH_QUADS(o_next, dout, rbase, queries.y - t0, 1.0)
     }
     for (uint step = steps.x; step < steps.y; ++step) {
         barrier();  // the previous tile is consumed
-        STORE_COLUMNS(Qt, q_next)
-        STORE_COLUMNS(Ot, o_next)
+        STORE_QUADS(Qs, q_next)
+        STORE_QUADS(Os, o_next)
         barrier();
         if (step + 1u < steps.y) {
             QUERY_TILE(step + 1u)
-            FETCH_COLUMNS(q_next, q, rbase, queries.y - t0, scale())
-            FETCH_COLUMNS(o_next, dout, rbase, queries.y - t0, 1.0)
+            FETCH_QUADS(q_next, q, rbase, queries.y - t0, scale())
+            FETCH_QUADS(o_next, dout, rbase, queries.y - t0, 1.0)
         }
         QUERY_TILE(step)
         vec4 s[SN], dp[SN];
@@ -303,12 +357,16 @@ void main() {
             row_lse[n] = in_range ? lse.d[rbase + tx + n * NT] : 0.0;
             row_delta[n] = in_range ? delta.d[rbase + tx + n * NT] : 0.0;
         }
-        HEAD_DIM(d) {
-            vec4 a = Kt[d * R4 + rg], b = Vt[d * R4 + rg];
+        HEAD_QUADS(dq) {
+            OWNED_QUAD(a, Kt, dq)
+            OWNED_QUAD(b, Vt, dq)
             [[unroll]] for (uint n = 0u; n < SN; ++n) {
-                uint at = d * KS + tx + n * NT;
-                s[n] += a * Qt[at];
-                dp[n] += b * Ot[at];
+                uint at = (tx + n * NT) * QS + dq;
+                vec4 qq = Qs[at], oq = Os[at];
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    s[n] += a[j] * qq[j];
+                    dp[n] += b[j] * oq[j];
+                }
             }
         }
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
@@ -327,10 +385,13 @@ void main() {
 #endif
         [[unroll]] for (uint i = 0u; i < BT; ++i) {
             vec4 p = Pt[i * R4 + rg], ds = St[i * R4 + rg];
-            [[unroll]] for (uint c = 0u; c < ON; ++c) {
-                uint at = (tx + c * NT) * KS + i;
-                dv_acc[c] += p * Ot[at];
-                dk_acc[c] += ds * Qt[at];  // Qt holds scale * q
+            [[unroll]] for (uint c = 0u; c < DQ; ++c) {
+                uint at = i * QS + tx + c * NT;
+                vec4 oq = Os[at], qq = Qs[at];  // Qs holds scale * q
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    dv_acc[c * 4u + j] += p * oq[j];
+                    dk_acc[c * 4u + j] += ds * qq[j];
+                }
             }
         }
     }
@@ -339,8 +400,8 @@ void main() {
 #ifdef SPLIT
         // The chunk's partial sums, [SPLITS][dK, dV][HEADS * TK][D], which the sum kernel adds in chunk order.
         uint at = (2u * split * HEADS * TK + head * TK + key[i]) * D, dv_at = at + HEADS * TK * D;
-        [[unroll]] for (uint c = 0u; c < ON; ++c) {
-            uint d = tx + c * NT;
+        [[unroll]] for (uint c = 0u; c < DQ * 4u; ++c) {
+            uint d = 4u * (tx + c / 4u * NT) + c % 4u;
             if (d < D) {
                 part.d[at + d] = dk_acc[c][i];
                 part.d[dv_at + d] = dv_acc[c][i];
@@ -348,8 +409,8 @@ void main() {
         }
 #else
         uint dk_at = kv_row(head * TK + key[i]) * D, dv_at = dv_row(head * TK + key[i]) * D;
-        [[unroll]] for (uint c = 0u; c < ON; ++c) {
-            uint d = tx + c * NT;
+        [[unroll]] for (uint c = 0u; c < DQ * 4u; ++c) {
+            uint d = 4u * (tx + c / 4u * NT) + c % 4u;
             if (d < D) {
                 dk.d[dk_at + d] = STORE(dk_acc[c][i]);
                 dv.d[dv_at + d] = STORE(dv_acc[c][i]);
@@ -364,13 +425,17 @@ void main() {
 )";
 
 uint64_t blocked_shared_bytes(BlockedKind kind, uint64_t rows, uint64_t tile, uint64_t threads, uint64_t dim) {
-    const uint64_t owned = 4 * dim * (rows / 4 + 1);                          // a [d][row group] vec4 array
-    const uint64_t streamed = (dim + threads - 1) / threads * threads * (tile + 1);  // a [d][tile row] array
-    const uint64_t scores = 4 * tile * (rows / 4 + 1);                        // a [tile row][row group] array
+    const uint64_t quads = (dim + 3) / 4;
+    const uint64_t owned = 4 * 4 * quads * (rows / 4 + 1);                                  // [d][row group] vec4s
+    const uint64_t quad_rows = 4 * tile * ((quads + threads - 1) / threads * threads | 1);  // [tile row][quad] vec4s
+    const uint64_t scores = 4 * tile * (rows / 4 + 1);                                      // [tile row][row group] vec4s
     switch (kind) {
-        case BlockedKind::Forward: return 4 * (owned + 2 * streamed + scores + rows * threads);
-        case BlockedKind::GradQ: return 4 * (2 * owned + 2 * streamed + scores);
-        case BlockedKind::GradKV: return 4 * (2 * owned + 2 * streamed + 2 * scores);
+        case BlockedKind::Forward: {
+            const uint64_t columns = (dim + threads - 1) / threads * threads * (tile + 1);  // [d][tile row] floats
+            return 4 * (owned + 2 * columns + scores + rows * threads);
+        }
+        case BlockedKind::GradQ: return 4 * (2 * owned + 2 * quad_rows + scores);
+        case BlockedKind::GradKV: return 4 * (2 * owned + 2 * quad_rows + 2 * scores);
     }
     return 0;
 }
