@@ -467,9 +467,10 @@ std::string store_glsl(KernelSource& k, DType dtype, const std::vector<ColumnPar
         return name + ".d[" + at + "] = " + type + "(v);";
     }, c);
     const std::string walk = "    uint row = i / (" + row + "), col = i % (" + row + ");\n";
-    // Where whole quads of columns stay in one part and one head, store_c4 walks the parts once for its 4 columns (a
-    // walk per element made Whisper-tiny's q, k, v product, 3 parts of 6 heads, take 12x as long in f32 on the H200:
-    // its 128x128 tile's 16 stores of 4 inlined).
+    // Where whole quads of columns stay in one part and one head, store_c4 walks the parts once for its 4 columns.
+    // Whisper-tiny's q, k, v product in f32 (3 parts of 6 heads, a bias epilogue, a 128x128 tile: 16 inlined stores of
+    // 4 a thread) walked them per element and took 12x as long on the H200; this and the tiled kernel's written-out
+    // stores (store_tile_glsl) together cured it, which of the two was not separated.
     const bool quads = std::all_of(parts.begin(), parts.end(), [](const ColumnPart& p) { return p.width % 4 == 0 && p.head_dim % 4 == 0; });
     if (!quads) return head + walk + body + "}\n" + store4_by_element(c);
     return head + walk + body + "}\nvoid store_" + c + "4(uint i, vec4 v) {\n" + walk + part_walk(quad_stores) + "}\n";
