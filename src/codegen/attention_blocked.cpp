@@ -43,6 +43,21 @@ const uint QPT = (BT * DQP + WG - 1u) / WG;  // quads of a streamed tile a threa
 #define OWNED_QUAD(a, src, dq) \
     vec4 a[4]; \
     [[unroll]] for (uint j = 0u; j < 4u; ++j) a[j] = src[((dq) * 4u + j) * R4 + rg];
+// The backward kernels' two products over the head dim: s[n] and dp[n] (the 4 owned rows against the thread's tile row
+// tx + n * NT) add the owned rows of a_src times the tile's of x_src, and of b_src times y_src's.
+#define QUAD_SCORES(a_src, b_src, x_src, y_src) \
+    HEAD_QUADS(dq) { \
+        OWNED_QUAD(a, a_src, dq) \
+        OWNED_QUAD(b, b_src, dq) \
+        [[unroll]] for (uint n = 0u; n < SN; ++n) { \
+            uint at = (tx + n * NT) * QS + dq; \
+            vec4 xq = x_src[at], yq = y_src[at]; \
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) { \
+                s[n] += a[j] * xq[j]; \
+                dp[n] += b[j] * yq[j]; \
+            } \
+        } \
+    }
 
 // A streamed tile: BT rows of src from row `first` (those past `valid` as zeros), as head-dim
 // quads, fetched into registers (QPT quads per thread: all loads in flight at once, and while the
@@ -110,13 +125,15 @@ const uint DP = ON * NT;              // head dim padded to whole column sets
 const uint KS = BT + 1u;              // float stride of a [d][tile row] array
 const uint CPT = (BT * DP + WG - 1u) / WG;
 
-// A key tile's rows of k and v from key j0 (zeros past TK), d < DP, fetched into registers (all loads
-// in flight at once, and while the previous tile is being used) and then stored as Kt[d * KS + i].
-#define FETCH_KEY_COLUMNS(regs, src, j0) \
+// A key tile's rows of k and v from key j0 (zeros past TK), d < DP, fetched into registers k_next and
+// v_next (all loads in flight at once, and while the previous tile is being used) and then stored as
+// Kt[d * KS + i] and Vt's.
+#define FETCH_COLUMNS(regs, src, j0) \
     [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
         uint e = lid + u * WG, i = e / DP, d = e % DP; \
         regs[u] = e < BT * DP && (j0) + i < TK && d < D ? float(src.d[(head * TK + (j0) + i) * D + d]) : 0.0; \
     }
+#define FETCH_KEY_COLUMNS(j0) FETCH_COLUMNS(k_next, k, j0) FETCH_COLUMNS(v_next, v, j0)
 #define STORE_COLUMNS(dst, regs) \
     [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
         uint e = lid + u * WG; \
@@ -127,7 +144,7 @@ const uint CPT = (BT * DP + WG - 1u) / WG;
     STORE_COLUMNS(Kt, k_next) \
     STORE_COLUMNS(Vt, v_next) \
     barrier(); \
-    if ((j0) + BT < (end)) { FETCH_KEY_COLUMNS(k_next, k, (j0) + BT) FETCH_KEY_COLUMNS(v_next, v, (j0) + BT) }
+    if ((j0) + BT < (end)) { FETCH_KEY_COLUMNS((j0) + BT) }
 
 shared vec4 Qt[DQA * 4u * R4];
 shared float Kt[DP * KS];
@@ -141,8 +158,7 @@ void main() {
     [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
     vec4 m = vec4(NEG_INF), l = vec4(0.0);  // l: this thread's share of the row sums
     float k_next[CPT], v_next[CPT];
-    FETCH_KEY_COLUMNS(k_next, k, keys.x)
-    FETCH_KEY_COLUMNS(v_next, v, keys.x)
+    FETCH_KEY_COLUMNS(keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
         STAGE_KEY_COLUMNS(j0, keys.y)
         vec4 s[SN];
@@ -237,18 +253,7 @@ void main() {
         STAGE_KEY_TILE(j0, keys.y)
         vec4 s[SN], dp[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) { s[n] = vec4(0.0); dp[n] = vec4(0.0); }
-        HEAD_QUADS(dq) {
-            OWNED_QUAD(a, Qt, dq)
-            OWNED_QUAD(b, Ot, dq)
-            [[unroll]] for (uint n = 0u; n < SN; ++n) {
-                uint at = (tx + n * NT) * QS + dq;
-                vec4 kq = Ks[at], vq = Vs[at];
-                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                    s[n] += a[j] * kq[j];
-                    dp[n] += b[j] * vq[j];
-                }
-            }
-        }
+        QUAD_SCORES(Qt, Ot, Ks, Vs)
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
             uint j = j0 + tx + n * NT;
             vec4 ds = exp(s[n] - row_lse) * (dp[n] - row_delta);
@@ -357,18 +362,7 @@ void main() {
             row_lse[n] = in_range ? lse.d[rbase + tx + n * NT] : 0.0;
             row_delta[n] = in_range ? delta.d[rbase + tx + n * NT] : 0.0;
         }
-        HEAD_QUADS(dq) {
-            OWNED_QUAD(a, Kt, dq)
-            OWNED_QUAD(b, Vt, dq)
-            [[unroll]] for (uint n = 0u; n < SN; ++n) {
-                uint at = (tx + n * NT) * QS + dq;
-                vec4 qq = Qs[at], oq = Os[at];
-                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                    s[n] += a[j] * qq[j];
-                    dp[n] += b[j] * oq[j];
-                }
-            }
-        }
+        QUAD_SCORES(Kt, Vt, Qs, Os)
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
             uint i = tx + n * NT, t = t0 + i;
             vec4 p = exp(s[n] - row_lse[n]);

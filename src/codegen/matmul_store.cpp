@@ -400,7 +400,6 @@ std::string head_split_at(const std::string& row, const std::string& col, const 
            " * " + head_dim + ") + (" + row + " % " + seq + ") * " + head_dim + " + " + col + " % " + head_dim;
 }
 
-// store_<c>4 as four calls of store_<c>.
 // For each part p, `if (col < PART<p>) { <stores[p]> return; } col -= PART<p>;`.
 std::string part_walk(const std::vector<std::string>& stores) {
     std::string body;
@@ -411,6 +410,7 @@ std::string part_walk(const std::vector<std::string>& stores) {
     return body;
 }
 
+// store_<c>4 as four calls of store_<c>.
 std::string store4_by_element(const std::string& c) {
     return "void store_" + c + "4(uint i, vec4 v) { store_" + c + "(i, v.x); store_" + c + "(i + 1u, v.y); store_" + c +
            "(i + 2u, v.z); store_" + c + "(i + 3u, v.w); }\n";

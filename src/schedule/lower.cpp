@@ -67,6 +67,15 @@ int32_t Lowering::new_value(Shape shape, DType dtype, Storage storage, int32_t n
     return static_cast<int32_t>(s_.values.size() - 1);
 }
 
+// A transient value for `node` that the kernel being lowered stores besides its own: node's value from now on, and
+// node lowered.
+int32_t Lowering::stored_here(int32_t node) {
+    const int32_t v = new_value(g_.node(node).shape, g_.node(node).dtype, Storage::Transient, node);
+    s_.node_value[static_cast<size_t>(node)] = v;
+    lowered_[static_cast<size_t>(node)] = true;
+    return v;
+}
+
 // A value written into `target`'s bytes (an update in place, an assignment's copy) that stands for
 // node `id`, so that MEGANEURA_CHECK judges the write as that node's.
 int32_t Lowering::view_for(int32_t id, int32_t target) {

@@ -161,9 +161,8 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     if (kernels.sum_stores_norm_grad) {
         const Node& ng = g_.node(norm_grad);
         const int32_t stands = dx_root >= 0 ? dx_root : norm_grad;  // the value dx is
-        const int32_t dx = new_value(g_.node(stands).shape, g_.node(stands).dtype, Storage::Transient, stands);
-        s_.node_value[static_cast<size_t>(stands)] = dx;
-        lowered_[static_cast<size_t>(stands)] = lowered_[static_cast<size_t>(norm_grad)] = true;
+        const int32_t dx = stored_here(stands);
+        lowered_[static_cast<size_t>(norm_grad)] = true;
         std::vector<int32_t> reads = {value_now(ng.inputs[0]), value_now(ng.inputs[1]), dx};
         if (dx_tree) reads.insert(reads.end(), dx_tree->bind.begin(), dx_tree->bind.end());
         if (spec.sum_norm_grad.stores_up_xhat) reads.push_back(up_xhat_output(norm_grad));  // before its unit norm
@@ -175,9 +174,8 @@ void Lowering::lower_matmul(const Node& n, const codegen::MatmulTuning& tuning, 
     if (kernels.sum_stores_norm) {
         const Node& norm = g_.node(extras.sum_norm);
         const int32_t stands = norm_root >= 0 ? norm_root : extras.sum_norm;  // the value y is
-        const int32_t y = new_value(g_.node(stands).shape, g_.node(stands).dtype, Storage::Transient, stands);
-        s_.node_value[static_cast<size_t>(stands)] = y;
-        lowered_[static_cast<size_t>(stands)] = lowered_[static_cast<size_t>(extras.sum_norm)] = true;
+        const int32_t y = stored_here(stands);
+        lowered_[static_cast<size_t>(extras.sum_norm)] = true;
         for (size_t i = 1; i < norm.inputs.size(); ++i) {  // the weight (and bias): leaves (the plan's condition),
             lower(norm.inputs[i]);                          // which a model may declare after the product
             extra.push_back(value_of(norm.inputs[i]));

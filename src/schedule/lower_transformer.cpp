@@ -101,10 +101,7 @@ void Lowering::lower_norm(const Node& n, int32_t out, const codegen::Epilogue* e
         spec.prologue = &tree->epilogue;
         bind.erase(bind.begin());
         bind.insert(bind.begin(), tree->bind.begin(), tree->bind.end());
-        const int32_t v = new_value(g_.node(x).shape, g_.node(x).dtype, Storage::Transient, x);
-        s_.node_value[static_cast<size_t>(x)] = v;
-        lowered_[static_cast<size_t>(x)] = true;
-        bind.push_back(v);
+        bind.push_back(stored_here(x));
     }
     emit(codegen::norm_kernel(spec, t_.reduction), std::move(bind));
 }
@@ -125,12 +122,7 @@ void Lowering::lower_norm_grad(const Node& n, int32_t out, const codegen::Epilog
 // where the unit norm's kernel ran already (a split sum planned to compute the gradient declined it, so it runs later).
 int32_t Lowering::up_xhat_output(int32_t grad) {
     const int32_t root = fusion_.up_xhat_of[static_cast<size_t>(grad)];
-    if (root < 0 || lowered_[static_cast<size_t>(root)]) return -1;
-    const Node& r = g_.node(root);
-    const int32_t v = new_value(r.shape, r.dtype, Storage::Transient, root);
-    s_.node_value[static_cast<size_t>(root)] = v;
-    lowered_[static_cast<size_t>(root)] = true;
-    return v;
+    return root < 0 || lowered_[static_cast<size_t>(root)] ? -1 : stored_here(root);
 }
 
 std::vector<int32_t> Lowering::norm_bindings(const Node& n, int32_t out,

@@ -45,6 +45,7 @@ private:
     // lower.cpp
     void lower(int32_t id);
     int32_t new_value(Shape shape, DType dtype, Storage storage = Storage::Transient, int32_t node = -1);
+    int32_t stored_here(int32_t node);
     int32_t value_of(int32_t node) const { return s_.node_value[static_cast<size_t>(node)]; }
     int32_t id_of(const Node& n) const { return static_cast<int32_t>(&n - g_.nodes().data()); }  // n: one of g_'s
     const Value& value(int32_t v) const { return s_.values[static_cast<size_t>(v)]; }
