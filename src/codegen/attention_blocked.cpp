@@ -12,7 +12,9 @@
 //   16 multiply-adds a tile row, and a product over tile rows a vec4 of scores and one quad (the
 //   thread's head-dim quads tx + c*NT) for 16 more. The forward streams its tiles as [d][tile row]
 //   floats, one load feeding 4 (see kBlockedForward). The scores go through shared memory once,
-//   transposed into [tile row][row group] vec4s, to feed the second product.
+//   transposed into [tile row][row group] vec4s, to feed the second product. The forward's row
+//   maxima and sums across a group's threads take subgroup shuffles where the device can require a
+//   subgroup size NT divides (GROUP_SHUFFLES), shared memory and a barrier elsewhere.
 //
 // On the H200 the quads took Whisper-tiny's dK/dV from 1.83 to 1.52 ms and SmolLM2-135M's dQ from
 // 0.45 to 0.38 (bench/results/2026-12-05-h200-session33.md).
@@ -32,8 +34,16 @@ const uint DQP = DQ * NT;                    // head-dim quads a staged tile row
 const uint QS = DQP | 1u;                    // vec4 stride of a [tile row][quad] array
 const uint QPT = (BT * DQP + WG - 1u) / WG;  // quads of a streamed tile a thread fetches
 
-// rg: the thread's row group (rows 4*rg .. 4*rg+3 of the block), tx: its lane within the group.
+// rg: the thread's row group (rows 4*rg .. 4*rg+3 of the block), tx: its lane within the group. Where the forward
+// reduces across a group in subgroup shuffles (GROUP_SHUFFLES: full subgroups of a size NT divides), a group is NT
+// consecutive invocations of a subgroup, whatever order the driver gives the workgroup's invocations in them.
+#ifdef GROUP_SHUFFLES
+#define BLOCK_THREAD \
+    uint lid = gl_LocalInvocationID.x, sub = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID, rg = sub / NT, \
+         tx = sub % NT;
+#else
 #define BLOCK_THREAD uint lid = gl_LocalInvocationID.x, rg = lid / NT, tx = lid % NT;
+#endif
 
 // A product over the head dim, a quad dq at a time: as HEAD_DIM, its loop runs DQA / QC times (per
 // tile, which the loop limit of blocked_long_sweep counts).
@@ -150,7 +160,19 @@ shared vec4 Qt[DQA * 4u * R4];
 shared float Kt[DP * KS];
 shared float Vt[DP * KS];
 shared vec4 Pt[BT * R4];
-shared vec4 Red[RG * NT];
+#ifdef GROUP_SHUFFLES
+// The maximum and the sum of v over the group's NT threads: a butterfly of shuffles within NT consecutive invocations.
+vec4 group_max(vec4 v) {
+    [[unroll]] for (uint o = NT / 2u; o > 0u; o /= 2u) v = max(v, subgroupShuffleXor(v, o));
+    return v;
+}
+vec4 group_sum(vec4 v) {
+    [[unroll]] for (uint o = NT / 2u; o > 0u; o /= 2u) v += subgroupShuffleXor(v, o);
+    return v;
+}
+#else
+shared vec4 Red[RG * NT];  // the group's threads' maxima, then sums
+#endif
 
 void main() {
     BLOCKED_QUERY_BLOCK
@@ -175,9 +197,13 @@ void main() {
             }
             tile_max = max(tile_max, s[n]);
         }
+#ifdef GROUP_SHUFFLES
+        tile_max = group_max(tile_max);
+#else
         Red[rg * NT + tx] = tile_max;
         barrier();
         [[unroll]] for (uint t = 0u; t < NT; ++t) tile_max = max(tile_max, Red[rg * NT + t]);
+#endif
         vec4 m_new = max(m, tile_max);
         vec4 base = mix(m_new, vec4(0.0), isinf(m_new));  // a row that has seen no key: p = 0
         vec4 alpha = exp(m - base);
@@ -195,11 +221,15 @@ void main() {
             [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += p * Vt[(tx + c * NT) * KS + jj];
         }
     }
-    // The row sums across the group's threads (every read of Red above precedes the last barrier).
-    Red[rg * NT + tx] = l;
+    // The row sums across the group's threads.
+#ifdef GROUP_SHUFFLES
+    vec4 total = group_sum(l);
+#else
+    Red[rg * NT + tx] = l;  // every read of Red above precedes the last barrier
     barrier();
     vec4 total = vec4(0.0);
     [[unroll]] for (uint t = 0u; t < NT; ++t) total += Red[rg * NT + t];
+#endif
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         if (!live[i]) continue;
         uint r = head * ROWS + r0 + rg * 4u + i;
@@ -426,7 +456,7 @@ uint64_t blocked_shared_bytes(BlockedKind kind, uint64_t rows, uint64_t tile, ui
     switch (kind) {
         case BlockedKind::Forward: {
             const uint64_t columns = (dim + threads - 1) / threads * threads * (tile + 1);  // [d][tile row] floats
-            return 4 * (owned + 2 * columns + scores + rows * threads);
+            return 4 * (owned + 2 * columns + scores + rows * threads);  // Red counted, as without GROUP_SHUFFLES
         }
         case BlockedKind::GradQ: return 4 * (2 * owned + 2 * quad_rows + scores);
         case BlockedKind::GradKV: return 4 * (2 * owned + 2 * quad_rows + 2 * scores);

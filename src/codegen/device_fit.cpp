@@ -32,6 +32,7 @@ const Requirement kRequirements[] = {
     {spv::CapabilityStorageBuffer16BitAccess, "16-bit storage", [](const rt::DeviceCaps& c) { return c.storage_16bit; }},
     {spv::CapabilityGroupNonUniformArithmetic, "subgroup arithmetic",
      [](const rt::DeviceCaps& c) { return c.subgroup_arithmetic; }},
+    {spv::CapabilityGroupNonUniformShuffle, "subgroup shuffles", [](const rt::DeviceCaps& c) { return c.subgroup_shuffle; }},
     {spv::CapabilityCooperativeMatrixNV, "NV cooperative matrices", [](const rt::DeviceCaps& c) { return !c.coop_nv.empty(); }},
     {khr::CapabilityCooperativeMatrix, "KHR cooperative matrices",
      [](const rt::DeviceCaps& c) { return !c.coop_khr.empty(); }},

@@ -329,6 +329,10 @@ struct AttentionTiles {
     // Problems with many rows take the register-blocked kernels: there `rows` are taken in groups
     // of 4 and threads_per_row threads share a group (attention_blocked.cpp).
     bool blocked = true;
+    // The subgroup sizes the device can require, where it runs subgroup shuffles (0: none). The blocked forward then
+    // takes its rows' maxima and sums across a group's threads in registers (no shared memory, one barrier a key
+    // tile fewer) at the smallest of them that holds a group; else through shared memory.
+    uint32_t shuffle_min_subgroup = 0, shuffle_max_subgroup = 0;
     // DeviceCaps::max_loop_iterations: the row-wise kernels' loops over a long sweep can pass it, so
     // such sweeps are split into chunks (forward) or take the blocked kernels, whose loops run once per tile.
     uint32_t max_loop_iterations = 0;

@@ -11,13 +11,13 @@ namespace {
 constexpr uint32_t vulkan_1(uint32_t minor) { return (1u << 22) | (minor << 12); }  // VK_MAKE_API_VERSION(0, 1, minor, 0)
 constexpr uint64_t kGiB = 1ull << 30;
 
-// A GPU's common ground: f32 everywhere, 1024 invocations, subgroup arithmetic, timestamps.
+// A GPU's common ground: f32 everywhere, 1024 invocations, subgroup arithmetic and shuffles, timestamps.
 DeviceCaps gpu(std::string name, std::string type) {
     DeviceCaps c;
     c.name = std::move(name);
     c.type = std::move(type);
     c.api_version = vulkan_1(3);
-    c.subgroup_arithmetic = true;
+    c.subgroup_arithmetic = c.subgroup_shuffle = true;
     c.max_workgroup_invocations = 1024;
     c.max_workgroup_size = {1024, 1024, 64};
     c.max_workgroup_count = {65535, 65535, 65535};

@@ -27,6 +27,7 @@ struct DeviceCaps {
     uint32_t api_version = 0;
     uint32_t subgroup_size = 1;
     bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
+    bool subgroup_shuffle = false;     // subgroupShuffle/ShuffleXor in compute shaders
     bool subgroup_size_control = false;
     uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
     // With a required subgroup size s, a workgroup holds at most s * this many invocations; 0: unknown

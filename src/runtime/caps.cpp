@@ -146,6 +146,8 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
     c.subgroup_size = subgroup.subgroupSize;
     c.subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                             (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    c.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                         (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c.min_subgroup_size = c.max_subgroup_size = subgroup.subgroupSize;
     if (d.api >= VK_API_VERSION_1_3) {
         c.subgroup_size_control = f.v13.subgroupSizeControl &&
@@ -255,6 +257,7 @@ std::string describe(const DeviceCaps& c) {
     std::string s = c.name + " (" + c.type + ", Vulkan " + version(c.api_version) + ", " + ids + ")\n";
     s += "  driver: " + (c.driver.empty() ? std::string("unknown") : c.driver) + "\n";
     s += "  subgroup: " + std::to_string(c.subgroup_size) + ", arithmetic " + yes(c.subgroup_arithmetic) +
+         ", shuffle " + yes(c.subgroup_shuffle) +
          ", size control " + (c.subgroup_size_control ? std::to_string(c.min_subgroup_size) + ".." +
                                                             std::to_string(c.max_subgroup_size)
                                                       : std::string("no")) + "\n";

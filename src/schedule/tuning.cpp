@@ -87,6 +87,10 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     while (t.attention.rows > 4 && t.attention.rows / 4 * t.attention.threads_per_row > caps.max_workgroup_invocations) {
         t.attention.rows /= 2;
     }
+    if (caps.subgroup_shuffle && caps.subgroup_size_control) {
+        t.attention.shuffle_min_subgroup = caps.min_subgroup_size;
+        t.attention.shuffle_max_subgroup = caps.max_subgroup_size;
+    }
     // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile[,rowwise] forces the attention tiles (tests,
     // tuning on a new device); they still shrink to fit shared memory. ",rowwise" keeps every problem
     // on the row-wise kernels.
