@@ -508,6 +508,30 @@ INSTANTIATE_TEST_SUITE_P(Attention, AttentionTileShapes, ::testing::Values("16,4
                              return name;
                          });
 
+// The strict blocked forward takes its rows' maxima and sums across a group's threads in subgroup shuffles where the
+// device runs them and can require a subgroup size, at the smallest that holds a group of 16 threads (the H200's 32,
+// RDNA 3's 32 of 32..64, Intel's 16 of 8..32; lavapipe's 8 for its 4), compiled and fitting the device; through shared
+// memory on MoltenVK, which cannot require one. The GPU tests run both paths: lavapipe's 16-row blocks of 4 threads a
+// group shuffle; AttentionTileShapes' 8,3,6 (4 threads, half a subgroup) and 64,16,128 (16, two) do not.
+TEST(AttentionBlockedSource, ForwardReducesInSubgroupsWhereTheDeviceCan) {
+    Built b = build({"whisper", 1, 6, 6, 1500, 1500, 64});
+    b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+    for (const auto& [profile, subgroup] : std::vector<std::pair<std::string, uint32_t>>{
+             {"nvidia-h200", 32}, {"amd-wave64", 32}, {"intel-arc", 16}, {"lavapipe", 8}, {"apple-m2", 0}}) {
+        SCOPED_TRACE(profile);
+        const rt::DeviceCaps& caps = rt::find_caps_profile(profile)->caps;
+        const codegen::KernelSource k = compiler::program_kernels(*b.g, caps, {}).front();
+        ASSERT_TRUE(k.choice.starts_with("blocked: ")) << k.choice;
+        EXPECT_EQ(k.choice.find("subgroup shuffles") != std::string::npos, subgroup != 0) << k.choice;
+        EXPECT_EQ(k.required_subgroup_size, subgroup);
+        EXPECT_EQ(k.glsl.find("#define GROUP_SHUFFLES") != std::string::npos, subgroup != 0);
+        const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(caps));
+        for (const std::string& misfit : codegen::device_misfits(k, codegen::spirv_needs(*spirv, k.spec_values), caps)) {
+            ADD_FAILURE() << misfit;
+        }
+    }
+}
+
 // ---- precision fast: the cooperative forward (codegen/attention_coop.cpp) ----
 
 // Where the device has NV f16 cooperative matrices, fast attention forwards run on them: f16 Q, K, P
@@ -707,30 +731,6 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
         for (const std::string& misfit : codegen::device_misfits(k, needs, h200)) ADD_FAILURE() << misfit;
         // Strict keeps the f32 kernels.
         EXPECT_EQ(compiler::program_kernels(*b.g, h200, {}).front().label, k.label == "attention_coop" ? "attention" : "attention_chunks");
-    }
-}
-
-// The strict blocked forward takes its rows' maxima and sums across a group's threads in subgroup shuffles where the
-// device runs them and can require a subgroup size, at the smallest that holds a group of 16 threads (the H200's 32,
-// RDNA 3's 32 of 32..64, Intel's 16 of 8..32; lavapipe's 8 for its 4), compiled and fitting the device; through shared
-// memory on MoltenVK, which cannot require one. The GPU tests run both paths: lavapipe's
-// 16-row blocks of 4 threads a group shuffle, AttentionTileShapes' 8,3,6 (4 threads, half a subgroup) does not.
-TEST(AttentionCoopSource, BlockedForwardReducesInSubgroupsWhereTheDeviceCan) {
-    Built b = build({"whisper", 1, 6, 6, 1500, 1500, 64});
-    b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
-    for (const auto& [profile, subgroup] : std::vector<std::pair<std::string, uint32_t>>{
-             {"nvidia-h200", 32}, {"amd-wave64", 32}, {"intel-arc", 16}, {"lavapipe", 8}, {"apple-m2", 0}}) {
-        SCOPED_TRACE(profile);
-        const rt::DeviceCaps& caps = rt::find_caps_profile(profile)->caps;
-        const codegen::KernelSource k = compiler::program_kernels(*b.g, caps, {}).front();
-        ASSERT_TRUE(k.choice.starts_with("blocked: ")) << k.choice;
-        EXPECT_EQ(k.choice.find("subgroup shuffles") != std::string::npos, subgroup != 0) << k.choice;
-        EXPECT_EQ(k.required_subgroup_size, subgroup);
-        EXPECT_EQ(k.glsl.find("#define GROUP_SHUFFLES") != std::string::npos, subgroup != 0);
-        const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(caps));
-        for (const std::string& misfit : codegen::device_misfits(k, codegen::spirv_needs(*spirv, k.spec_values), caps)) {
-            ADD_FAILURE() << misfit;
-        }
     }
 }
 
