@@ -423,16 +423,12 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     const AttentionTiles t = fit_blocked(tiles, s.head_dim, rows, s.kv_len, BlockedKind::Forward);
     const KeySplit split = blocked_split(rows, s.kv_len, "keys", t, heads * blocks_of(rows, t.rows), s.head_dim);
     check_loop_limit(t, s.head_dim, split.splits > 1 ? split.chunk : s.kv_len, 1);
-    // The row reductions in subgroup shuffles, at the smallest subgroup size that holds a group (a smaller one leaves
-    // each invocation more registers: Intel's SIMD8-32). On the H200 they took Whisper-tiny's forward from 0.793 to
-    // 0.760 ms (measured as clustered subgroup operations: bench/results/2026-12-05-h200-session34.md).
-    const uint32_t subgroup = std::max(t.threads_per_row, t.shuffle_min_subgroup);
-    const bool shuffles = t.shuffle_min_subgroup && subgroup <= t.shuffle_max_subgroup && workgroup_threads(t, true) % subgroup == 0;
-    emit("attention", t, true, kBlockedForward, split,
-         shuffles ? "#extension GL_KHR_shader_subgroup_shuffle : require\n#define GROUP_SHUFFLES\n" : "");
-    if (shuffles) out.forward.required_subgroup_size = subgroup;
+    const uint32_t subgroup =
+        group_shuffle_subgroup(t.threads_per_row, workgroup_threads(t, true), t.shuffle_min_subgroup, t.shuffle_max_subgroup);
+    emit("attention", t, true, kBlockedForward, split, subgroup ? kGroupShuffles : "");
+    out.forward.required_subgroup_size = subgroup;
     out.forward.choice = f32_choice(true, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined,
-                                    (shuffles ? ", row maxima and sums in subgroup shuffles" : "") +
+                                    (subgroup ? ", row maxima and sums in subgroup shuffles" : "") +
                                         (rows >= kBlockedMinRows ? split_words(split, "keys") : not_split));
     return out;
 }
