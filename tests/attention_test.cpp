@@ -532,6 +532,40 @@ TEST(AttentionBlockedSource, ForwardReducesInSubgroupsWhereTheDeviceCan) {
     }
 }
 
+// The blocked forward reads a thread's keys of a tile as one vec2 where it has 2 (KEY_PAIRS) and its value tiles as
+// head-dim quads where they divide evenly among a group's threads (VALUE_QUADS), each in the tiles the device's shared
+// memory fits with that layout counted: Whisper-tiny's forward on the H200 takes both (the layout measured, session
+// 35). The GPU tests run both: lavapipe's tiles (8 keys a thread) value quads, AttentionTileShapes' 8,3,6 key pairs.
+TEST(AttentionBlockedSource, ForwardReadsKeyPairsAndValueQuadsWhereTheTilesAllow) {
+    const auto defined = [](const std::string& glsl, const std::string& name) {
+        const size_t at = glsl.find("#define " + name + " ");
+        return at == std::string::npos ? -1L : std::stol(glsl.substr(at + name.size() + 9));
+    };
+    for (const int64_t dim : {33, 64, 80, 128}) {
+        Built b = build({"whisper", 1, 6, 6, 1500, 1500, dim});
+        b.g->output("out", b.g->attention(b.q, b.k, b.v, b.options));
+        for (const std::string profile : {"nvidia-h200", "amd-wave64", "intel-arc", "lavapipe", "apple-m2"}) {
+            SCOPED_TRACE(profile + ", head dim " + std::to_string(dim));
+            const rt::DeviceCaps& caps = rt::find_caps_profile(profile)->caps;
+            const codegen::KernelSource k = compiler::program_kernels(*b.g, caps, {}).front();
+            ASSERT_TRUE(k.choice.starts_with("blocked: ")) << k.choice;
+            const long tile = defined(k.glsl, "BT"), threads = defined(k.glsl, "TPR");
+            ASSERT_GT(tile, 0);
+            ASSERT_GT(threads, 0);
+            EXPECT_EQ(k.glsl.find("#define KEY_PAIRS") != std::string::npos, tile == 2 * threads);
+            EXPECT_EQ(k.glsl.find("#define VALUE_QUADS") != std::string::npos, dim % 4 == 0 && dim / 4 % threads == 0);
+            if (profile == "nvidia-h200" && dim == 64) {
+                EXPECT_NE(k.glsl.find("#define KEY_PAIRS"), std::string::npos);
+                EXPECT_NE(k.glsl.find("#define VALUE_QUADS"), std::string::npos);
+            }
+            const codegen::Spirv spirv = codegen::compile_glsl(k.glsl, compiler::shader_options(caps));
+            for (const std::string& misfit : codegen::device_misfits(k, codegen::spirv_needs(*spirv, k.spec_values), caps)) {
+                ADD_FAILURE() << misfit;
+            }
+        }
+    }
+}
+
 // ---- precision fast: the cooperative forward (codegen/attention_coop.cpp) ----
 
 // Where the device has NV f16 cooperative matrices, fast attention forwards run on them: f16 Q, K, P

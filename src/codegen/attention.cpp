@@ -425,7 +425,8 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     check_loop_limit(t, s.head_dim, split.splits > 1 ? split.chunk : s.kv_len, 1);
     const uint32_t subgroup =
         group_shuffle_subgroup(t.threads_per_row, workgroup_threads(t, true), t.shuffle_min_subgroup, t.shuffle_max_subgroup);
-    emit("attention", t, true, kBlockedForward, split, subgroup ? kGroupShuffles : "");
+    emit("attention", t, true, kBlockedForward, split,
+         (subgroup ? kGroupShuffles : "") + blocked_forward_defines(t.tile, t.threads_per_row, static_cast<uint64_t>(s.head_dim)));
     out.forward.required_subgroup_size = subgroup;
     out.forward.choice = f32_choice(true, rows, " rows per kv head", s.kv_len, " keys", tiles, coop_declined,
                                     (subgroup ? ", row maxima and sums in subgroup shuffles" : "") +

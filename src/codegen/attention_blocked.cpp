@@ -10,11 +10,13 @@
 //   odd vec4 stride: a product over d takes a quad at a time, 4 loads of the owned rows and one quad
 //   of each of the thread's tile rows (consecutive threads, consecutive rows: distinct banks) feeding
 //   16 multiply-adds a tile row, and a product over tile rows a vec4 of scores and one quad (the
-//   thread's head-dim quads tx + c*NT) for 16 more. The forward streams its tiles as [d][tile row]
-//   floats, one load feeding 4 (see kBlockedForward). The scores go through shared memory once,
-//   transposed into [tile row][row group] vec4s, to feed the second product. The forward's row
-//   maxima and sums across a group's threads take subgroup shuffles where the device can require a
-//   subgroup size NT divides (GROUP_SHUFFLES), shared memory and a barrier elsewhere.
+//   thread's head-dim quads tx + c*NT) for 16 more. The forward streams its key tiles as [d][tile
+//   row] (floats or, where a thread has 2 keys a tile, neighbouring pairs) and its value tiles as
+//   the backward's quads where they divide evenly among a group (see kBlockedForward). The scores
+//   go through shared memory once, transposed into [tile row][row group] vec4s, to feed the second
+//   product. The forward's row maxima and sums across a group's threads take subgroup shuffles
+//   where the device can require a subgroup size NT divides (GROUP_SHUFFLES; its scores, written and
+//   read by one group, then need a subgroup barrier only), shared memory and barriers elsewhere.
 //
 // On the H200 the quads took Whisper-tiny's dK/dV from 1.83 to 1.52 ms and SmolLM2-135M's dQ from
 // 0.45 to 0.38 (bench/results/2026-12-05-h200-session33.md).
@@ -128,39 +130,100 @@ const uint QPT = (BT * DQP + WG - 1u) / WG;  // quads of a streamed tile a threa
     }
 )";
 
-// The forward streams its key tiles as [d][tile row] floats (stride BT + 1), one load of them feeding 4
-// multiply-adds: as head-dim quads (what the backward kernels take) its tiles took 5% longer on the H200, Whisper-tiny's
-// 0.777 -> 0.815 ms and SmolLM2-135M's 0.263 -> 0.290 (bench/results/2026-12-05-h200-session33.md).
+// The forward streams its key tiles as [d][key] (a load feeding 4 multiply-adds, or 8 with KEY_PAIRS), its value tiles
+// as [key][head-dim quad] where the quads divide evenly among a group's threads (VALUE_QUADS: a load feeding 16), else
+// as [d][key] floats. Its first form, key and value tiles both [d][key] floats, took Whisper-tiny's 4 layers 0.739 ms on
+// the H100 where this takes 0.717 (value quads alone 0.731, key pairs alone 0.771: bench/results/2026-12-06-session35-h100.md);
+// its key tiles as head-dim quads, as the backward kernels read them, 5% longer on the H200 (session 33).
 const char* const kBlockedForward = R"(
 const uint ON = (D + NT - 1u) / NT;   // head-dim columns per thread
 const uint DP = ON * NT;              // head dim padded to whole column sets
-const uint KS = BT + 1u;              // float stride of a [d][tile row] array
+const uint CS = BT + 1u;              // float stride of a [d][key] array
 const uint CPT = (BT * DP + WG - 1u) / WG;
 
-// A key tile's rows of k and v from key j0 (zeros past TK), d < DP, fetched into registers k_next and
-// v_next (all loads in flight at once, and while the previous tile is being used) and then stored as
-// Kt[d * KS + i] and Vt's.
+// A tile's rows of src from key j0 (zeros past TK), d < DP, fetched into registers (all loads in flight at once, and
+// while the previous tile is being used) and then stored as dst[d * CS + i].
 #define FETCH_COLUMNS(regs, src, j0) \
     [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
         uint e = lid + u * WG, i = e / DP, d = e % DP; \
         regs[u] = e < BT * DP && (j0) + i < TK && d < D ? float(src.d[(head * TK + (j0) + i) * D + d]) : 0.0; \
     }
-#define FETCH_KEY_COLUMNS(j0) FETCH_COLUMNS(k_next, k, j0) FETCH_COLUMNS(v_next, v, j0)
 #define STORE_COLUMNS(dst, regs) \
     [[unroll]] for (uint u = 0u; u < CPT; ++u) { \
         uint e = lid + u * WG; \
-        if (e < BT * DP) dst[(e % DP) * KS + e / DP] = regs[u]; \
+        if (e < BT * DP) dst[(e % DP) * CS + e / DP] = regs[u]; \
     }
-#define STAGE_KEY_COLUMNS(j0, end) \
+
+// The thread's SN keys of a tile: KEY(n). With KEY_PAIRS (SN = 2) they are neighbours, one vec2 of Kt [d][key pair]
+// (an odd vec2 stride: a transposing store's pairs spread over the banks); else every NT-th key, floats of Kt [d][key].
+#ifdef KEY_PAIRS
+#define KEY(n) (2u * tx + (n))
+const uint PS = BT / 2u + 1u;  // vec2 stride of Kt
+const uint KPT = (BT / 2u * DP + WG - 1u) / WG;  // key pairs a thread fetches
+shared vec2 Kt[DP * PS];
+#define FETCH_KEYS(j0) \
+    [[unroll]] for (uint u = 0u; u < KPT; ++u) { \
+        uint e = lid + u * WG, i = e / DP * 2u, d = e % DP; \
+        [[unroll]] for (uint w = 0u; w < 2u; ++w) { \
+            bool in_range = e < BT / 2u * DP && (j0) + i + w < TK && d < D; \
+            k_next[u][w] = in_range ? float(k.d[(head * TK + (j0) + i + w) * D + d]) : 0.0; \
+        } \
+    }
+#define STORE_KEYS \
+    [[unroll]] for (uint u = 0u; u < KPT; ++u) { \
+        uint e = lid + u * WG; \
+        if (e < BT / 2u * DP) Kt[(e % DP) * PS + e / DP] = k_next[u]; \
+    }
+#define KEY_REGISTERS vec2 k_next[KPT];
+#define ADD_KEY_SCORES(a, d) \
+    vec2 kk = Kt[(d) * PS + tx]; \
+    s[0] += (a) * kk.x; \
+    s[1] += (a) * kk.y;
+#else
+#define KEY(n) (tx + (n) * NT)
+shared float Kt[DP * CS];
+#define FETCH_KEYS(j0) FETCH_COLUMNS(k_next, k, j0)
+#define STORE_KEYS STORE_COLUMNS(Kt, k_next)
+#define KEY_REGISTERS float k_next[CPT];
+#define ADD_KEY_SCORES(a, d) [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] += (a) * Kt[(d) * CS + KEY(n)];
+#endif
+
+// The thread's accumulators: acc[c] holds head dim ACC_DIM(c) of its 4 rows. With VALUE_QUADS the thread's quads are
+// tx + q * NT, q < DQ, read from Vs [key][quad] (kBlockedCommon's streamed layout); else its columns tx + c * NT from
+// Vt [d][key].
+#ifdef VALUE_QUADS
+const uint AC = DQ * 4u;
+#define ACC_DIM(c) (4u * (tx + (c) / 4u * NT) + (c) % 4u)
+shared vec4 Vs[BT * QS];
+#define FETCH_VALUES(j0) FETCH_QUADS(v_next, v, head * TK + (j0), TK - (j0), 1.0)
+#define STORE_VALUES STORE_QUADS(Vs, v_next)
+#define VALUE_REGISTERS vec4 v_next[QPT];
+#define ADD_VALUES(p, jj) \
+    [[unroll]] for (uint q = 0u; q < DQ; ++q) { \
+        vec4 vq = Vs[(jj) * QS + tx + q * NT]; \
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[q * 4u + j] += (p) * vq[j]; \
+    }
+#else
+const uint AC = ON;
+#define ACC_DIM(c) (tx + (c) * NT)
+shared float Vt[DP * CS];
+#define FETCH_VALUES(j0) FETCH_COLUMNS(v_next, v, j0)
+#define STORE_VALUES STORE_COLUMNS(Vt, v_next)
+#define VALUE_REGISTERS float v_next[CPT];
+#define ADD_VALUES(p, jj) [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += (p) * Vt[(tx + c * NT) * CS + (jj)];
+#endif
+
+// The next key tile: stored once every thread is done with the previous one, then the one after it fetched while the
+// caller uses this one.
+#define FETCH_FORWARD_TILE(j0) FETCH_KEYS(j0) FETCH_VALUES(j0)
+#define STAGE_FORWARD_TILE(j0, end) \
     barrier(); \
-    STORE_COLUMNS(Kt, k_next) \
-    STORE_COLUMNS(Vt, v_next) \
+    STORE_KEYS \
+    STORE_VALUES \
     barrier(); \
-    if ((j0) + BT < (end)) { FETCH_KEY_COLUMNS((j0) + BT) }
+    if ((j0) + BT < (end)) { FETCH_FORWARD_TILE((j0) + BT) }
 
 shared vec4 Qt[DQA * 4u * R4];
-shared float Kt[DP * KS];
-shared float Vt[DP * KS];
 shared vec4 Pt[BT * R4];
 #ifdef GROUP_SHUFFLES
 // The maximum and the sum of v over the group's NT threads: a butterfly of shuffles within NT consecutive invocations.
@@ -178,22 +241,23 @@ shared vec4 Red[RG * NT];  // the group's threads' maxima, then sums
 
 void main() {
     BLOCKED_QUERY_BLOCK
-    vec4 acc[ON];
-    [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] = vec4(0.0);
+    vec4 acc[AC];
+    [[unroll]] for (uint c = 0u; c < AC; ++c) acc[c] = vec4(0.0);
     vec4 m = vec4(NEG_INF), l = vec4(0.0);  // l: this thread's share of the row sums
-    float k_next[CPT], v_next[CPT];
-    FETCH_KEY_COLUMNS(keys.x)
+    KEY_REGISTERS
+    VALUE_REGISTERS
+    FETCH_FORWARD_TILE(keys.x)
     for (uint j0 = keys.x; j0 < keys.y; j0 += BT) {
-        STAGE_KEY_COLUMNS(j0, keys.y)
+        STAGE_FORWARD_TILE(j0, keys.y)
         vec4 s[SN];
         [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] = vec4(0.0);
         HEAD_DIM(d) {
             vec4 a = Qt[d * R4 + rg];
-            [[unroll]] for (uint n = 0u; n < SN; ++n) s[n] += a * Kt[d * KS + tx + n * NT];
+            ADD_KEY_SCORES(a, d)
         }
         vec4 tile_max = vec4(NEG_INF);
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
-            uint j = j0 + tx + n * NT;
+            uint j = j0 + KEY(n);
             [[unroll]] for (uint i = 0u; i < 4u; ++i) {
                 if (!(live[i] && j < keys.y && sees(position[i], j))) s[n][i] = NEG_INF;
             }
@@ -211,16 +275,20 @@ void main() {
         vec4 alpha = exp(m - base);
         m = m_new;
         l *= alpha;
-        [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] *= alpha;
+        [[unroll]] for (uint c = 0u; c < AC; ++c) acc[c] *= alpha;
         [[unroll]] for (uint n = 0u; n < SN; ++n) {
             vec4 p = exp(s[n] - base);
             l += p;
-            Pt[(tx + n * NT) * R4 + rg] = p;
+            Pt[KEY(n) * R4 + rg] = p;
         }
+#ifdef GROUP_SHUFFLES
+        subgroupBarrier();  // a group's probabilities are read only by its own threads, all in one subgroup
+#else
         barrier();
+#endif
         [[unroll]] for (uint jj = 0u; jj < BT; ++jj) {
             vec4 p = Pt[jj * R4 + rg];
-            [[unroll]] for (uint c = 0u; c < ON; ++c) acc[c] += p * Vt[(tx + c * NT) * KS + jj];
+            ADD_VALUES(p, jj)
         }
     }
     // The row sums across the group's threads.
@@ -238,8 +306,8 @@ void main() {
 #ifdef SPLIT
         // The chunk's record for the combine kernel (attention_decode.cpp): unnormalized sums, then m and l.
         uint pbase = (r * SPLITS + split) * (D + 2u);
-        [[unroll]] for (uint c = 0u; c < ON; ++c) {
-            uint d = tx + c * NT;
+        [[unroll]] for (uint c = 0u; c < AC; ++c) {
+            uint d = ACC_DIM(c);
             if (d < D) part.d[pbase + d] = acc[c][i];
         }
         if (tx == 0u) {
@@ -248,8 +316,8 @@ void main() {
         }
 #else
         float inv = total[i] > 0.0 ? 1.0 / total[i] : 0.0;  // a row that sees no key yields zeros
-        [[unroll]] for (uint c = 0u; c < ON; ++c) {
-            uint d = tx + c * NT;
+        [[unroll]] for (uint c = 0u; c < AC; ++c) {
+            uint d = ACC_DIM(c);
             if (d < D) o.d[out_row(r) * D + d] = STORE(acc[c][i] * inv);
         }
         if (tx == 0u) lse.d[r] = total[i] > 0.0 ? m[i] + log(total[i]) : NEG_INF;
@@ -460,6 +528,24 @@ uint32_t group_shuffle_subgroup(uint32_t group, uint32_t threads, uint32_t min_s
     return min_subgroup && size <= max_subgroup && threads % size == 0 ? size : 0;
 }
 
+namespace {
+
+struct ForwardLayout {
+    bool key_pairs;    // KEY_PAIRS: a thread's 2 keys of a tile are neighbours
+    bool value_quads;  // VALUE_QUADS: the head-dim quads divide evenly among a group's threads
+};
+
+ForwardLayout forward_layout(uint64_t tile, uint64_t threads, uint64_t dim) {
+    return {tile == 2 * threads, dim % 4 == 0 && dim / 4 % threads == 0};
+}
+
+}  // namespace
+
+std::string blocked_forward_defines(uint32_t tile, uint32_t threads, uint64_t dim) {
+    const ForwardLayout f = forward_layout(tile, threads, dim);
+    return std::string(f.key_pairs ? "#define KEY_PAIRS\n" : "") + (f.value_quads ? "#define VALUE_QUADS\n" : "");
+}
+
 uint64_t blocked_shared_bytes(BlockedKind kind, uint64_t rows, uint64_t tile, uint64_t threads, uint64_t dim) {
     const uint64_t quads = (dim + 3) / 4;
     const uint64_t owned = 4 * 4 * quads * (rows / 4 + 1);                                  // [d][row group] vec4s
@@ -467,8 +553,11 @@ uint64_t blocked_shared_bytes(BlockedKind kind, uint64_t rows, uint64_t tile, ui
     const uint64_t scores = 4 * tile * (rows / 4 + 1);                                      // [tile row][row group] vec4s
     switch (kind) {
         case BlockedKind::Forward: {
-            const uint64_t columns = (dim + threads - 1) / threads * threads * (tile + 1);  // [d][tile row] floats
-            return 4 * (owned + 2 * columns + scores + rows * threads);  // Red counted, as without GROUP_SHUFFLES
+            const ForwardLayout f = forward_layout(tile, threads, dim);
+            const uint64_t padded = (dim + threads - 1) / threads * threads;
+            const uint64_t columns = padded * (tile + 1);  // [d][key] floats
+            const uint64_t keys = f.key_pairs ? 2 * padded * (tile / 2 + 1) : columns, values = f.value_quads ? quad_rows : columns;
+            return 4 * (owned + keys + values + scores + rows * threads);  // Red counted, as without GROUP_SHUFFLES
         }
         case BlockedKind::GradQ: return 4 * (2 * owned + 2 * quad_rows + scores);
         case BlockedKind::GradKV: return 4 * (2 * owned + 2 * quad_rows + 2 * scores);

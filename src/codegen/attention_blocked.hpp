@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mn::codegen {
 
@@ -14,6 +15,10 @@ extern const char* const kBlockedGradKV;
 extern const char* const kGroupShuffles;
 
 enum class BlockedKind { Forward, GradQ, GradKV };
+
+// The forward's operand layouts for `tile` keys a step, `threads` a group of 4 rows, head dim `dim`, as GLSL defines
+// (KEY_PAIRS, VALUE_QUADS: see kBlockedForward).
+std::string blocked_forward_defines(uint32_t tile, uint32_t threads, uint64_t dim);
 
 // Shared memory one workgroup of `kind` needs: `rows` owned rows, `tile` streamed rows per step,
 // `threads` per group of 4 rows, head dim `dim`.

@@ -12,8 +12,9 @@
 // in a fixed order (no atomic additions): the same inputs give the same bits. Or, where AttentionTiles::last_chunk_merges
 // asks (MEGANEURA_SPLIT_SUM=attention or product), the forward's workgroup that stores a block's last chunk (an atomic
 // count of the block's chunks says which) merges the block's rows itself, a thread per output (merge_chunks;
-// attention.cpp's combine_block): the combine's dispatch and level go, one per layer of a decode step too (its
-// 64 chunks at 4K positions, SmolLM2's; to be measured against the combine's lanes on the H200).
+// attention.cpp's combine_block): the combine's dispatch and level go, one per layer of a decode step too, but
+// SmolLM2-135M's decode at 4K positions (64 chunks a row) took 1.43 ms a token so against the combine's 1.32 on an H100
+// (bench/results/2026-12-06-session35-h100.md): that last workgroup merges its block alone.
 //
 // The chunk count is fixed when compiling, from the key length and the device's compute units; the
 // chunks themselves are cut at run time from the keys the rows can see (a causal decode step at
