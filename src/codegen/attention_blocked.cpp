@@ -3,7 +3,7 @@
 // atomics), but each tile step is two small matrix products computed from registers:
 //
 //   a workgroup owns BR rows in groups of 4; NT threads share a group. Thread (rg, tx) keeps
-//   4 rows x BT/NT scores (tile rows tx + n*NT) and 4 rows x its share of the head dim as vec4s,
+//   4 rows x BT/NT scores (tile rows tx + n*NT; the forward's KEY(n)) and 4 rows x its share of the head dim as vec4s,
 //   one component per row. The owned operands are staged once, transposed, as vec4 arrays
 //   [d][row group] (one load feeds 4 rows; head dims padded to whole quads with zeros). The
 //   backward kernels stream their tiles as they lie, rows of head-dim quads [tile row][quad] with an
