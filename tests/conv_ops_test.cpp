@@ -120,6 +120,51 @@ TEST_F(ConvOpsTest, DerivativesInFastPrecisionMatchReference) {
     }
 }
 
+// A strided input gradient is one GEMM per stride phase over the taps that land there (codegen's
+// kGradInputByPhase): strides apart per dimension (a 1-D convolution's, Whisper's conv2), a stride of 3, kernels
+// smaller than the stride (phases no tap reaches), padding past the stride and odd images (phases of unequal
+// size), per group and in octets of output channels, with K split and its pieces summed either way; a dilated
+// strided one keeps the one GEMM. Strict, and fast where the device has cooperative matrices.
+TEST_F(ConvOpsTest, StridedInputGradientsByPhaseMatchReference) {
+    struct Case {
+        Shape x, w;
+        std::vector<int64_t> attrs;  // stride, padding and dilation (height, width), groups
+        bool phased;
+    };
+    const std::vector<Case> cases = {
+        {{2, 5, 1, 23}, {4, 5, 1, 3}, {1, 2, 0, 1, 1, 1, 1}, true},
+        {{1, 6, 11, 4}, {8, 6, 3, 1}, {2, 1, 1, 0, 1, 1, 1}, true},
+        {{2, 5, 10, 11}, {6, 5, 5, 5}, {3, 3, 2, 2, 1, 1, 1}, true},
+        {{1, 4, 8, 7}, {3, 4, 2, 2}, {3, 3, 0, 0, 1, 1, 1}, true},
+        {{2, 6, 9, 9}, {4, 6, 3, 3}, {2, 2, 2, 2, 1, 1, 1}, true},
+        {{2, 16, 9, 7}, {32, 8, 3, 3}, {2, 2, 1, 1, 1, 1, 2}, true},
+        {{2, 4, 11, 9}, {5, 4, 3, 3}, {2, 2, 2, 2, 2, 2, 1}, false},
+    };
+    const bool coop = sched::tune_for(device().context()->caps(), Precision::Fast).matmul.coop_subgroup != 0;
+    CompileOptions fast;
+    fast.precision = Precision::Fast;
+    uint64_t seed = 900;
+    for (const char* splits : {"", "3"}) {
+        ScopedEnv forced_splits("MEGANEURA_MATMUL_SPLITS", splits);
+        for (const char* sums : {"dispatch", "product"}) {
+            ScopedEnv summed("MEGANEURA_SPLIT_SUM", sums);
+            for (const Case& c : cases) {
+                SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w) + " splits '" + splits + "' summed by " + sums);
+                const std::vector<int64_t>& a = c.attrs;
+                auto out_extent = [&](int i) { return (c.x[2 + i] + 2 * a[2 + i] - a[4 + i] * (c.w[2 + i] - 1) - 1) / a[i] + 1; };
+                Graph g;
+                g.output("gx", g.conv2d_grad_input(g.input("gy", {c.x[0], c.w[0], out_extent(0), out_extent(1)}),
+                                                   g.input("w", c.w), c.x, a));
+                const sched::Schedule s = sched::lower(g, {g.outputs().front().second}, sched::tune_for(device().context()->caps()));
+                EXPECT_EQ(s.steps.front().kernel.choice.find("stride phases") != std::string::npos, c.phased)
+                    << s.steps.front().kernel.choice;
+                expect_matches_reference(g, random_feeds(g, seed++));
+                expect_matches_reference(g, random_feeds(g, seed++), coop ? 2e-3 : 1e-5, fast);
+            }
+        }
+    }
+}
+
 // An inference's forward convolutions read their weights as f16 copies (Tuning::f16_weights), stored in
 // octets where the cooperative kernel sums in octets (ConvSpec::weight_octets): against the
 // float64 reference at the fast tolerance, per group and with a bias epilogue.

@@ -6,8 +6,8 @@
 //   forward      y[n, o, p]  = sum_(c,t)   w[o, c, t]       * x[n, c, p*s - pad + t*d]
 //                M = Og, N = batch * OH * OW, K = Cg * KH * KW
 //   grad input   gx[n, c, q] = sum_(o,t)   w[o, c, t]       * gy[n, o, (q + pad - t*d) / s]
-//                M = Cg, N = batch * H * W,   K = Og * KH * KW   (taps whose division is inexact
-//                or lands outside the output read zero)
+//                M = Cg, N = batch * H * W,   K = Og * KH * KW   (taps that land outside the output
+//                read zero; strided, one GEMM per stride phase over the taps that land: kGradInputByPhase)
 //   grad weight  gw[o, c, t] = sum_(n,p)   gy[n, o, p]      * x[n, c, p*s - pad + t*d]
 //                M = Og, N = Cg * KH * KW,  K = batch * OH * OW
 // The tile loop is the matmul family's: BK-deep slices of A and B staged in shared memory, a TM x TN
@@ -33,6 +33,12 @@ namespace {
 
 const char* const kDims = R"(
 const uint CG = C / GROUPS, OG = O / GROUPS, KK = KH * KW, OHW = OH * OW, HW = H * W;
+)";
+
+// Every mode but the strided input gradient's is one GEMM per group (see kGradInputByPhase).
+const char* const kOnePhase = R"(
+const uint PHASES = 1u;
+void enter_phase(uint phase) {}
 )";
 
 // x[base + (c * H + ih) * W + iw] (base: the image's and group's offset), zero outside the image;
@@ -123,6 +129,69 @@ float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only wher
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
 )";
 
+// The input gradient of a strided convolution (dilation 1), by phases: the input pixels whose padded
+// coordinates leave the same remainders (rh, rw) by the stride are reached by the taps of those
+// remainders alone, kh = rh + SH * i and kw = rw + SW * j, tap (i, j) from output pixel (U - i, V - j)
+// where U = (ih + PH) / SH and V = (iw + PW) / SW. Each phase is a GEMM of its own over its pixels
+// and its taps only, workgroup z's (enter_phase); none multiplies a tap that cannot land. The grid
+// is sized for the largest phase; a smaller one's extra columns and depth read zeros and store
+// nothing. k = (o * th + i) * tw + j; N runs over (image, row, column) of the phase's pixels.
+const char* const kGradInputByPhase = R"(
+const uint PHASES = SH * SW;
+const uint M = CG, OUT_ELEMS = BATCH * C * HW;
+#define B_K_MAJOR 0
+// The phase's remainders, first input row and column, input rows and columns, taps down and across, and GEMM size.
+uint rh, rw, ih0, iw0, hp, wp, th, tw, N, K;
+// how many of 0 .. extent - 1 step from first by stride
+uint count_from(uint first, uint stride, uint extent) { return first < extent ? (extent - first + stride - 1u) / stride : 0u; }
+void enter_phase(uint phase) {
+    rh = phase / SW, rw = phase % SW;
+    ih0 = (rh + SH - PH % SH) % SH, iw0 = (rw + SW - PW % SW) % SW;
+    hp = count_from(ih0, SH, H), wp = count_from(iw0, SW, W);
+    th = count_from(rh, SH, KH), tw = count_from(rw, SW, KW);
+    N = BATCH * hp * wp, K = OG * th * tw;
+}
+// the weight's index of output channel o (of the group), input channel m, and the phase's tap t = i * tw + j
+uint weight_at(uint g, uint o, uint m, uint t) {
+    return ((g * OG + o) * CG + m) * KK + (rh + SH * (t / tw)) * KW + rw + SW * (t % tw);
+}
+float load_a(uint g, uint m, uint k) { return float(Wt.d[weight_at(g, k / (th * tw), m, k % (th * tw))]); }
+struct Col { uint base; int oh, ow; };  // gy offset of the image and group; the output pixel of tap (0, 0)
+Col col_of(uint g, uint n) {
+    uint b = n / (hp * wp), q = n % (hp * wp);
+    uint ih = ih0 + SH * (q / wp), iw = iw0 + SW * (q % wp);
+    return Col((b * O + g * OG) * OHW, int((ih + PH) / SH), int((iw + PW) / SW));
+}
+// gy's index of output channel o at the output pixel of tap t, or -1 outside the output
+int gy_at(Col col, uint o, uint t) {
+    int oh = col.oh - int(t / tw), ow = col.ow - int(t % tw);
+    if (oh < 0 || ow < 0 || oh >= int(OH) || ow >= int(OW)) return -1;
+    return int(col.base + (o * OH + uint(oh)) * OW + uint(ow));
+}
+float load_b(Col col, uint k) {
+    int at = gy_at(col, k / (th * tw), k % (th * tw));
+    return at < 0 ? 0.0 : float(GY.d[at]);
+}
+#if K_OCTETS
+// k = ((o / 8) * th * tw + t) * 8 + o % 8: group kb / 8's 8 k are output channels o..o+7 at the phase's tap t.
+void load_a8(uint g, uint m, uint kb, out float v[8]) {
+    uint taps = th * tw, t = (kb / 8u) % taps, o = kb / (8u * taps) * 8u;
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = float(Wt.d[weight_at(g, o + q, m, t)]);
+}
+void load_b8(Col col, uint kb, out float v[8]) {
+    uint taps = th * tw, t = (kb / 8u) % taps, o = kb / (8u * taps) * 8u;
+    int at = gy_at(col, o, t);
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = at < 0 ? 0.0 : float(GY.d[uint(at) + q * OHW]);
+}
+#endif
+uint c_at(uint g, uint m, uint n) {
+    uint b = n / (hp * wp), q = n % (hp * wp);
+    return ((b * C + g * CG + m) * H + ih0 + SH * (q / wp)) * W + iw0 + SW * (q % wp);
+}
+float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
+void c_put(uint at, float v) { GX.d[at] = STORE(v); }
+)";
+
 // k-major staging: a thread's k is the same for all its elements of a slice, so what depends on k
 // only (Row) is computed once per slice, and its columns' Cols once per thread.
 const char* const kGradWeight = R"(
@@ -145,7 +214,7 @@ float c_value(uint i, float v) { return v; }
 void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 )";
 
-// z = split * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
+// z = (split * PHASES + phase) * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
 // partial output OUT_ELEMS further on per split.
 const char* const kTileLoop = R"(
 // After the matmul family's shared layout (matmul_detail::kTiledSharedGlsl): a thread owns TM rows x TN
@@ -208,7 +277,8 @@ void main() {
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
     g = gl_WorkGroupID.z % GROUPS;
-    uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
+    enter_phase(gl_WorkGroupID.z / GROUPS % PHASES);
+    uint split = gl_WorkGroupID.z / (GROUPS * PHASES), k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
 #if B_K_MAJOR == 1
     [[unroll]] for (uint p = 0u; p < LB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / BK);
@@ -236,15 +306,16 @@ void main() {
 // Where the kernel sums its own pieces (MatmulKernels::tile_counters): the last of a tile's pieces sums them all in
 // piece order through the epilogue into `result`, as the split sum's dispatch would. After m0, n0 and g.
 const char* const kPieceSum = R"(
-const uint PIECES = (K + KSPLIT - 1u) / KSPLIT;
+// A tile's pieces are the grid's splits (K is the phase's, not always the largest), and it is counted per phase and group.
 void sum_pieces() {
-    if (!last_piece((g * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x, PIECES)) return;
+    uint splits = gl_NumWorkGroups.z / (GROUPS * PHASES), tile = gl_WorkGroupID.z % (GROUPS * PHASES);
+    if (!last_piece((tile * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x, splits)) return;
     for (uint e = gl_LocalInvocationID.x; e < BM * BN; e += WG) {
         uint gm = m0 + e / BN, gn = n0 + e % BN;
         if (gm >= M || gn >= N) continue;
         uint i = c_at(g, gm, gn);
         float s = 0.0;
-        for (uint q = 0u; q < PIECES; ++q) s += float(pieces.d[q * OUT_ELEMS + i]);
+        for (uint q = 0u; q < splits; ++q) s += float(pieces.d[q * OUT_ELEMS + i]);
         result.d[i] = STORE(EPI(i, s));
     }
 }
@@ -339,7 +410,8 @@ void main() {
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
     g = gl_WorkGroupID.z % GROUPS;
-    uint split = gl_WorkGroupID.z / GROUPS, k_begin = split * KSPLIT;
+    enter_phase(gl_WorkGroupID.z / GROUPS % PHASES);
+    uint split = gl_WorkGroupID.z / (GROUPS * PHASES), k_begin = split * KSPLIT;
     k_end = min(K, k_begin + KSPLIT);
     out_off = split * OUT_ELEMS;
     [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + B_ROW_OF(lid + p * WG));
@@ -427,7 +499,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     const std::vector<int64_t>& a = spec.attrs;
     KernelSource k;
     const int64_t groups = a[6], cg = x[1] / groups, og = w[0] / groups, kk = w[2] * w[3];
-    int64_t m = 0, n = 0, depth = 0, out_elems = 0;
+    int64_t m = 0, n = 0, depth = 0, out_elems = 0, phases = 1;
     const char* mode = nullptr;
     switch (spec.mode) {
         case ConvMode::Forward:
@@ -439,6 +511,12 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
             k.label = "conv2d_grad_input";
             k.iface.bindings = {{"GY", spec.dtype}, {"Wt", spec.dtype}, {"GX", spec.dtype, true}};
             m = cg, n = x[0] * x[2] * x[3], depth = og * kk, out_elems = numel(x), mode = kGradInput;
+            if ((a[0] > 1 || a[1] > 1) && a[4] == 1 && a[5] == 1) {  // the largest phase's GEMM (kGradInputByPhase)
+                auto per_phase = [](int64_t extent, int64_t stride) { return (extent + stride - 1) / stride; };
+                phases = a[0] * a[1], mode = kGradInputByPhase;
+                n = x[0] * per_phase(x[2], a[0]) * per_phase(x[3], a[1]);
+                depth = og * per_phase(w[2], a[0]) * per_phase(w[3], a[1]);
+            }
             break;
         case ConvMode::GradWeight:
             k.label = "conv2d_grad_weight";
@@ -450,7 +528,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     checked_u32(numel(y), "conv2d output size");
     checked_u32(x[0] * y[2] * y[3] * std::max(cg, og) * kk, "conv2d GEMM size");
     // The tile and K pieces the matmul family would pick for this GEMM, one batch entry per group.
-    const MatmulSpec gemm{.dtype = spec.dtype, .m = m, .n = n, .k = depth, .batch = {groups}};
+    const MatmulSpec gemm{.dtype = spec.dtype, .m = m, .n = n, .k = depth, .batch = {groups * phases}};
     k.iface.spec_constants = {"BATCH", "C", "H", "W", "O", "KH", "KW", "OH", "OW",
                               "SH", "SW", "PH", "PW", "DH", "DW", "GROUPS", "KSPLIT"};
     for (int64_t v : {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]}) {
@@ -462,7 +540,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         throw Error("conv2d: a weight stored in octets is for the cooperative kernel's f16 weight of taps only");
     }
     const std::string head = std::string("#define STORE ") + storage_type(spec.dtype) + "\n#define K_OCTETS " +
-                             (octets ? "1" : "0") + "\n" + kDims + read_x + mode;
+                             (octets ? "1" : "0") + "\n" + kDims + read_x + (phases > 1 ? "" : kOnePhase) + mode;
     uint32_t bm, bn, k_split;
     bool summed;  // the kernel sums its own pieces
     const std::string sums = std::string(kLastPieceGlsl) + kPieceSum;
@@ -515,8 +593,9 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     if (splits > 1) {
         k.choice += "; K split in pieces of " + std::to_string(k_split) + (summed ? ", summed by the last piece of each tile" : "");
     }
+    if (phases > 1) k.choice += "; by " + std::to_string(a[0]) + "x" + std::to_string(a[1]) + " stride phases";
     k.choice += "; " + matmul_detail::gemm_size(gemm);
-    const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * splits;
+    const int64_t gx = (n + bn - 1) / bn, gy = (m + bm - 1) / bm, gz = groups * phases * splits;
     if (gx > tuning.max_groups || gy > tuning.max_groups || gz > tuning.max_groups) {
         throw Error("conv2d grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" + std::to_string(gz) +
                     " exceeds the device's workgroup limit");
@@ -528,7 +607,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         out.kernels.partial_elements = splits * out_elems;
         checked_u32(out.kernels.partial_elements, "conv2d split-K partial outputs");
         if (summed) {
-            out.kernels.tile_counters = gx * gy * groups;
+            out.kernels.tile_counters = gx * gy * groups * phases;
         } else {
             out.kernels.sum = matmul_detail::split_sum_kernel(spec.dtype, out_elems, static_cast<uint32_t>(splits),
                                                               tuning.max_groups, spec.epilogue);
