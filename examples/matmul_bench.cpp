@@ -34,6 +34,7 @@ struct Workload {
     const char* name;
     int64_t m, k, n;
     bool ta, tb;
+    int64_t batch = 1;  // products of the same shape, one batched matmul
 };
 
 // Linear layers are x[M,K] @ W[N,K]^T; their backward is dx = dy @ W (plain) and
@@ -64,6 +65,7 @@ const std::vector<Workload> kWorkloads = {
     {"layout probe tn", 2048, 2048, 2048, true, false},
     {"layout probe tt", 2048, 2048, 2048, true, true},
     {"Whisper mlp as nn", 1500, 384, 1536, false, false},
+    {"Whisper attn dQ", 1500, 1500, 64, false, false, 6},  // dS K per head, strict (grad_q_from_scores)
 };
 
 struct Timed {
@@ -82,8 +84,9 @@ Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precis
                   const std::vector<std::pair<const char*, const char*>>& env, int runs, bool keep_output) {
     for (const auto& [name, value] : env) setenv(name, value, 1);
     mn::Graph g;
-    const mn::Shape sa = w.ta ? mn::Shape{w.k, w.m} : mn::Shape{w.m, w.k};
-    const mn::Shape sb = w.tb ? mn::Shape{w.n, w.k} : mn::Shape{w.k, w.n};
+    mn::Shape sa = w.ta ? mn::Shape{w.k, w.m} : mn::Shape{w.m, w.k};
+    mn::Shape sb = w.tb ? mn::Shape{w.n, w.k} : mn::Shape{w.k, w.n};
+    if (w.batch > 1) sa.insert(sa.begin(), w.batch), sb.insert(sb.begin(), w.batch);
     auto a = g.parameter("a", sa, mn::Init::uniform(-1, 1));
     auto b = g.parameter("b", sb, mn::Init::uniform(-1, 1));
     const mn::DType dtype = f16_operands && precision == mn::Precision::Fast ? mn::DType::F16 : mn::DType::F32;
@@ -100,7 +103,8 @@ Timed time_matmul(const mn::Device& dev, const Workload& w, mn::Precision precis
     for (int i = 0; i < kCopies; ++i) {
         auto c = g.matmul(lhs, b, w.ta, w.tb);
         if (i == 0 && keep_output) g.output("c", c);
-        auto x = g.slice(g.slice(c, 0, 0, 1), 1, 0, 1);
+        auto x = g.slice(g.slice(c, c.shape().size() - 2, 0, 1), c.shape().size() - 1, 0, 1);
+        if (w.batch > 1) x = g.slice(x, 0, 0, 1);
         if (i + 1 == kCopies) g.output("last", x);
         lhs = g.add(a, g.sub(x, x));
     }
@@ -143,7 +147,7 @@ double relative_l2(const std::vector<float>& x, const std::vector<float>& ref) {
     return std::sqrt(num / std::max(den, 1e-300));
 }
 
-double tflops(const Workload& w, double ms) { return 2.0 * w.m * w.n * w.k / (ms * 1e-3) / 1e12; }
+double tflops(const Workload& w, double ms) { return 2.0 * w.batch * w.m * w.n * w.k / (ms * 1e-3) / 1e12; }
 
 }  // namespace
 
@@ -198,8 +202,8 @@ int main(int argc, char** argv) try {
         sessions(w, mn::Precision::Strict, strict);
         sessions(w, mn::Precision::Fast, fast);
         char shape[64];
-        std::snprintf(shape, sizeof shape, "%lldx%lldx%lld%s%s", (long long)w.m, (long long)w.k, (long long)w.n,
-                      w.ta ? " A^T" : "", w.tb ? " B^T" : "");
+        std::snprintf(shape, sizeof shape, "%lldx%lldx%lld%s%s%s", (long long)w.m, (long long)w.k, (long long)w.n,
+                      w.ta ? " A^T" : "", w.tb ? " B^T" : "", w.batch > 1 ? (" x" + std::to_string(w.batch)).c_str() : "");
         std::printf("| %s | %s | %s | %.4f | %.4f | %.2f | %s | %.4f | %.4f | %.2f | %.1e |\n", w.name, shape,
                     strict.first.label.c_str(), strict.first.ms, strict.second, tflops(w, strict.first.ms),
                     fast.first.label.c_str(), fast.first.ms, fast.second, tflops(w, fast.first.ms),
@@ -220,7 +224,7 @@ int main(int argc, char** argv) try {
         for (mn::Precision p : {mn::Precision::Strict, mn::Precision::Fast}) {
             const bool f = p == mn::Precision::Fast;
             for (const char* tile : f ? std::vector<const char*>{"128", "64", "32"}
-                                      : std::vector<const char*>{"128", "128/32", "64", "64/32", "32", "32/32"}) {
+                                      : std::vector<const char*>{"128", "128/32", "128x64", "64", "64/32", "32", "32/32"}) {
                 char v[32];
                 std::snprintf(v, sizeof v, " %.4f |", time_matmul(dev, w, p, {{"MEGANEURA_MATMUL_TILE", tile}}, runs, false).ms);
                 row += v;
@@ -233,8 +237,8 @@ int main(int argc, char** argv) try {
     }
     if (tiles) {
         std::printf("\nms by forced tile (height/K-slice; tiled kernel K-slice 16 unless given) and with split-K off\n\n"
-                    "| workload | M x K x N | strict 128 | 128/32 | 64 | 64/32 | 32 | 32/32 | strict no split "
-                    "| fast 128 | 64 | 32 | fast no split |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                    "| workload | M x K x N | strict 128 | 128/32 | 128x64 | 64 | 64/32 | 32 | 32/32 | strict no split "
+                    "| fast 128 | 64 | 32 | fast no split |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (const auto& r : sweep) std::printf("%s\n", r.c_str());
     }
     if (!coop_tiles.empty()) {
