@@ -135,9 +135,11 @@ stage_done "PyTorch $COMPILED"
 
 STAMP=$(date -u +%Y-%m-%d)
 REPORT="$OUT/$STAMP-h200.md" SUMMARY="$OUT/$STAMP-h200.json"
-# The binary's commit: MEGANEURA_COMMIT, else a COMMIT file beside the binary (a binary built elsewhere and
-# carried here: the device copy's git HEAD can be stale), else this checkout's HEAD.
-COMMIT=${MEGANEURA_COMMIT:-$(cat "$(dirname "$BINARY")/COMMIT" 2>/dev/null || git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}
+# The binary's commit: MEGANEURA_COMMIT, else a COMMIT file beside the binary, else the one the binary was built
+# from (`meganeura --version`; a binary built elsewhere and carried here: the device copy's git HEAD can be stale,
+# and session 36's record named it), else this checkout's HEAD.
+BUILT_FROM=$("$BINARY" --version 2>/dev/null | sed -n 's/^commit //p' | grep -v '^unknown$')
+COMMIT=${MEGANEURA_COMMIT:-$(cat "$(dirname "$BINARY")/COMMIT" 2>/dev/null || echo "${BUILT_FROM:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}")}
 COMMIT=$(echo "$COMMIT" | head -n 1)
 DEVICE=$(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
 TORCH=$(grep -h -m1 '"torch_version"' "$WORK"/*/torch-eager.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')

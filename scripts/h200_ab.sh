@@ -73,4 +73,11 @@ for (model, precision, workload), by_name in sorted(rows.items()):
     cells = [" / ".join(by_name.get(n, ["-"])) for n in names]
     print(f"| {model} | {precision} | {workload} | " + " | ".join(cells) + " |")
 PY
+{  # which code each column ran (`meganeura --version`; binaries built before it named its commit say so)
+    echo
+    for name in "${NAMES[@]}"; do
+        commit=$("${BIN[$name]}/meganeura" --version 2>/dev/null | sed -n 's/^commit //p')
+        echo "- $name: ${BIN[$name]}/meganeura, built from ${commit:-an unnamed commit}${ENVS[$name]:+, with ${ENVS[$name]}}"
+    done
+} >> "$DIR/ab.md"
 cat "$DIR/ab.md"

@@ -81,7 +81,11 @@ TEST(CliHelp, DefaultsAreShown) {
 
 TEST(CliHelp, VersionAndUsage) {
     int status = -1;
-    EXPECT_EQ(meganeura("--version", &status), std::string("meganeura ") + MEGANEURA_VERSION + "\n");
+    const std::string version = meganeura("--version", &status);
+    EXPECT_EQ(version.substr(0, version.find('\n') + 1), std::string("meganeura ") + MEGANEURA_VERSION + "\n");
+    // and the commit it was built from (cmake/build_commit.cmake)
+    EXPECT_TRUE(std::regex_match(version.substr(version.find('\n') + 1), std::regex("commit ([0-9a-f]{40}(-dirty)?|unknown)\n")))
+        << version;
     EXPECT_EQ(status, 0);
     const std::string usage = meganeura("", &status);
     EXPECT_EQ(status, 1);

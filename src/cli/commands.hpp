@@ -20,6 +20,10 @@ extern const Command tokenize_command;
 extern const Command finetune_command;
 extern const Command shaders_command;
 
+// The commit this binary was built from: its 40 hex digits, "-dirty" after them where the build's tracked files
+// differed from it, or "unknown" (built outside a git checkout); generated at build time (cmake/build_commit.cmake).
+const char* build_commit();
+
 // The --precision option, and its value: "strict" or "fast"; anything else is an mn::Error.
 Option precision_option();
 Precision parse_precision(const Flags& flags);

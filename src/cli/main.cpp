@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     }
     if (name == "-h" || name == "--help" || name == "help") return usage(stdout);
     if (name == "--version" || name == "version") {
-        std::printf("meganeura %s\n", MEGANEURA_VERSION);
+        std::printf("meganeura %s\ncommit %s\n", MEGANEURA_VERSION, mn::cli::build_commit());
         return 0;
     }
     const Command* c = find_command(name);

@@ -21,7 +21,7 @@ cmake --build "$work/examples" > "$work/build.log" || { cat "$work/build.log"; e
 
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 pkg-config --exists --print-errors meganeura
-test "$(pkg-config --modversion meganeura)" = "$("$work/prefix/bin/meganeura" --version | cut -d' ' -f2)"
+test "$(pkg-config --modversion meganeura)" = "$("$work/prefix/bin/meganeura" --version | head -n 1 | cut -d' ' -f2)"
 cc -std=c11 -Wall -Werror "$source/examples/mlp_forward.c" -o "$work/mlp_forward_c" $(pkg-config --cflags --libs meganeura) -lm
 LD_LIBRARY_PATH="$(pkg-config --variable=libdir meganeura)" "$work/mlp_forward_c"
 
