@@ -73,8 +73,9 @@ TEST_F(ConvOpsTest, DerivativesOnEveryPathMatchReference) {
         {{3, 35, 5, 5}, {33, 35, 3, 3}, {.padding = 1}, false},
         {{2, 3, 5, 5}, {7, 3, 1, 1}, {.stride = 2}, false},
     };
-    const std::vector<std::pair<const char*, const char*>> settings = {{"", ""}, {"32", "3"}, {"128", "3"}, {"64", "1"},
-                                                                             {"128x64", "1"}, {"64:2", "3"}};
+    const std::vector<std::pair<const char*, const char*>> settings = {{"", ""},         {"32", "3"},  {"128", "3"},
+                                                                             {"64", "1"},       {"128x64", "1"}, {"64:2", "3"},
+                                                                             {"128@16x8", "3"}};
     uint64_t seed = 600;
     for (const auto& [tile, splits] : settings) {
         ScopedEnv forced_tile("MEGANEURA_MATMUL_TILE", tile), forced_splits("MEGANEURA_MATMUL_SPLITS", splits);

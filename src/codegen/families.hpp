@@ -225,6 +225,7 @@ struct MatmulTuning {
     uint32_t forced_bk = 0;      // > 0: the tiled kernel's K-slice (MEGANEURA_MATMUL_TILE=bm/bk)
     uint32_t forced_bn = 0;      // > 0: the tiled kernel's width too (MEGANEURA_MATMUL_TILE=bmxbn[/bk])
     uint32_t forced_stages = 0;  // > 0: the tiled kernel's shared stages (MEGANEURA_MATMUL_TILE=...:2)
+    uint32_t forced_tm = 0, forced_tn = 0;  // > 0: a thread's rows and columns of the tile (MEGANEURA_MATMUL_TILE=...@16x8)
     uint32_t forced_splits = 0;  // > 0: split K into this many pieces, 1: never (MEGANEURA_MATMUL_SPLITS)
     // bm, bn, wm, wn, bk, stages of the cooperative tile, all 0: chosen (MEGANEURA_COOP_TILE; tuning)
     std::array<uint32_t, 6> forced_coop{};

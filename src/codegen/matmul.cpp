@@ -344,6 +344,7 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     if (why) *why = tile_name(*chosen) + (t.forced_bm ? " (" : " (the least cost; ") + notes + ")";
     TiledGeometry g = *chosen;
     if (t.forced_bk) g.bk = t.forced_bk;
+    if (t.forced_tm) g.tm = t.forced_tm, g.tn = t.forced_tn;  // the kernels check that it divides the tile
     if (t.forced_stages) g.stages = t.forced_stages;
     else if (g.shared_bytes() > t.max_shared_memory) g.stages = 1;  // a forced deeper slice in one stage
     return g;

@@ -127,8 +127,9 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     if (training) t.f16_weights = false;  // the weights change every step
     t.split_forward = t.matmul.coop_subgroup != 0;
     if (const auto v = env_choice("MEGANEURA_FAST_FORWARD", {"split", "f16"})) t.split_forward = t.split_forward && *v == "split";
-    // MEGANEURA_MATMUL_TILE=<height>[x<width>][/<K-slice>][:<stages>] forces one tile geometry of the
-    // tiled kernel (tests, tuning on a new device): 128, 128x64, 64/32, 128/16:2.
+    // MEGANEURA_MATMUL_TILE=<height>[x<width>][/<K-slice>][:<stages>][@<rows>x<columns>] forces one tile geometry
+    // of the tiled kernel (tests, tuning on a new device): 128, 128x64, 64/32, 128/16:2, and 128@16x8 (each thread
+    // 16 rows x 8 columns of the tile, 128 threads: more multiply-adds per shared load than the rule's 8 x 8).
     if (const char* env = std::getenv("MEGANEURA_MATMUL_TILE"); env && *env) {
         const char* p = env;
         const auto number = [&p](uint32_t& v) {  // a positive count at p, p after it
@@ -138,19 +139,22 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
             p = end;
             return read;
         };
-        uint32_t bm = 0, bn = 0, bk = 0, stages = 0;
+        uint32_t bm = 0, bn = 0, bk = 0, stages = 0, tm = 0, tn = 0;
         bool ok = number(bm);
         if (ok && *p == 'x') ++p, ok = number(bn);
         if (ok && *p == '/') ++p, ok = number(bk);
         if (ok && *p == ':') ++p, ok = number(stages) && stages <= 2;
+        if (ok && *p == '@') ++p, ok = number(tm) && *p++ == 'x' && number(tn) && tm % 4 == 0 && tn % 4 == 0;
         if (!ok || *p) {
-            throw Error(std::string("MEGANEURA_MATMUL_TILE must be height[xwidth][/K-slice][:stages of 1 or 2] such as 64, "
-                                    "128x64 or 128/16:2, got '") + env + "'");
+            throw Error(std::string("MEGANEURA_MATMUL_TILE must be height[xwidth][/K-slice][:stages of 1 or 2]"
+                                    "[@rowsxcolumns, multiples of 4] such as 64, 128x64, 128/16:2 or 128@16x8, got '") + env + "'");
         }
         t.matmul.forced_bm = bm;
         t.matmul.forced_bn = bn;
         t.matmul.forced_bk = bk;
         t.matmul.forced_stages = stages;
+        t.matmul.forced_tm = tm;
+        t.matmul.forced_tn = tn;
     }
     // MEGANEURA_MATMUL_SPLITS=<n> forces split-K into n pieces (1: never split).
     t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
