@@ -223,8 +223,20 @@ float c_value(uint i, float v) { return v; }
 void c_put(uint at, float v) { GW.d[at] = STORE(v); }
 )";
 
-// z = (split * PHASES + phase) * GROUPS + group; a split piece covers k in [split * KSPLIT, + KSPLIT) and writes its
-// partial output OUT_ELEMS further on per split.
+// Workgroup z = (split * PHASES + phase) * GROUPS + group, read in one place for both kernels (after the mode's
+// enter_phase and the kernel's globals g and k_end; sum_pieces counts a tile's pieces by the same layout): sets g, enters
+// the phase, and returns the split piece, which covers k in [split * KSPLIT, k_end) and writes its partial output
+// OUT_ELEMS further on per split.
+const char* const kWorkgroupZ = R"(
+uint enter_workgroup() {
+    g = gl_WorkGroupID.z % GROUPS;
+    enter_phase(gl_WorkGroupID.z / GROUPS % PHASES);
+    uint split = gl_WorkGroupID.z / (GROUPS * PHASES);
+    k_end = min(K, split * KSPLIT + KSPLIT);
+    return split;
+}
+)";
+
 const char* const kTileLoop = R"(
 // After the matmul family's shared layout (matmul_detail::kTiledSharedGlsl): a thread owns TM rows x TN
 // columns in groups of 4 strided across the tile, read as vec4s.
@@ -285,10 +297,7 @@ void main() {
     uint tx = lid % TX, ty = lid / TX;
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
-    g = gl_WorkGroupID.z % GROUPS;
-    enter_phase(gl_WorkGroupID.z / GROUPS % PHASES);
-    uint split = gl_WorkGroupID.z / (GROUPS * PHASES), k_begin = split * KSPLIT;
-    k_end = min(K, k_begin + KSPLIT);
+    uint split = enter_workgroup(), k_begin = split * KSPLIT;
 #if B_K_MAJOR == 1
     [[unroll]] for (uint p = 0u; p < LB; ++p) bcols[p] = col_of(g, n0 + (lid + p * WG) / BK);
 #else
@@ -418,10 +427,7 @@ void main() {
     coop_start();
     m0 = gl_WorkGroupID.y * BM;
     n0 = gl_WorkGroupID.x * BN;
-    g = gl_WorkGroupID.z % GROUPS;
-    enter_phase(gl_WorkGroupID.z / GROUPS % PHASES);
-    uint split = gl_WorkGroupID.z / (GROUPS * PHASES), k_begin = split * KSPLIT;
-    k_end = min(K, k_begin + KSPLIT);
+    uint split = enter_workgroup(), k_begin = split * KSPLIT;
     out_off = split * OUT_ELEMS;
     [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + B_ROW_OF(lid + p * WG));
     coop_product(k_begin, k_end);
@@ -577,7 +583,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                                          : "";
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
                  matmul_detail::coop_defines(t, tuning) + fetch_a + epilogue + head + kCoopStaging +
-                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? sums : "") + kCoopMain;
+                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? sums : "") + kWorkgroupZ + kCoopMain;
     } else {
         std::string why;
         const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning, &why);
@@ -596,7 +602,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         k.glsl = matmul_detail::preamble(k.iface, "") + matmul_detail::tiled_defines(t) + epilogue + head +
                  matmul_detail::kTiledSharedGlsl + kTileLoop + matmul_detail::kRegisterTileProductGlsl +
-                 (summed ? sums : "") + kTileMain;
+                 (summed ? sums : "") + kWorkgroupZ + kTileMain;
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
     if (splits > 1) {
