@@ -61,8 +61,8 @@ protected:
                 std::move(label)};
     }
 
-    Buffer upload(const std::vector<float>& values) {
-        Buffer b(ctx, values.size() * 4, MemoryKind::Upload);
+    Buffer upload(const std::vector<float>& values, MemoryKind kind = MemoryKind::Upload) {
+        Buffer b(ctx, values.size() * 4, kind);
         std::memcpy(b.mapped(), values.data(), values.size() * 4);
         return b;
     }
@@ -183,23 +183,27 @@ TEST_F(Runtime, SpecializationConstantsSelectPipelines) {
     }
 }
 
+// Replays copy the staging buffer again, in either kind the host writes between runs (Inputs: a session's inputs).
 TEST_F(Runtime, ReplaySeesNewInputs) {
     const uint32_t n = 100;
-    auto values = iota(n);
-    Buffer host_x = upload(values), x(ctx, n * 4, MemoryKind::DeviceLocal), y(ctx, n * 4, MemoryKind::DeviceLocal);
-    Buffer out(ctx, n * 4, MemoryKind::Readback);
-    Program p = affine_program(host_x, x, y, out, n, 0, -1.0f);
-    p.finish();
-    for (int run = 0; run < 3; ++run) {
-        std::memset(out.mapped(), 0xff, n * 4);  // NaN: every element must be written again
+    for (const MemoryKind kind : {MemoryKind::Upload, MemoryKind::Inputs}) {
+        SCOPED_TRACE(kind == MemoryKind::Upload ? "upload" : "inputs");
+        auto values = iota(n);
+        Buffer host_x = upload(values, kind), x(ctx, n * 4, MemoryKind::DeviceLocal), y(ctx, n * 4, MemoryKind::DeviceLocal);
+        Buffer out(ctx, n * 4, MemoryKind::Readback);
+        Program p = affine_program(host_x, x, y, out, n, 0, -1.0f);
+        p.finish();
+        for (int run = 0; run < 3; ++run) {
+            std::memset(out.mapped(), 0xff, n * 4);  // NaN: every element must be written again
+            p.run();
+            auto result = read(out, n);
+            for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(result[i], -values[i]) << "run " << run << " element " << i;
+        }
+        values[10] = 42;
+        std::memcpy(host_x.mapped(), values.data(), n * 4);
         p.run();
-        auto result = read(out, n);
-        for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(result[i], -values[i]) << "run " << run << " element " << i;
+        EXPECT_EQ(read(out, n)[10], -42.0f);
     }
-    values[10] = 42;
-    std::memcpy(host_x.mapped(), values.data(), n * 4);
-    p.run();
-    EXPECT_EQ(read(out, n)[10], -42.0f);
 }
 
 TEST_F(Runtime, FillWritesWords) {

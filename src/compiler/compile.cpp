@@ -139,7 +139,10 @@ void allocate(Session::Impl& impl, const Graph& graph, const memory::Placement& 
         }
         impl.check_snapshot = rt::Buffer(impl.ctx, std::max<uint64_t>(snapshot_bytes, 4), rt::MemoryKind::Readback);
     }
-    impl.upload = rt::Buffer(impl.ctx, std::max<uint64_t>(upload_bytes, 4), rt::MemoryKind::Upload);
+    // The inputs are copied from it at every run; a data-parallel step's reduced gradients are written into it by the
+    // all-reduce, which may read what it writes (slow from device memory through the BAR window): host memory then.
+    impl.upload = rt::Buffer(impl.ctx, std::max<uint64_t>(upload_bytes, 4),
+                             impl.exchanged.empty() ? rt::MemoryKind::Inputs : rt::MemoryKind::Upload);
     impl.readback = rt::Buffer(impl.ctx, std::max<uint64_t>(readback_bytes, 4), rt::MemoryKind::Readback);
     std::memset(impl.upload.mapped(), 0, impl.upload.size());
     std::memset(impl.readback.mapped(), 0, impl.readback.size());

@@ -90,9 +90,13 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-enum class MemoryKind { DeviceLocal, Upload, Readback };
+// DeviceLocal: weights, activations, the arena. Upload: staging the host writes and the device copies from once
+// (loading weights). Inputs: staging the host writes and every run copies from (a program's inputs), in device-local
+// memory the host can map (the BAR window) where the device has it, so that the copy stays on the device; host
+// memory where it has none or that window is full. Readback: staging the host reads.
+enum class MemoryKind { DeviceLocal, Upload, Inputs, Readback };
 
-// A VkBuffer with its own memory. Move-only. Upload and Readback buffers are persistently mapped.
+// A VkBuffer with its own memory. Move-only. All but DeviceLocal buffers are persistently mapped.
 class Buffer {
 public:
     Buffer() = default;
