@@ -227,6 +227,34 @@ TEST_F(OpsTest, Losses) {
     }
 }
 
+// The loss is one kernel whose last row's workgroup takes the mean (a counter it resets for the next run): more
+// rows than a workgroup has threads, every run of one session, new labels each run, all of them ignored in the last.
+TEST_F(OpsTest, CrossEntropyMeanEveryRun) {
+    const int64_t rows = 600, classes = 7;
+    Graph g;
+    auto logits = g.input("logits", {rows, classes});
+    auto labels = g.input("labels", {rows}, DType::I32);
+    const Tensor ce = g.cross_entropy(logits, labels);
+    g.output("ce", ce);
+    Session s = compile(g, device(), {.poison_outputs = true});
+    ref::Feeds feeds = random_feeds(g, 710, {-5, 5});
+    std::mt19937 rng(2);
+    for (int run = 0; run < 4; ++run) {
+        for (auto& l : feeds["labels"].data) {
+            l = run == 3 ? Graph::kIgnoreIndex : rng() % 4 == 0 ? Graph::kIgnoreIndex : static_cast<double>(rng() % classes);
+        }
+        set_feeds(s, g, feeds);
+        s.run();
+        const double want = ref::evaluate(g, feeds)[static_cast<size_t>(ce.id)].data[0];
+        const float got = s.get("ce")[0];
+        if (run == 3) {
+            EXPECT_TRUE(std::isnan(want) && std::isnan(got)) << "every label ignored: the mean of nothing, " << got;
+        } else {
+            EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "run " << run;
+        }
+    }
+}
+
 TEST_F(OpsTest, HalfAndIntegerTensors) {
     Graph g;
     auto x = g.input("x", {7, 33});

@@ -233,10 +233,11 @@ namespace {
 // The ignore index as the bits of an i32, compared with uint(label) in the shaders.
 uint32_t ignore_bits(int64_t ignore_index) { return static_cast<uint32_t>(static_cast<int32_t>(ignore_index)); }
 
-// The head of the per-row cross-entropy kernels: one workgroup per row leaves the row's max in m
-// and its sum of exp(x - m) in s, and whether its label is ignored or out of range.
+// The head of the cross-entropy kernels: one workgroup per row leaves the row's max in m
+// and its sum of exp(x - m) in s, and whether its label is ignored or out of range. `functions` go before main.
 KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
-                                  const Launch& launch, std::vector<Binding> bindings, const std::string& tail) {
+                                  const Launch& launch, std::vector<Binding> bindings, const std::string& functions,
+                                  const std::string& tail) {
     KernelSource k;
     k.label = label;
     k.iface.local_size = pow2_at_most(launch.local_size);
@@ -246,7 +247,7 @@ KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, 
     k.iface.bindings = std::move(bindings);
     const std::string load = "float(logits.d[base + j])";
     const std::string loop = "    for (uint j = lid; j < C; j += WG) ";
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + functions +
              "shared float red[WG];\n"
              "void main() {\n"
              "    uint g = mn_group_id();\n"
@@ -266,35 +267,31 @@ KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, 
     return k;
 }
 
-}  // namespace
-
-KernelSource cross_entropy_count_kernel(int64_t rows, int64_t ignore_index, const Launch& launch) {
-    KernelSource k;
-    k.label = "cross_entropy_count";
-    k.iface.local_size = pow2_at_most(launch.local_size);
-    k.iface.spec_constants = {"ROWS", "IGNORE"};
-    k.spec_values = {checked_u32(rows, "rows"), ignore_bits(ignore_index)};
-    k.iface.bindings = {{"labels", DType::I32}, {"count", DType::F32, true}};
-    k.glsl = glsl_preamble(k.iface) +
-             "shared float red[WG];\n"
-             "void main() {\n"
-             "    uint lid = gl_LocalInvocationID.x;\n"
-             "    float acc = 0.0;\n"
-             "    for (uint j = lid; j < ROWS; j += WG) acc += uint(labels.d[j]) == IGNORE ? 0.0 : 1.0;\n"
-             "    red[lid] = acc;\n" + tree("a + b") +
-             "    if (lid == 0u) count.d[0] = red[0];\n"
-             "}\n";
-    k.groups = {1, 1, 1};
-    return k;
+// After the head: `what` summed over the rows j by the whole workgroup into float `name` (through red, whose last
+// reading it waits for). Every invocation runs it, and gets the same bits in every workgroup.
+std::string rows_summed(const std::string& name, const std::string& what) {
+    return "    barrier();\n"
+           "    float " + name + " = 0.0;\n"
+           "    for (uint j = lid; j < ROWS; j += WG) " + name + " += " + what + ";\n"
+           "    red[lid] = " + name + ";\n" + tree("a + b") + "    " + name + " = red[0];\n";
 }
 
-KernelSource cross_entropy_rows_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
-                                       const Launch& launch) {
+// The mean's denominator: the rows whose label is not the ignore index.
+const char* const kCountedRow = "(uint(labels.d[j]) == IGNORE ? 0.0 : 1.0)";
+
+}  // namespace
+
+KernelSource cross_entropy_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index, const Launch& launch) {
     return cross_entropy_kernel(
-        "cross_entropy_rows", dtype, rows, classes, ignore_index, launch,
-        {{"logits", dtype}, {"labels", DType::I32}, {"loss", DType::F32, true}},
-        "    if (lid == 0u) loss.d[g] = ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u)\n"
-        "                                 : m + log(s) - float(logits.d[base + uint(label)]);\n");
+        "cross_entropy", dtype, rows, classes, ignore_index, launch,
+        {{"logits", dtype}, {"labels", DType::I32}, {"row_loss", DType::F32, true, true}, {"cnt", DType::I32, true},
+         {"loss", dtype, true}},
+        kLastPieceGlsl,
+        "    if (lid == 0u) row_loss.d[g] = ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u)\n"
+        "                                     : m + log(s) - float(logits.d[base + uint(label)]);\n"
+        "    if (!last_piece(0u, ROWS)) return;\n" +
+            rows_summed("count", kCountedRow) + rows_summed("total", "row_loss.d[j]") +
+            "    if (lid == 0u) loss.d[0] = " + storage_type(dtype) + "(total / count);\n");
 }
 
 KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
@@ -302,13 +299,14 @@ KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classe
     const std::string st = storage_type(dtype);
     return cross_entropy_kernel(
         "cross_entropy_grad", dtype, rows, classes, ignore_index, launch,
-        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"count", DType::F32}, {"grad", dtype, true}},
-        "    float scale = float(upstream.d[0]) / count.d[0];\n"
-        "    float inv = 1.0 / s;\n"
-        "    for (uint j = lid; j < C; j += WG) {\n"
-        "        float p = exp(float(logits.d[base + j]) - m) * inv - (int(j) == label ? 1.0 : 0.0);\n"
-        "        grad.d[base + j] = " + st + "(ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u) : p * scale);\n"
-        "    }\n");
+        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"grad", dtype, true}}, "",
+        rows_summed("count", kCountedRow) +
+            "    float scale = float(upstream.d[0]) / count;\n"
+            "    float inv = 1.0 / s;\n"
+            "    for (uint j = lid; j < C; j += WG) {\n"
+            "        float p = exp(float(logits.d[base + j]) - m) * inv - (int(j) == label ? 1.0 : 0.0);\n"
+            "        grad.d[base + j] = " + st + "(ignored ? 0.0 : bad ? uintBitsToFloat(0x7fc00000u) : p * scale);\n"
+            "    }\n");
 }
 
 }  // namespace mn::codegen

@@ -278,20 +278,15 @@ void Lowering::lower(int32_t id) {
             return;
         }
         case Op::CrossEntropy: {
-            const int32_t count = cross_entropy_count(n, in(1), x[0]);
-            const int32_t rows = new_value({x[0]}, DType::F32);
-            const int32_t total = new_value({}, DType::F32);
-            emit(codegen::cross_entropy_rows_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction), {in(0), in(1), rows});
-            reduce(codegen::ReduceMode::Sum, rows, total, 1, x[0], 1);
-            pointwise(Op::Div, {total, count}, out);
+            const int32_t row_loss = new_value({x[0]}, DType::F32);
+            const int32_t counter = new_value({1}, DType::I32, Storage::Counters);
+            emit(codegen::cross_entropy_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction),
+                 {in(0), in(1), row_loss, counter, out});
             return;
         }
-        case Op::CrossEntropyGrad: {
-            const int32_t count = cross_entropy_count(n, in(1), x[0]);
-            emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction),
-                 {in(0), in(1), in(2), count, out});
+        case Op::CrossEntropyGrad:
+            emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction), {in(0), in(1), in(2), out});
             return;
-        }
         case Op::MseLoss: {
             const int32_t diff = new_value(x, n.dtype);
             const int32_t sq = new_value(x, n.dtype);

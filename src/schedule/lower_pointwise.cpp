@@ -264,13 +264,6 @@ void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t
                           {out}, k.tile_counters);
 }
 
-// The number of labels a cross-entropy node counts (not its ignore index), as an f32 scalar.
-int32_t Lowering::cross_entropy_count(const Node& n, int32_t labels, int64_t rows) {
-    const int32_t count = new_value({}, DType::F32);
-    emit(codegen::cross_entropy_count_kernel(rows, n.ints[0], t_.reduction), {labels, count});
-    return count;
-}
-
 // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to
 // [outer, R, inner] directly, and a leading block plus one more to [lead, outer, R, inner] (a
 // per-channel sum of NCHW over {0, 2, 3}); otherwise they are first permuted to the end. Its input may be a fused root

@@ -84,7 +84,6 @@ private:
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1, int32_t prologue = -1);
-    int32_t cross_entropy_count(const Node& n, int32_t labels, int64_t rows);
     void lower_reduce(int32_t id, int32_t out);
 
     // lower_products.cpp
