@@ -120,6 +120,33 @@ TEST(RuntimeDevices, UnknownSelectorListsDevices) {
     unsetenv("MEGANEURA_DEVICE");
 }
 
+// Program::wait polls the fence (GPUs) or sleeps in vkWaitForFences (CPU devices), as MEGANEURA_FENCE_WAIT
+// overrides: either way each run's results are there when it returns.
+TEST(RuntimeFenceWait, PollsOrBlocksAsAsked) {
+    for (const char* wait : {"poll", "block"}) {
+        mn::test::ScopedEnv env("MEGANEURA_FENCE_WAIT", wait);
+        auto ctx = Context::open();
+        const uint32_t n = 64;
+        Buffer out(ctx, n * 4, MemoryKind::Readback);
+        Program p(ctx);
+        p.fill({&out, 0, n * 4}, 0);
+        p.finish();
+        for (int run = 0; run < 3; ++run) {
+            std::memset(out.mapped(), 0xff, n * 4);
+            p.run();
+            for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<const uint32_t*>(out.mapped())[i], 0u) << wait << " run " << run;
+        }
+    }
+    mn::test::ScopedEnv env("MEGANEURA_FENCE_WAIT", "spin");
+    try {
+        Context::open();
+        FAIL() << "expected mn::Error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("MEGANEURA_FENCE_WAIT must be poll or block, got 'spin'"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST_F(Runtime, OpensTheFirstDevice) {
     EXPECT_EQ(ctx->caps().name, Context::enumerate()[0].name);
     EXPECT_EQ(ctx->validation_enabled(), std::getenv("MEGANEURA_VALIDATE") != nullptr);

@@ -96,6 +96,15 @@ bool env_flag(const char* name) {
     return v && *v && std::strcmp(v, "0") != 0;
 }
 
+// Context::Impl::poll_fences for the chosen device.
+void choose_fence_wait(Context::Impl& impl) {
+    const char* v = std::getenv("MEGANEURA_FENCE_WAIT");
+    const std::string wait = v ? v : "";
+    if (!wait.empty() && wait != "poll" && wait != "block")
+        throw Error("MEGANEURA_FENCE_WAIT must be poll or block, got '" + wait + "'");
+    impl.poll_fences = wait.empty() ? impl.physical.caps.type != "cpu" : wait == "poll";
+}
+
 void create_device(Context::Impl& impl) {
     const PhysicalDevice& d = impl.physical;
     FeatureChain supported, wanted;
@@ -303,6 +312,7 @@ std::shared_ptr<Context> Context::open(const std::string& selector) {
                     std::to_string(VK_API_VERSION_MINOR(impl->physical.api)) + "; meganeura needs 1.2");
     if (impl->physical.queue_family == UINT32_MAX) throw Error(caps.name + " has no compute queue");
     create_device(*impl);
+    choose_fence_wait(*impl);
     impl->open_pipeline_cache();
     return std::shared_ptr<Context>(new Context(std::move(impl)));
 }
@@ -335,6 +345,7 @@ std::shared_ptr<Context> Context::adopt(const VulkanHandles& h) {
     impl->device = h.device;
     impl->queue = h.queue;
     vkGetPhysicalDeviceMemoryProperties(d.handle, &impl->memory);
+    choose_fence_wait(*impl);
     impl->open_pipeline_cache();
     return std::shared_ptr<Context>(new Context(std::move(impl)));
 }
