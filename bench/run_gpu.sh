@@ -12,7 +12,7 @@
 # ($BENCH_WORK, else a new folder under /tmp). --no-gpu-env skips scripts/gpu-env.sh, to try the
 # script on a development machine (lavapipe; PYTHON=/usr/bin/python3 there). It writes
 # DIR/YYYY-MM-DD-h200.json (bench/compare.py's records: one per model x precision x workload) and
-# DIR/YYYY-MM-DD-h200.md (commit, command, the table rendered from that JSON, the raw reports; DIR
+# DIR/YYYY-MM-DD-h200.md (h100 on an H100: the device's model; commit, command, the table rendered from that JSON, the raw reports; DIR
 # defaults to bench/results), and prints the table.
 #
 # Order, so that running out of --budget seconds loses the least: meganeura for every cell, then
@@ -134,21 +134,23 @@ compile_pass
 stage_done "PyTorch $COMPILED"
 
 STAMP=$(date -u +%Y-%m-%d)
-REPORT="$OUT/$STAMP-h200.md" SUMMARY="$OUT/$STAMP-h200.json"
+DEVICE=$(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
+# The records are named for the device's model (h200, h100: the machine lent may be either), "gpu" where unknown.
+MODEL_TAG=$(echo "$DEVICE" | grep -oE '[A-Z]+[0-9]+' | head -n1 | tr 'A-Z' 'a-z')
+REPORT="$OUT/$STAMP-${MODEL_TAG:-gpu}.md" SUMMARY="$OUT/$STAMP-${MODEL_TAG:-gpu}.json"
 # The binary's commit: MEGANEURA_COMMIT, else a COMMIT file beside the binary, else the one the binary was built
 # from (`meganeura --version`; a binary built elsewhere and carried here: the device copy's git HEAD can be stale,
 # and session 36's record named it), else this checkout's HEAD.
 BUILT_FROM=$("$BINARY" --version 2>/dev/null | sed -n 's/^commit //p' | grep -v '^unknown$')
 COMMIT=${MEGANEURA_COMMIT:-$(cat "$(dirname "$BINARY")/COMMIT" 2>/dev/null || echo "${BUILT_FROM:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}")}
 COMMIT=$(echo "$COMMIT" | head -n 1)
-DEVICE=$(grep -h -m1 '"device"' "$WORK"/*/meganeura.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
 TORCH=$(grep -h -m1 '"torch_version"' "$WORK"/*/torch-eager.json 2>/dev/null | head -n1 | sed 's/.*: "\(.*\)".*/\1/')
 "$PYTHON" bench/compare.py "$WORK" --json "$SUMMARY" --meta "date=$STAMP" --meta "commit=$COMMIT" \
   --meta "command=$COMMAND" --meta "device=$DEVICE" --meta "torch=$TORCH" --meta "stages=$STAGES" > /dev/null
 stage_done report
 TABLE=$("$PYTHON" bench/compare.py --render "$SUMMARY")
 {
-  echo "# meganeura vs PyTorch on the H200, $STAMP"
+  echo "# meganeura vs PyTorch on the ${DEVICE:-GPU machine}, $STAMP"
   echo
   echo "- commit: \`$COMMIT\`"
   echo "- command: \`$COMMAND\`"
