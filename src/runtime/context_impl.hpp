@@ -70,8 +70,9 @@ struct Context::Impl {
     // Program::wait polls its fence, yielding between looks, rather than sleeping in vkWaitForFences: on the H100
     // the sleeping thread woke ~40 us after the work ended, every run (ResNet-50's fast inference 1.02 -> 0.97 ms
     // wall polling, Whisper-tiny's 0.93 -> 0.89, their training steps 40-60 us less; GPU time the same; 2026-12-06,
-    // bench/results/2026-12-06-session37-h100.md). Not on a CPU device, whose threads run the work that a poller
-    // would share their cores with. MEGANEURA_FENCE_WAIT=poll|block chooses.
+    // bench/results/2026-12-06-session37-h100.md); runs of 10 ms or more still sleep (Program::wait). Not on a CPU
+    // device, whose threads run the work that a poller would share their cores with. MEGANEURA_FENCE_WAIT=poll|block
+    // chooses.
     bool poll_fences = false;
     // MEGANEURA_PIPELINE_STATISTICS on a device with VK_KHR_pipeline_executable_properties: each
     // pipeline keeps the driver's statistics of its machine code (Pipeline::statistics).
