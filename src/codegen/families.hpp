@@ -113,11 +113,13 @@ Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64
 // Cross-entropy with an ignore index, one workgroup a row. The loss: each stores its row's
 // logsumexp(logits[n, :]) - logits[n, labels[n]] (0 in an ignored row) in row_loss, and the last to finish
 // (cnt, the kernel's one counter: codegen::kLastPieceGlsl) their mean over the rows whose label is not
-// ignore_index; its gradient, grad[n, c] = upstream * (softmax(logits[n])[c] - (c == labels[n])) / count, 0 in an
-// ignored row, each workgroup counting the rows itself. A label outside [0, C) that is not ignored yields NaN.
-// (Four dispatches before, three of them one after another: ResNet-50's inference at batch 1 spent 13 us in them
-// after its 1,000 logits on the H100.)
+// ignore_index. (Four dispatches before, three of them one after another: ResNet-50's inference at batch 1 spent
+// 13 us in them after its 1,000 logits on the H100.) Its gradient, grad[n, c] = upstream * (softmax(logits[n])[c] -
+// (c == labels[n])) / count, 0 in an ignored row, reads count[0], the rows not ignored, which the count kernel
+// (one workgroup) counts once: every row's workgroup counting them would read rows^2 labels. A label outside [0, C)
+// that is not ignored yields NaN.
 KernelSource cross_entropy_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index, const Launch& launch);
+KernelSource cross_entropy_count_kernel(int64_t rows, int64_t ignore_index, const Launch& launch);
 KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
                                        const Launch& launch);
 

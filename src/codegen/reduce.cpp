@@ -267,8 +267,8 @@ KernelSource cross_entropy_kernel(const char* label, DType dtype, int64_t rows, 
     return k;
 }
 
-// After the head: `what` summed over the rows j by the whole workgroup into float `name` (through red, whose last
-// reading it waits for). Every invocation runs it, and gets the same bits in every workgroup.
+// `what` summed over the rows j by the whole workgroup (lid, shared red[WG]) into float `name`, after a barrier for
+// red's last reading. Every invocation runs it, and gets the same bits in every workgroup.
 std::string rows_summed(const std::string& name, const std::string& what) {
     return "    barrier();\n"
            "    float " + name + " = 0.0;\n"
@@ -294,14 +294,31 @@ KernelSource cross_entropy_kernel(DType dtype, int64_t rows, int64_t classes, in
             "    if (lid == 0u) loss.d[0] = " + storage_type(dtype) + "(total / count);\n");
 }
 
+KernelSource cross_entropy_count_kernel(int64_t rows, int64_t ignore_index, const Launch& launch) {
+    KernelSource k;
+    k.label = "cross_entropy_count";
+    k.iface.local_size = pow2_at_most(launch.local_size);
+    k.iface.spec_constants = {"ROWS", "IGNORE"};
+    k.spec_values = {checked_u32(rows, "rows"), ignore_bits(ignore_index)};
+    k.iface.bindings = {{"labels", DType::I32}, {"count", DType::F32, true}};
+    k.glsl = glsl_preamble(k.iface) +
+             "shared float red[WG];\n"
+             "void main() {\n"
+             "    uint lid = gl_LocalInvocationID.x;\n" +
+             rows_summed("n", kCountedRow) +
+             "    if (lid == 0u) count.d[0] = n;\n"
+             "}\n";
+    k.groups = {1, 1, 1};
+    return k;
+}
+
 KernelSource cross_entropy_grad_kernel(DType dtype, int64_t rows, int64_t classes, int64_t ignore_index,
                                        const Launch& launch) {
     const std::string st = storage_type(dtype);
     return cross_entropy_kernel(
         "cross_entropy_grad", dtype, rows, classes, ignore_index, launch,
-        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"grad", dtype, true}}, "",
-        rows_summed("count", kCountedRow) +
-            "    float scale = float(upstream.d[0]) / count;\n"
+        {{"logits", dtype}, {"labels", DType::I32}, {"upstream", dtype}, {"count", DType::F32}, {"grad", dtype, true}}, "",
+            "    float scale = float(upstream.d[0]) / count.d[0];\n"
             "    float inv = 1.0 / s;\n"
             "    for (uint j = lid; j < C; j += WG) {\n"
             "        float p = exp(float(logits.d[base + j]) - m) * inv - (int(j) == label ? 1.0 : 0.0);\n"

@@ -284,9 +284,13 @@ void Lowering::lower(int32_t id) {
                  {in(0), in(1), row_loss, counter, out});
             return;
         }
-        case Op::CrossEntropyGrad:
-            emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction), {in(0), in(1), in(2), out});
+        case Op::CrossEntropyGrad: {
+            const int32_t count = new_value({}, DType::F32);
+            emit(codegen::cross_entropy_count_kernel(x[0], n.ints[0], t_.reduction), {in(1), count});
+            emit(codegen::cross_entropy_grad_kernel(n.dtype, x[0], x[1], n.ints[0], t_.reduction),
+                 {in(0), in(1), in(2), count, out});
             return;
+        }
         case Op::MseLoss: {
             const int32_t diff = new_value(x, n.dtype);
             const int32_t sq = new_value(x, n.dtype);
