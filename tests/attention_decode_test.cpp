@@ -134,9 +134,13 @@ void expect_split_agrees_with_whole(const Problem& p, const std::string& whole) 
 // combine. The unsplit kernel (MEGANEURA_ATTENTION_SPLITS=1; row-wise at these lengths on every
 // device, lavapipe's loop limit included) gives the same values to within f32 rounding of sums over
 // that many keys: each output is a sum of up to 4,096 products, so 2^-24 * sqrt(4096) = 4e-6
-// relative, and both are held to the reference's 1e-5. With MEGANEURA_SPLIT_SUM=attention the chunk kernel's last
-// workgroup of each kv head merges the chunks itself (dozens of them), and no combine runs.
+// relative, and both are held to the reference's 1e-5. Where the device shuffles in subgroups of a size it can require,
+// the chunks are the key-lanes kernel's (lavapipe's 8 lanes a key take 2 quads each at head dim 64). With
+// MEGANEURA_SPLIT_SUM=attention the chunk kernel's last workgroup of each kv head merges the chunks itself (dozens of
+// them), and no combine runs.
 TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
+    const rt::DeviceCaps& caps = device().context()->caps();
+    const bool key_lanes = caps.subgroup_shuffle && caps.subgroup_size_control;  // codegen::decode_lanes
     for (const char* where : {"dispatch", "attention"}) {
         const ScopedEnv merge("MEGANEURA_SPLIT_SUM", where);
         const bool combine = std::string(where) == "dispatch";
@@ -147,6 +151,7 @@ TEST_F(AttentionDecodeGpu, SplitIsTakenAndAgreesWithTheUnsplitKernel) {
             ASSERT_EQ(split.size(), combine ? 2u : 1u);
             EXPECT_EQ(split[0].label, "attention_chunks");
             EXPECT_NE(split[0].choice.find("(flash-decoding): 3 workgroups would underfill"), std::string::npos) << split[0].choice;
+            if (key_lanes) EXPECT_TRUE(split[0].choice.starts_with("key lanes, 3 rows per kv head, ")) << split[0].choice;
             if (combine) EXPECT_EQ(split[1].label, "attention_combine");
             expect_split_agrees_with_whole(p, "row-wise: 3 rows per kv head");
         }

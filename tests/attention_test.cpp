@@ -746,8 +746,8 @@ TEST(AttentionCoopSource, ChosenAndCompiledForTheH200) {
          "blocked: 128 rows per kv head, row maxima and sums in subgroup shuffles, keys in 2 chunks of 32: 2 workgroups "
          "would underfill 132 compute units; cooperative declined: head dim 33 is not a multiple of 16"},
         {{"decode", 1, 9, 3, 1, 4096, 64, true, 0, 100},
-         "row-wise, 3 rows per kv head, keys in 64 chunks of 64 (flash-decoding): 3 workgroups would underfill 132 "
-         "compute units; cooperative declined: 3 rows per kv head, fewer than a subgroup's 16"},
+         "key lanes, 3 rows per kv head, 16 lanes a key, keys in 64 chunks of 64 (flash-decoding): 3 workgroups would "
+         "underfill 132 compute units; cooperative declined: 3 rows per kv head, fewer than a subgroup's 16"},
     };
     for (const Expect& e : cases) {
         SCOPED_TRACE(e.c.name);

@@ -58,9 +58,11 @@ TEST(CapsProfiles, EveryKernelOfEveryModelFitsEveryProfile) {
         // The H200 (NV) and RDNA 3 (KHR) have the f16 16x16x16 cooperative matrices the fast kernels
         // need, and those kernels run at one subgroup size: the H200's one, RDNA 3's default wave64. The
         // blocked attention forward's row reductions (subgroup shuffles) require the smallest size that holds a
-        // group of its threads (16 of them, 4 on lavapipe) on every device that can require one, which MoltenVK cannot.
+        // group of its threads (16 of them, 4 on lavapipe) on every device that can require one, which MoltenVK cannot;
+        // a decode step's key lanes (codegen::decode_lanes) the smallest that holds a key's head-dim quads, or the
+        // largest there is (Intel's 8 for the tiny SmolLM2's 4 quads, a head dim of 16).
         const std::map<std::string, std::set<uint32_t>> sizes = {
-            {"nvidia-h200", {32}}, {"amd-wave64", {32, 64}}, {"amd-wave32", {32}}, {"intel-arc", {16}}, {"lavapipe", {8}}};
+            {"nvidia-h200", {32}}, {"amd-wave64", {32, 64}}, {"amd-wave32", {32}}, {"intel-arc", {8, 16}}, {"lavapipe", {8}}};
         EXPECT_EQ(required_sizes, sizes.count(p.name) ? sizes.at(p.name) : std::set<uint32_t>{});
     }
 }
@@ -74,7 +76,7 @@ TEST(CapsProfiles, TheDecodeSplitFollowsTheComputeUnits) {
         for (const codegen::KernelSource& k : compiler::program_kernels(*decode.graph, profile("nvidia-h200"), {})) {
             if (k.label != "attention_chunks") continue;
             ++found;
-            EXPECT_EQ(k.choice, "row-wise, 3 rows per kv head, keys in " + std::to_string(chunks) +
+            EXPECT_EQ(k.choice, "key lanes, 3 rows per kv head, 16 lanes a key, keys in " + std::to_string(chunks) +
                                     " chunks of 64 (flash-decoding): 3 workgroups would underfill 132 compute units");
         }
         EXPECT_EQ(found, 30);

@@ -93,7 +93,7 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
 }
 
 // --decode writes generate's one-token step too (a causal LM's): its attention over the cache split into chunks of keys
-// (flash-decoding) where one workgroup a kv head would leave the device idle, and merged by a combine dispatch; with
+// (flash-decoding, key lanes) where one workgroup a kv head would leave the device idle, and merged by a combine dispatch; with
 // MEGANEURA_SPLIT_SUM=attention by the chunk kernel itself.
 TEST(ShadersCommand, DecodeWritesGeneratesStepOverTheCache) {
     for (const bool merged : {false, true}) {
@@ -107,7 +107,7 @@ TEST(ShadersCommand, DecodeWritesGeneratesStepOverTheCache) {
         EXPECT_NE(out.find("smollm2 decode for NVIDIA H200 (profile): "), std::string::npos) << out;
         std::ifstream list(tmp.dir() / "decode" / "dispatches.txt");
         const std::string text((std::istreambuf_iterator<char>(list)), std::istreambuf_iterator<char>());
-        EXPECT_NE(text.find("attention_chunks: row-wise"), std::string::npos) << text;
+        EXPECT_NE(text.find("attention_chunks: key lanes"), std::string::npos) << text;
         EXPECT_NE(text.find("(flash-decoding)"), std::string::npos) << text;
         EXPECT_EQ(text.find("attention_combine") != std::string::npos, !merged) << text;
     }

@@ -408,8 +408,17 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
         const AttentionTiles t = fit(tiles, s.head_dim, rows, s.kv_len, {1, 2, 1, 0});
         const KeySplit split = choose_key_split(s.kv_len, "keys", t, heads * blocks_of(rows, t.rows), kLongSweep);
         if (split.splits > 1) {
+            std::string why_not;
+            if (const std::optional<DecodeLanes> d = decode_lanes(s, t, rows, split.chunk, &why_not)) {
+                emit("attention", t, false, kDecodeChunks, split, d->extensions);
+                out.forward.required_subgroup_size = d->subgroup;
+                out.forward.choice = "key lanes, " + row_count + ", " + std::to_string(d->lanes) + " lanes a key" +
+                                     split_words(split, "keys", " (flash-decoding)") + not_coop;
+                return out;
+            }
             emit("attention", t, false, kRowwiseForward, split, "");
-            out.forward.choice = "row-wise, " + row_count + split_words(split, "keys", " (flash-decoding)") + not_coop;
+            out.forward.choice = "row-wise, " + row_count + split_words(split, "keys", " (flash-decoding)") +
+                                 "; key lanes declined: " + why_not + not_coop;
             return out;
         }
         not_split = split_words(split, "keys");

@@ -25,6 +25,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "codegen/attention_blocked.hpp"
+
 namespace mn::codegen {
 
 namespace {
@@ -169,6 +171,165 @@ void merge_row(uint row) {
     barrier();  // MergeRed is the next row's
 }
 )";
+
+// A decode step's chunk, key lanes: KL neighbouring invocations take one key row, each a head-dim quad (VPL of them
+// where the quads outnumber the lanes), so a key's row is one coalesced vec4 load and its score a sum over the lanes
+// in subgroup shuffles; the workgroup's NSLOT = WG / KL slots take the chunk's keys in turn, U keys a slot and step
+// (the loads of all U in flight before any is used), each slot keeping its rows' running max m, sum l and output sums.
+// No shared memory and no barrier until the chunk's end, where the slots' states merge: the slots of a subgroup in
+// shuffles, the subgroups' through shared memory, in a fixed order. The row-wise kernel staged each 64-key tile in
+// shared memory and every invocation of a row then looped over the tile's 64 scores and values alone: SmolLM2-135M's
+// chunks at 4K positions took 11.5 us a layer on an H100 for 6.3 MB of cache (bench/results/2026-12-06-session38-h100.md).
+// Needs ROWS <= BR (one block of rows a kv head), an f32 cache (q, k and v bindings 0 to 2) and full subgroups of SG.
+const char* const kDecodeChunks = R"(
+layout(std430, set = 0, binding = 1) readonly buffer B_k4 { vec4 d[]; } k4;
+layout(std430, set = 0, binding = 2) readonly buffer B_v4 { vec4 d[]; } v4;
+const uint QUADS = D / 4u;
+const uint NSLOT = WG / KL;
+const uint NSUB = WG / SG;
+shared float SubM[NSUB * BR];
+shared float SubL[NSUB * BR];
+shared vec4 SubA[NSUB * BR * QUADS];
+
+float lanes_sum(float x) {
+    [[unroll]] for (uint o = KL / 2u; o > 0u; o /= 2u) x += subgroupShuffleXor(x, o);
+    return x;
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, slot = lid / KL, lane = lid % KL;
+    uint g = mn_group_id();
+    if (g >= HEADS * SPLITS) return;
+    uint split = g % SPLITS, head = g / SPLITS;
+    uvec2 keys = chunk_of(key_range(0u, ROWS - 1u), split);
+    vec4 qv[BR][VPL], acc[BR][VPL];
+    float m[BR], l[BR];
+    int position[BR];
+    [[unroll]] for (uint r = 0u; r < BR; ++r) {
+        position[r] = query_start() + int(r % TQ);
+        m[r] = NEG_INF;
+        l[r] = 0.0;
+        [[unroll]] for (uint v = 0u; v < VPL; ++v) {
+            uint c = lane + v * KL, at = (head * ROWS + r) * D + 4u * c;
+            bool in_range = r < ROWS && c < QUADS;  // zero past them: a clamped quad adds nothing to a score
+            qv[r][v] = in_range ? vec4(q.d[at], q.d[at + 1u], q.d[at + 2u], q.d[at + 3u]) * scale() : vec4(0.0);
+            acc[r][v] = vec4(0.0);
+        }
+    }
+    for (uint base = keys.x; base < keys.y; base += NSLOT * U) {
+        vec4 kr[U][VPL], vr[U][VPL];
+        [[unroll]] for (uint u = 0u; u < U; ++u) {
+            uint row4 = (head * TK + min(base + slot + u * NSLOT, keys.y - 1u)) * QUADS;
+            [[unroll]] for (uint v = 0u; v < VPL; ++v) {
+                uint c = min(lane + v * KL, QUADS - 1u);
+                kr[u][v] = k4.d[row4 + c];
+                vr[u][v] = v4.d[row4 + c];
+            }
+        }
+        // A row's U scores first, then one rescale for all of them: no chain of exponentials from key to key.
+        [[unroll]] for (uint r = 0u; r < BR; ++r) {
+            if (r >= ROWS) break;
+            float s[U], step_max = NEG_INF;
+            [[unroll]] for (uint u = 0u; u < U; ++u) {
+                float dot_kq = 0.0;
+                [[unroll]] for (uint v = 0u; v < VPL; ++v) dot_kq += dot(qv[r][v], kr[u][v]);
+                dot_kq = lanes_sum(dot_kq);
+                uint j = base + slot + u * NSLOT;
+                s[u] = j < keys.y && sees(position[r], j) ? dot_kq : NEG_INF;
+                step_max = max(step_max, s[u]);
+            }
+            float m_new = max(m[r], step_max);
+            if (m_new != NEG_INF) {  // else nothing seen yet: acc and l stay 0
+                float alpha = exp(m[r] - m_new);
+                l[r] *= alpha;
+                [[unroll]] for (uint v = 0u; v < VPL; ++v) acc[r][v] *= alpha;
+                [[unroll]] for (uint u = 0u; u < U; ++u) {
+                    float p = exp(s[u] - m_new);
+                    l[r] += p;
+                    [[unroll]] for (uint v = 0u; v < VPL; ++v) acc[r][v] += p * vr[u][v];
+                }
+                m[r] = m_new;
+            }
+        }
+    }
+    // The slots of a subgroup into its first, then the subgroups' through shared memory (a slot that saw no key
+    // holds m = -inf and zero sums, so it weighs nothing).
+    [[unroll]] for (uint o = KL; o < SG; o *= 2u) {
+        [[unroll]] for (uint r = 0u; r < BR; ++r) {
+            float mo = subgroupShuffleXor(m[r], o), lo = subgroupShuffleXor(l[r], o), m_new = max(m[r], mo);
+            float a = m_new == NEG_INF ? 0.0 : exp(m[r] - m_new), b = m_new == NEG_INF ? 0.0 : exp(mo - m_new);
+            l[r] = l[r] * a + lo * b;
+            [[unroll]] for (uint v = 0u; v < VPL; ++v) acc[r][v] = acc[r][v] * a + subgroupShuffleXor(acc[r][v], o) * b;
+            m[r] = m_new;
+        }
+    }
+    uint sub = lid / SG;
+    if (lid % SG < KL) {
+        [[unroll]] for (uint r = 0u; r < BR; ++r) {
+            if (lane == 0u) {
+                SubM[sub * BR + r] = m[r];
+                SubL[sub * BR + r] = l[r];
+            }
+            [[unroll]] for (uint v = 0u; v < VPL; ++v) {
+                uint c = lane + v * KL;
+                if (c < QUADS) SubA[(sub * BR + r) * QUADS + c] = acc[r][v];
+            }
+        }
+    }
+    barrier();
+    // The chunk's record per row (the combine's): unnormalized sums, then m and l.
+    for (uint f = lid; f < ROWS * QUADS; f += WG) {
+        uint r = f / QUADS, c = f % QUADS;
+        float mm = NEG_INF;
+        for (uint b = 0u; b < NSUB; ++b) mm = max(mm, SubM[b * BR + r]);
+        float ll = 0.0;
+        vec4 a = vec4(0.0);
+        for (uint b = 0u; b < NSUB; ++b) {
+            float mb = SubM[b * BR + r], w = mb == NEG_INF ? 0.0 : exp(mb - mm);
+            ll += w * SubL[b * BR + r];
+            a += w * SubA[(b * BR + r) * QUADS + c];
+        }
+        uint pbase = ((head * ROWS + r) * SPLITS + split) * (D + 2u);
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) part.d[pbase + 4u * c + i] = a[i];
+        if (c == 0u) {
+            part.d[pbase + D] = mm;
+            part.d[pbase + D + 1u] = ll;
+        }
+    }
+#ifdef COMBINE
+    combine_block(head, 0u, head);
+#endif
+}
+)";
+
+std::optional<DecodeLanes> decode_lanes(const AttentionSpec& s, const AttentionTiles& t, int64_t rows, uint32_t chunk,
+                                        std::string* why_not) {
+    const auto no = [&](std::string why) {
+        *why_not = std::move(why);
+        return std::nullopt;
+    };
+    if (s.dtype != DType::F32) return no("not an f32 cache");
+    if (s.head_dim % 4) return no("head dim " + std::to_string(s.head_dim) + " is not in quads");
+    if (rows > std::min<int64_t>(t.rows, kDecodeMaxRows))
+        return no(std::to_string(rows) + " rows per kv head are more than " + std::to_string(std::min<int64_t>(t.rows, kDecodeMaxRows)));
+    if (!t.shuffle_max_subgroup) return no("no subgroup shuffles of a required size");
+    const uint32_t quads = checked_u32(s.head_dim / 4, "attention head dim"), threads = t.rows * t.threads_per_row;
+    const uint32_t lanes = std::min(std::bit_floor(quads), t.shuffle_max_subgroup);
+    const uint32_t subgroup = group_shuffle_subgroup(lanes, threads, t.shuffle_min_subgroup, t.shuffle_max_subgroup);
+    if (!subgroup) return no(std::to_string(threads) + " threads are not whole subgroups of at least " + std::to_string(lanes));
+    const uint32_t per_lane = (quads + lanes - 1) / lanes;
+    const uint64_t shared = 4ull * (threads / subgroup) * t.rows * (2 + 4ull * quads);
+    if (shared > t.shared_bytes) return no("its " + std::to_string(shared) + " bytes of shared memory are too many");
+    // U keys a slot in flight: as many as a chunk gives each slot, at most 8, fewer where each is several quads a lane
+    // or there are many rows (registers).
+    const uint32_t slots = threads / lanes, most = std::max<uint32_t>(1, 8 / per_lane / (t.rows > 4 ? 2 : 1));
+    const uint32_t keys_in_flight = std::clamp<uint32_t>((chunk + slots - 1) / slots, 1, most);
+    DecodeLanes d{.lanes = lanes, .subgroup = subgroup};
+    d.extensions = "#extension GL_KHR_shader_subgroup_shuffle : require\n#define KL " + std::to_string(lanes) + "u\n#define VPL " +
+                   std::to_string(per_lane) + "u\n#define SG " + std::to_string(subgroup) + "u\n#define U " +
+                   std::to_string(keys_in_flight) + "u\n";
+    return d;
+}
 
 std::string merge_lanes_glsl(int64_t head_dim, uint32_t lane_threads) {
     const uint32_t columns = std::min(std::bit_ceil(checked_u32(head_dim, "attention head dim")), lane_threads);

@@ -2,6 +2,7 @@
 // chunks the keys are split into, and the kernel that merges the chunks.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "codegen/families.hpp"
@@ -46,5 +47,18 @@ uint32_t combine_threads(uint32_t splits, const Launch& launch);
 // lane_threads, every invocation calling it. Needs D, SPLITS, NEG_INF, STORE, WG, out_row and the bindings part, o, lse;
 // declares shared memory of lane_threads floats.
 std::string merge_lanes_glsl(int64_t head_dim, uint32_t lane_threads);
+
+// The key-lanes chunk kernel of a decode step (kDecodeChunks: GLSL after the row-wise kernels' shared definitions, with
+// `extensions` right after #version): an f32 cache whose head dim comes in quads, at most kDecodeMaxRows rows per kv head
+// (all in one block of the tiles' rows), a device that shuffles in subgroups of a required size; `chunk` keys a
+// workgroup. `lanes` invocations take a key, in subgroups of `subgroup`; nothing where it declines, `why_not` saying why.
+struct DecodeLanes {
+    uint32_t lanes = 0, subgroup = 0;
+    std::string extensions;
+};
+constexpr int64_t kDecodeMaxRows = 8;
+std::optional<DecodeLanes> decode_lanes(const AttentionSpec& spec, const AttentionTiles& tiles, int64_t rows, uint32_t chunk,
+                                        std::string* why_not);
+extern const char* const kDecodeChunks;
 
 }  // namespace mn::codegen
