@@ -3,9 +3,12 @@
 // whole cost, and at the sizes of a decode step (576 x 576 f32 is 1.3 MB: 0.3 us at 4 TB/s) that
 // cost is latency, not bandwidth. So:
 //   - the grid is wide: each thread group takes R outputs, with R as small as keeps the device
-//     full (2 workgroups per compute unit), so a 576-output product is 72 workgroups, not 18;
+//     full (2 workgroups per compute unit), so a 576-output product is 144 workgroups, not 18;
 //   - KS threads split one output's k range, KS chosen so that each thread has at most kUnroll
-//     loads of W to make;
+//     loads of W to make: 4 each, where 8 made half as many workgroups of a decode step's products
+//     wait on their loads (on an H100, SmolLM2-135M's decode at 4K positions 1.146 -> 1.092 ms a
+//     token, its GEMVs' GPU time 840 -> 756 us; 2 and 1 were slower again:
+//     bench/results/2026-12-06-session38-h100.md);
 //   - the k loop is unrolled kUnroll deep with clamped indices (a term past K is multiplied by
 //     zero, never branched around), so all of a thread's loads are in flight at once instead of
 //     one memory round trip per iteration;
@@ -36,7 +39,7 @@ namespace mn::codegen::matmul_detail {
 namespace {
 
 constexpr uint32_t kThreads = 256;
-constexpr uint32_t kUnroll = 8;  // loads of W per thread and loop iteration
+constexpr uint32_t kUnroll = 4;  // loads of W per thread and loop iteration
 
 const char* const kBody = R"(
 #if PAIRED
