@@ -92,6 +92,7 @@ TEST_F(CliErrorsTest, NumbersInFlagsAreParsedWholeAndInRange) {
     expect_user_error("train fashion-mnist --lr 1e999", "option --lr is 1e999, expected at least 0");
     expect_user_error("train fashion-mnist --seed -1", "option --seed is -1, expected at least 0");
     expect_user_error("generate --tokens 1 --max-new 5x", "option --max-new needs an integer, got '5x'");
+    expect_user_error("generate --size tiny --tokens 1 --precision medium", "option --precision is 'medium', expected one of strict, fast");
 }
 
 // --distributed where the MPI plugin is missing (a build without MPI, or a machine without libmpi): one

@@ -111,7 +111,7 @@ int run_generate(const Flags& f) {
 
     const Device device = Device::open();
     models::Generator generator(device, c, prompt_len, prompt_len + max_new, m.weights,
-                                adapter ? adapter->tensors : io::TensorMap{});
+                                adapter ? adapter->tensors : io::TensorMap{}, parse_precision(f));
     if (!f.on("no-warmup")) {
         // As llama.cpp does: both programs run once before anything is timed, since a program's
         // first run pays for what the driver defers to it, which is not the speed of generation
@@ -167,7 +167,8 @@ const Command generate_command = {
                               {"seed", "0", "S", "the sampler's random seed"},
                               {"ignore-eos", "false", "", "go on past end-of-sequence tokens"},
                               {"no-warmup", "false", "", "time the programs' first runs (by default each runs once untimed first)"},
-                              {"adapter", "", "DIR", "a LoRA adapter in PEFT's format (finetune's output) on the folder's model"}}),
+                              {"adapter", "", "DIR", "a LoRA adapter in PEFT's format (finetune's output) on the folder's model"},
+                              precision_option()}),
     .run = run_generate,
 };
 

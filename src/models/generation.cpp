@@ -29,13 +29,13 @@ int32_t Sampler::next(const float* logits, int64_t vocab) {
 }
 
 Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_len, int64_t cache_len,
-                     const std::vector<std::string>& weights, const io::TensorMap& adapter)
+                     const std::vector<std::string>& weights, const io::TensorMap& adapter, Precision precision)
     : c_(c), prompt_len_(prompt_len), prefill_model_(build_llama_cached(c, 1, prompt_len, cache_len)),
       decode_model_(build_llama_cached(c, 1, 1, cache_len)) {
     check_fits_device(*prefill_model_.graph, device, "smollm2");
     // The prefill's parameters come from the weights and the adapter where there are weights, the decode step's
     // from the prefill: neither draws initial values it would overwrite.
-    CompileOptions options{.read_back = std::vector<std::string>{"logits"}};
+    CompileOptions options{.precision = precision, .read_back = std::vector<std::string>{"logits"}};
     if (!weights.empty()) options.skip_init = CompileOptions::every_parameter;
     prefill_ = compile(*prefill_model_.graph, device, options);
     options.skip_init = CompileOptions::every_parameter;

@@ -34,10 +34,11 @@ private:
 class Generator {
 public:
     // Compiles both programs for a prompt of `prompt_len` tokens and a cache of `cache_len` positions
-    // and loads `weights` (an mn::Error before compiling when the sizes do not fit), then, when c.lora
-    // is on, the adapter's tensors (every one of c.lora's, by graph parameter name).
+    // in `precision` and loads `weights` (an mn::Error before compiling when the sizes do not fit), then,
+    // when c.lora is on, the adapter's tensors (every one of c.lora's, by graph parameter name).
     Generator(const Device& device, const LlamaConfig& c, int64_t prompt_len, int64_t cache_len,
-              const std::vector<std::string>& weights, const io::TensorMap& adapter = {});
+              const std::vector<std::string>& weights, const io::TensorMap& adapter = {},
+              Precision precision = Precision::Strict);
     // The logits [vocab] after the whole prompt (prompt_len tokens).
     std::vector<float> prefill(const std::vector<int32_t>& prompt);
     // The logits after `token` at `position` (the prompt's length, then one more each call).
