@@ -222,7 +222,12 @@ def main(argv):
     if min(lengths) < new[1] + 2 or min(lengths) < args.warmup + args.steps:
         ap.error(f"positions must be at least {max(new[1] + 2, args.warmup + args.steps)}")
 
-    report = {"size": args.size, "device": device, "torch": torch.__version__, "torch_attention": args.torch_attention,
+    # What a record needs to be read later (bench/README.md): when, which binary, on what, by which command.
+    version = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout
+    commit = re.search(r"commit (\S+)", version)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "meganeura_commit": commit.group(1) if commit else None,
+              "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "command": " ".join(sys.argv),
+              "size": args.size, "device": device, "torch": torch.__version__, "torch_attention": args.torch_attention,
               "self_check": self_check(args.torch_attention), "notes": [], "lengths": {}}
     modes = ["eager"]
     if device == "cuda" and hasattr(torch, "compile"):
