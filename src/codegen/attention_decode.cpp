@@ -5,8 +5,9 @@
 // unit. Every forward kernel, row-wise, blocked or cooperative, splits its keys the same way, and the
 // backward kernels their sweeps: attention.cpp.)
 // So the keys are split: workgroup (head, block, chunk) runs the row-wise forward (attention_rowwise.cpp,
-// SPLIT) over one chunk of the keys its rows can see, every query head of the kv head still sharing
-// each staged K/V tile, and stores the chunk's unnormalized output sums, running max m and sum l.
+// SPLIT; a decode step's few rows the key-lanes kernel here, kDecodeChunks) over one chunk of the keys its rows can
+// see, every query head of the kv head still sharing each K/V row it loads, and stores the chunk's unnormalized output
+// sums, running max m and sum l.
 // The combine kernel here merges a row's chunks exactly: with M = max m_i,
 //     out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i,   lse = M + log(sum_i exp(m_i - M) l_i),
 // in a fixed order (no atomic additions): the same inputs give the same bits. Or, where AttentionTiles::last_chunk_merges

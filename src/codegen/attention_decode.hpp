@@ -1,5 +1,5 @@
-// Flash-decoding's two halves that attention.cpp does not hold (see attention_decode.cpp): how many
-// chunks the keys are split into, and the kernel that merges the chunks.
+// What of flash-decoding attention.cpp does not hold (see attention_decode.cpp): how many chunks the
+// keys are split into, a decode step's chunk kernel on key lanes, and the kernel that merges the chunks.
 #pragma once
 
 #include <optional>
