@@ -367,6 +367,32 @@ TEST_F(FinetuneTest, TheLastStepTrains) {
     EXPECT_EQ(adapted, 8);
 }
 
+// --precision fast trains and evaluates in precision fast: on a device with cooperative matrices its forward products
+// on f16 tiles and its gradients scaled into f16, so its losses follow strict's to within the benchmark protocol's
+// forward gate (1% relative, bench/README.md); where fast has no cooperative matrices it is strict, to the digit.
+TEST_F(FinetuneTest, FastPrecisionFollowsStrict) {
+    MN_REQUIRE_TORCH();
+    TempDir dir("finetune");
+    const std::string base = dir.path("base");
+    make_tiny_folder(base);
+    write_apache_text(dir.path("d.txt"));
+    std::vector<double> losses[2];
+    for (const char* precision : {"strict", "fast"}) {
+        int status = 0;
+        const std::string log = meganeura("finetune -m " + base + " --data " + dir.path("d.txt") + " --seq 16 --batch 2 --lora-rank 4 " +
+                                              "--lr 1e-2 --steps 4 --precision " + precision + " --out " + dir.path(precision),
+                                          &status);
+        ASSERT_EQ(status, 0) << log;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(log, m, std::regex("loss ([0-9.]+) -> ([0-9.]+), held-out loss ([0-9.]+) -> ([0-9.]+)"))) << log;
+        for (size_t i = 1; i <= 4; ++i) losses[precision[0] == 'f'].push_back(std::stod(m[i]));
+    }
+    for (size_t i = 0; i < 4; ++i) {
+        if (coop_device()) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-2 * losses[0][i]) << "loss " << i;
+        else EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+    }
+}
+
 // A model whose weights give a non-finite loss is refused at the first evaluation, naming the
 // weights; it stopped at step 1 with "the loss is nan; OUT/checkpoint.safetensors keeps the last
 // evaluated state", a file no new run had written.

@@ -55,7 +55,8 @@ int run_image_finetune(const Flags& f) {
         .weights = weights, .data = f.required("data"), .out = output_folder(f), .epochs = f.integer("epochs", 1, INT32_MAX),
         .batch = f.integer("batch", 1, 1 << 16), .image_size = f.integer("image-size", 32, 1 << 14), .lr = f.real("lr", 0, 10),
         .weight_decay = f.real("weight-decay", 0, 10), .seed = static_cast<uint64_t>(f.integer("seed", 0)),
-        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty(), .world = join_world(f)};
+        .augment = f.on("augment"), .train_bn = f.on("train-bn"), .resume = !f.str("resume").empty(),
+        .precision = parse_precision(f), .world = join_world(f)};
     if (run.train_bn && run.batch < 2) throw Error("--train-bn normalizes with batch statistics: give --batch 2 or more");
     const Device device = run.world ? run.world->open_device() : Device::open();
     const train::FinetuneResult r = train::finetune_images(device, run);
@@ -78,7 +79,7 @@ int run_finetune(const Flags& f) {
                            .eval_every = f.integer("eval-every", 0, INT32_MAX), .lr = f.real("lr", 0, 10),
                            .weight_decay = f.real("weight-decay", 0, 10),
                            .seed = static_cast<uint64_t>(f.integer("seed", 0)), .resume = !f.str("resume").empty(),
-                           .merge = f.on("merge")};
+                           .merge = f.on("merge"), .precision = parse_precision(f)};
     run.lora.rank = f.integer("lora-rank", 0, 1 << 16);
     run.lora.alpha = f.real("lora-alpha", 0);
     run.lora.targets = split_list(f.str("lora-targets"));
@@ -131,6 +132,7 @@ const Command finetune_command = {
                 {"eval-every", "0", "N", "evaluate and checkpoint every N steps too; 0: at the end (text)"},
                 {"seed", "0", "S", "the order of the blocks or images, and the new parameters' initialization"},
                 {"merge", "false", "", "also write OUT/merged, the base with the adapter merged in"},
+                precision_option(),
                 kDistributed,
                 kBucketMb},
     .run = run_finetune,

@@ -125,6 +125,7 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     const int64_t total = run.steps > 0 ? run.steps : run.epochs * per_epoch;
     CompileOptions options = training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
                                                            .total_steps = total, .seed = run.seed});
+    options.precision = run.precision;
     if (run.world) options.data_parallel = run.world->exchange();
     const auto is_adapter = [&](const std::string& name) { return run.lora.on() && models::is_lora_parameter(name); };
     const auto loaded = [&](const std::string& name) { return !is_adapter(name); };  // from the folder's weights
@@ -141,7 +142,7 @@ FinetuneResult finetune(const Device& device, const FinetuneRun& run) {
     if (run.resume) train.load({checkpoint}, [&](const std::string& name) { return frozen.count(name) > 0; });
 
     models::BuiltModel eval_model = models::build_causal_lm(c, shape);
-    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"loss"}, .skip_init = loaded});
+    Session eval = compile(*eval_model.graph, device, {.precision = run.precision, .read_back = std::vector<std::string>{"loss"}, .skip_init = loaded});
     eval.load(folder.weights, is_adapter);
 
     if (shard.root()) print_plan(folder.dir, trainable,

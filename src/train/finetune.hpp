@@ -29,6 +29,7 @@ struct FinetuneRun {
     uint64_t seed = 0;
     bool resume = false;      // continue from out/checkpoint.safetensors
     bool merge = false;       // LoRA: also write the merged model folder
+    Precision precision = Precision::Strict;  // of the training step and of the evaluation
     // Data parallel (--distributed): `batch` blocks per process, each step's batch * size() blocks those a
     // single process of that batch would take, in rank order; rank 0 alone writes OUT (StepLoop::world).
     distributed::World* world = nullptr;

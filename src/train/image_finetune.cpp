@@ -118,6 +118,7 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
     const int64_t total = run.epochs * per_epoch;
     CompileOptions options = training_options(model.loss, {.lr = run.lr, .weight_decay = run.weight_decay,
                                                            .total_steps = total, .seed = run.seed});
+    options.precision = run.precision;
     if (run.world) options.data_parallel = run.world->exchange();
     const auto loaded = [&](const std::string& name) { return !is_head(name); };  // from --weights
     options.skip_init = loaded;
@@ -125,7 +126,7 @@ FinetuneResult finetune_images(const Device& device, const ImageFinetuneRun& run
     train.load({run.weights}, is_head);
     if (run.resume) train.load(checkpoint);
     models::BuiltModel eval_model = models::build_resnet(config, images);
-    Session eval = compile(*eval_model.graph, device, {.read_back = std::vector<std::string>{"logits"}, .skip_init = loaded});
+    Session eval = compile(*eval_model.graph, device, {.precision = run.precision, .read_back = std::vector<std::string>{"logits"}, .skip_init = loaded});
     eval.load({run.weights}, is_head);
 
     if (shard.root()) {

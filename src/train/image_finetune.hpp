@@ -34,6 +34,7 @@ struct ImageFinetuneRun {
     bool augment = false; // training images through RandomResizedCrop and RandomHorizontalFlip (io/image.hpp)
     bool train_bn = false; // batch norms on batch statistics while training, updating the running ones
     bool resume = false;  // continue from out/checkpoint.safetensors
+    Precision precision = Precision::Strict;  // of the training step and of the evaluation
     // Data parallel (--distributed): `batch` images per process, as FinetuneRun::world says for blocks.
     distributed::World* world = nullptr;
 };
