@@ -2,12 +2,14 @@
 """Per-token decode time of SmolLM2-135M at long positions: meganeura beside PyTorch with a static KV cache.
 
   decode_bench.py MEGANEURA_BINARY [--positions 4096,8192] [--size full|tiny] [--repeat 3] [--new 9,265]
-                  [--steps 100] [--warmup 10] [--torch-attention sdpa|manual] [--device auto|cuda|cpu]
-                  [--json FILE]
+                  [--precision strict|fast] [--steps 100] [--warmup 10] [--torch-attention sdpa|manual]
+                  [--device auto|cuda|cpu] [--json FILE]
 
 On the H200: bench/decode_bench.sh build/meganeura   (sources scripts/gpu-env.sh, then runs this).
 
-Random weights and random prompt ids; f32 everywhere (strict: TF32 off in PyTorch).
+Random weights and random prompt ids; f32 everywhere (strict: TF32 off in PyTorch). --precision fast runs
+`meganeura generate --precision fast` (f16 copies of the weights in the decode step's GEMVs where the device has
+cooperative matrices) beside the same f32 PyTorch.
 
 meganeura: `meganeura generate` (the decode program, one submit per token, the logits read back and
 the next token picked on the host, as a user runs it) with a cache of exactly L positions, twice:
@@ -57,12 +59,12 @@ GENERATION = re.compile(r"generation: (\d+) tokens, (\d+) decoding runs in ([0-9
 
 # ---- meganeura ----
 
-def generate_ms(binary, size, prompt_len, new, vocab, seed):
+def generate_ms(binary, size, prompt_len, new, vocab, seed, precision):
     """The generation time and decoding runs `meganeura generate` reports for a random prompt of prompt_len ids."""
     rng = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (prompt_len,), generator=rng).tolist()
     cmd = [binary, "generate", "--model", "smollm2", "--size", size, "--tokens", ",".join(map(str, ids)),
-           "--max-new", str(new), "--ignore-eos"]
+           "--max-new", str(new), "--ignore-eos", "--precision", precision]
     done = subprocess.run(cmd, capture_output=True, text=True)
     match = GENERATION.search(done.stderr)
     if done.returncode != 0 or not match:
@@ -72,12 +74,12 @@ def generate_ms(binary, size, prompt_len, new, vocab, seed):
     return float(match.group(3)), int(match.group(2))
 
 
-def meganeura_per_token(binary, size, length, repeat, vocab, new):
+def meganeura_per_token(binary, size, length, repeat, vocab, new, precision):
     small_new, big_new = new
     pairs = []
     for r in range(repeat):
-        small, small_runs = generate_ms(binary, size, length - small_new, small_new, vocab, seed=2 * r)
-        big, big_runs = generate_ms(binary, size, length - big_new, big_new, vocab, seed=2 * r + 1)
+        small, small_runs = generate_ms(binary, size, length - small_new, small_new, vocab, 2 * r, precision)
+        big, big_runs = generate_ms(binary, size, length - big_new, big_new, vocab, 2 * r + 1, precision)
         pairs.append({"small_ms": small, "big_ms": big, "per_token_ms": (big - small) / (big_runs - small_runs),
                       "big_ms_per_run": big / big_runs})
     estimates = [p["per_token_ms"] for p in pairs]
@@ -203,6 +205,7 @@ def main(argv):
     ap.add_argument("--size", default="full", choices=["full", "tiny"])
     ap.add_argument("--repeat", type=int, default=3, help="meganeura: pairs of generate runs")
     ap.add_argument("--new", default="9,265", help="meganeura: --max-new of the pair's two runs")
+    ap.add_argument("--precision", default="strict", choices=["strict", "fast"], help="meganeura generate's")
     ap.add_argument("--steps", type=int, default=100, help="PyTorch: timed decode steps")
     ap.add_argument("--warmup", type=int, default=10, help="PyTorch: untimed steps first (the compile)")
     ap.add_argument("--torch-attention", default="sdpa" if has_gqa_sdpa() else "manual", choices=["sdpa", "manual"])
@@ -227,6 +230,7 @@ def main(argv):
     commit = re.search(r"commit (\S+)", version)
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "meganeura_commit": commit.group(1) if commit else None,
               "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "command": " ".join(sys.argv),
+              "precision": args.precision,
               "size": args.size, "device": device, "torch": torch.__version__, "torch_attention": args.torch_attention,
               "self_check": self_check(args.torch_attention), "notes": [], "lengths": {}}
     modes = ["eager"]
@@ -236,13 +240,14 @@ def main(argv):
         report["notes"].append(f"PyTorch torch.compile(mode=\"reduce-overhead\") with CUDA graphs: skipped, it needs "
                                f"CUDA and torch.compile (here {device}, torch {torch.__version__})")
     for length in lengths:
-        row = {"meganeura": meganeura_per_token(os.path.abspath(args.binary), args.size, length, args.repeat, vocab, new)}
+        row = {"meganeura": meganeura_per_token(os.path.abspath(args.binary), args.size, length, args.repeat, vocab, new,
+                                                args.precision)}
         for mode in modes:
             row["torch_" + mode] = torch_per_step(args.size, length, mode, args.torch_attention, device,
                                                   args.warmup, args.steps)
         report["lengths"][str(length)] = row
 
-    print(f"SmolLM2-135M ({args.size}) decode, f32, ms per token; PyTorch {torch.__version__} on {device}, "
+    print(f"SmolLM2-135M ({args.size}) decode, meganeura {args.precision}, PyTorch f32, ms per token; PyTorch {torch.__version__} on {device}, "
           f"attention {args.torch_attention}")
     print("| positions | meganeura (median, spread of pairs) | " +
           " | ".join(f"PyTorch {m} (median / mean)" for m in modes) + " |")
