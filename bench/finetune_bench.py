@@ -339,9 +339,9 @@ def generation_times(timed, module, args):
 
 
 def run_torch(args):
-    from torch_bench import rendezvous, set_tf32
+    from torch_bench import rendezvous, set_backends
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    set_tf32(False)
+    set_backends(args.precision == "fast")  # the protocol's fast cells: TF32 matmuls
     report = {"schema": SCHEMA, "job": args.job, "mode": args.mode, "torch_version": torch.__version__,
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "notes": []}
     if args.mode == "compile" and not hasattr(torch, "compile"):
@@ -535,6 +535,7 @@ def main(argv):
     t.add_argument("--lora-alpha", type=float, default=16)
     t.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj")
     t.add_argument("--deadline", type=float, default=0)
+    t.add_argument("--precision", choices=["strict", "fast"], default="strict", help="fast: TF32 matmuls")
     t.add_argument("--processes", type=int, default=1)
     t.add_argument("--rendezvous")
     r = sub.add_parser("report")

@@ -6,7 +6,10 @@
 #
 #   bench/finetune_bench.sh MEGANEURA_BINARY [--out DIR] [--budget 300] [--steps 50] [--warmup 10]
 #                           [--batch 8] [--seq 256] [--max-new 128] [--repeat 3] [--size full|tiny]
-#                           [--text-kb 300] [--no-gpu-env]
+#                           [--text-kb 300] [--precision strict|fast] [--no-gpu-env]
+#
+# --precision fast: meganeura finetune and generate in precision fast (their products on cooperative matrices where the
+# device has them), PyTorch with TF32 matmuls, as run_gpu.sh's fast cells; strict (the default): f32 on both sides.
 #
 # Run from anywhere; it works in the repository root and sources scripts/gpu-env.sh (--no-gpu-env:
 # not, to try it on a development machine with --size tiny; PYTHON=/usr/bin/python3 there). The model
@@ -28,6 +31,7 @@ usage() { sed -n '7,9p' "$0" | sed 's/^# *//'; exit 2; }
 BINARY=$(realpath "$1"); shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="" BUDGET=300 STEPS=50 WARMUP=10 BATCH=8 SEQ=256 MAX_NEW=128 REPEAT=3 SIZE=full TEXT_KB=300 GPU_ENV=1
+PRECISION=strict
 RANK=8 TARGETS=q_proj,k_proj,v_proj,o_proj
 REPORT_SECONDS=10
 while [ $# -gt 0 ]; do
@@ -42,15 +46,17 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     --text-kb) TEXT_KB=$2; shift 2 ;;
+    --precision) PRECISION=$2; shift 2 ;;
     --no-gpu-env) GPU_ENV=0; shift ;;
     *) usage ;;
   esac
 done
+case "$PRECISION" in strict|fast) ;; *) echo "finetune_bench.sh: --precision is strict or fast" >&2; exit 2 ;; esac
 [ -x "$BINARY" ] || { echo "finetune_bench.sh: $BINARY is not an executable" >&2; exit 2; }
 [ "$WARMUP" -ge 1 ] && [ "$WARMUP" -lt "$STEPS" ] || { echo "finetune_bench.sh: need 1 <= --warmup < --steps" >&2; exit 2; }
 STAMP=$(date -u +%Y-%m-%d)
 OUT=${OUT:-$ROOT/bench/results/$STAMP-finetune-h200}
-COMMAND="bench/finetune_bench.sh $(basename "$BINARY") --budget $BUDGET --steps $STEPS --warmup $WARMUP --batch $BATCH --seq $SEQ --max-new $MAX_NEW --repeat $REPEAT --size $SIZE --text-kb $TEXT_KB"
+COMMAND="bench/finetune_bench.sh $(basename "$BINARY") --budget $BUDGET --steps $STEPS --warmup $WARMUP --batch $BATCH --seq $SEQ --max-new $MAX_NEW --repeat $REPEAT --size $SIZE --text-kb $TEXT_KB --precision $PRECISION"
 PYTHON=${PYTHON:-python3}
 START=$(date +%s)
 DEADLINE=$((START + BUDGET - REPORT_SECONDS))
@@ -74,22 +80,22 @@ step "prepare" 90 "$WORK/prepare.log" "$PYTHON" bench/finetune_bench.py prepare 
 step "tokenize" 30 "$WORK/tokenize.log" sh -c "'$BINARY' tokenize -m '$MODEL' --file '$WORK/data.txt' > '$WORK/ids.txt' &&
   '$BINARY' tokenize -m '$MODEL' --file '$WORK/prompt.txt' > '$WORK/prompt_ids.txt'" || exit 1
 
-TRAIN=(--steps "$STEPS" --batch "$BATCH" --seq "$SEQ")
+TRAIN=(--steps "$STEPS" --batch "$BATCH" --seq "$SEQ" --precision "$PRECISION")
 LORA=(--lora-rank "$RANK" --lora-targets "$TARGETS")
 step "meganeura LoRA" 120 "$WORK/mn-lora.log" "$BINARY" finetune -m "$MODEL" --data "$WORK/data.txt" --out "$WORK/mn-lora" "${TRAIN[@]}" "${LORA[@]}"
 step "meganeura full" 120 "$WORK/mn-full.log" "$BINARY" finetune -m "$MODEL" --data "$WORK/data.txt" --out "$WORK/mn-full" "${TRAIN[@]}"
 PROMPT=$(cat "$WORK/prompt.txt")
 for i in $(seq "$REPEAT"); do
   step "meganeura generate $i" 60 "$WORK/mn-generate-base-$i.log" \
-    "$BINARY" generate -m "$MODEL" --prompt "$PROMPT" --max-new "$MAX_NEW" --ignore-eos
+    "$BINARY" generate -m "$MODEL" --prompt "$PROMPT" --max-new "$MAX_NEW" --ignore-eos --precision "$PRECISION"
   if [ -s "$WORK/mn-lora/adapter_model.safetensors" ]; then
     step "meganeura generate --adapter $i" 60 "$WORK/mn-generate-adapter-$i.log" \
-      "$BINARY" generate -m "$MODEL" --adapter "$WORK/mn-lora" --prompt "$PROMPT" --max-new "$MAX_NEW" --ignore-eos
+      "$BINARY" generate -m "$MODEL" --adapter "$WORK/mn-lora" --prompt "$PROMPT" --max-new "$MAX_NEW" --ignore-eos --precision "$PRECISION"
   fi
 done
 
 TORCH=(--steps "$STEPS" --warmup "$WARMUP" --batch "$BATCH" --seq "$SEQ" --lora-rank "$RANK" --lora-targets "$TARGETS"
-       --max-new "$MAX_NEW" --repeat "$REPEAT" --deadline "$DEADLINE")
+       --max-new "$MAX_NEW" --repeat "$REPEAT" --deadline "$DEADLINE" --precision "$PRECISION")
 for job in lora full generate; do
   step "PyTorch $job eager" 120 "$WORK/torch-$job-eager.log" "$PYTHON" bench/finetune_bench.py torch "$WORK" --job "$job" --mode eager "${TORCH[@]}"
 done
@@ -119,6 +125,6 @@ COMMIT=${MEGANEURA_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null |
 DEVICE=$("$BINARY" devices 2>/dev/null | head -n 1)
 timeout -k 5 60 "$PYTHON" bench/finetune_bench.py report "$WORK" --out "$OUT" --warmup "$WARMUP" \
   --meta "date=$STAMP" --meta "commit=$COMMIT" --meta "command=$COMMAND" --meta "device=$DEVICE" \
-  --meta "lora_rank=$RANK" --meta "lora_targets=$TARGETS" --meta "batch=$BATCH" --meta "seq=$SEQ" --meta "steps=$STEPS" \
+  --meta "precision=$PRECISION" --meta "lora_rank=$RANK" --meta "lora_targets=$TARGETS" --meta "batch=$BATCH" --meta "seq=$SEQ" --meta "steps=$STEPS" \
   --meta "warmup=$WARMUP" --meta "max_new=$MAX_NEW" --meta "wall time=$(( $(date +%s) - START )) s" --notes "$NOTES"
 echo "written: $OUT/finetune.md and $OUT/finetune.json (work in $WORK)"

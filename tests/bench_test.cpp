@@ -29,7 +29,7 @@ json read_json(const std::string& path) {
     return f.good() ? json::parse(f) : json();
 }
 
-std::string python(const std::string& script) { return "/usr/bin/python3 '" + kSource + "/bench/" + script + "'"; }
+std::string python(const std::string& script) { return reference_python() + " '" + kSource + "/bench/" + script + "'"; }
 
 void expect_summary(const json& s, int runs, const std::string& what) {
     ASSERT_TRUE(s.is_object()) << what;
@@ -185,7 +185,7 @@ TEST(Bench, MlpEndToEndWithGates) {
     EXPECT_EQ(merged["meta"]["runs"].size(), 2u);
 
     // A gradient 20% off must fail the gate and be named as the worst parameter.
-    ASSERT_EQ(exit_status("cd '" + kSource + "/tests/torch' && /usr/bin/python3 -c \"from safetensors_io import *; "
+    ASSERT_EQ(exit_status("cd '" + kSource + "/tests/torch' && " + reference_python() + " -c \"from safetensors_io import *; "
                           "p='" + cell + "/outputs.safetensors'; d=read_safetensors(p); "
                           "d['grad.fc2.weight']=d['grad.fc2.weight']*1.2; write_safetensors(p, d)\""),
               0);

@@ -20,7 +20,7 @@ void expect_matches_torch(const std::string& model, const std::string& output, i
     MN_REQUIRE_TORCH();
     TempDir dir("conv-" + model);
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/conv_reference.py";
-    const std::string make = "/usr/bin/python3 '" + script + "' " + model + " tiny '" + dir.path("") + "' --batch " +
+    const std::string make = reference_python() + " '" + script + "' " + model + " tiny '" + dir.path("") + "' --batch " +
                              std::to_string(batch) + " --hw " + std::to_string(hw);
     ASSERT_EQ(std::system(make.c_str()), 0) << make;
     const std::string run = std::string("'") + MEGANEURA_BINARY + "' forward --model " + model +

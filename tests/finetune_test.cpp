@@ -131,7 +131,7 @@ TEST_F(FinetuneTest, LoraLowersTheLossExportsPeftAndResumes) {
     for (const char* f : {"adapter_model.safetensors", "adapter_config.json", "checkpoint.safetensors", "loss.csv", "loss.svg",
                           "merged/model.safetensors", "merged/config.json", "merged/tokenizer.json"})
         EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
-    const std::string check = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && /usr/bin/python3 "
+    const std::string check = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && " + reference_python() + " "
                                           "check_peft_export.py " + base + " " + out, &status);
     EXPECT_EQ(status, 0) << check;
 

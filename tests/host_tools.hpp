@@ -8,14 +8,20 @@
 
 namespace mn::test {
 
-// /usr/bin/python3 with torch, torchvision and numpy: the reference scripts' interpreter. The test
-// command installs them (scripts/setup.sh), so a test that needs them fails without them.
+// The reference scripts' interpreter, with torch, torchvision and numpy: /usr/bin/python3, which the test command
+// equips (scripts/setup.sh), or $MEGANEURA_TEST_PYTHON (the GPU machine's, whose /usr/bin/python3 has no torch).
+// A test that needs them fails without them.
+inline std::string reference_python() {
+    const char* chosen = std::getenv("MEGANEURA_TEST_PYTHON");
+    return chosen && *chosen ? chosen : "/usr/bin/python3";
+}
 inline bool torch_available() {
-    static const bool ok = std::system("/usr/bin/python3 -c 'import torch, torchvision, numpy' > /dev/null 2>&1") == 0;
+    static const bool ok = std::system((reference_python() + " -c 'import torch, torchvision, numpy' > /dev/null 2>&1").c_str()) == 0;
     return ok;
 }
-#define MN_REQUIRE_TORCH() \
-    ASSERT_TRUE(::mn::test::torch_available()) << "/usr/bin/python3 cannot import torch, torchvision and numpy: run scripts/setup.sh"
+#define MN_REQUIRE_TORCH()                                                        \
+    ASSERT_TRUE(::mn::test::torch_available()) << ::mn::test::reference_python() \
+                                               << " cannot import torch, torchvision and numpy: run scripts/setup.sh"
 
 // Runs `command` through the shell; its exit status, or -1 when it did not exit normally.
 inline int exit_status(const std::string& command) {

@@ -106,7 +106,7 @@ TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/torchvision_resnet.py";
     const std::string base = dir.path("base.safetensors"), out = dir.path("out");
     int status = 0;
-    std::string text = run_command("/usr/bin/python3 " + script + " write " + base, &status);
+    std::string text = run_command(reference_python() + " " + script + " write " + base, &status);
     ASSERT_EQ(status, 0) << text;
     write_image_folder(dir.path("data"), {.per_class = 4});
     text = meganeura("finetune -m " + base + " --data " + dir.path("data") + " --image-size 32 --batch 3 --augment --train-bn --out " +
@@ -116,7 +116,7 @@ TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
     EXPECT_NE(text.find("new head fc.weight [3, 2048] for 3 classes (blue, green, red), in place of the weights' [1000, 2048]"),
               std::string::npos) << text;
     EXPECT_NE(text.find("trainable (full fine-tune, batch norms on batch statistics)"), std::string::npos) << text;
-    text = run_command("/usr/bin/python3 " + script + " check " + base + " " + out + " 3", &status);
+    text = run_command(reference_python() + " " + script + " check " + base + " " + out + " 3", &status);
     EXPECT_EQ(status, 0) << text;
 }
 

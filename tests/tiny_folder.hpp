@@ -14,7 +14,7 @@ namespace mn::test {
 inline void make_tiny_folder(const std::string& dir, const std::string& flags = "") {
     int status = 0;
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/tiny_model_folder.py";
-    const std::string out = run_command("/usr/bin/python3 '" + script + "' '" + dir + "' " + flags, &status);
+    const std::string out = run_command(reference_python() + " '" + script + "' '" + dir + "' " + flags, &status);
     ASSERT_EQ(status, 0) << out;
 }
 

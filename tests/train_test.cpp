@@ -210,7 +210,7 @@ TEST_F(TrainTest, OptimizerStepsMatchTorch) {
 
         TempPath in_path("torch_in"), out_path("torch_out");
         io::write_safetensors(in_path.str(), in);
-        const std::string cmd = "/usr/bin/python3 '" + script + "' '" + in_path.str() + "' '" + out_path.str() + "'" +
+        const std::string cmd = reference_python() + " '" + script + "' '" + in_path.str() + "' '" + out_path.str() + "'" +
                                 torch_args(options);
         ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
         const io::TensorMap out = io::read_safetensors(out_path.str());

@@ -35,7 +35,7 @@ void expect_matches_torch(const std::string& name, const std::string& script_fla
     TempDir dir("tf-" + name);
     const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/transformer_reference.py";
     int status = 0;
-    const std::string py = run_command("/usr/bin/python3 '" + script + "' " + name + " '" + dir.dir().string() + "' " +
+    const std::string py = run_command(reference_python() + " '" + script + "' " + name + " '" + dir.dir().string() + "' " +
                                            script_flags, &status);
     ASSERT_EQ(status, 0) << py;
     const std::string config = std::filesystem::exists(dir.path("config.json")) ? " --config " + dir.path("config.json") : "";
