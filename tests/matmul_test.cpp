@@ -96,7 +96,16 @@ TEST_F(MatmulTest, TiledEveryGeometry) {
     }
 }
 
-TEST_F(MatmulTest, Gemv) { check_cases(kGemv, 4100, 1e-5); }
+// Both ways of adding an output's k-slices: in subgroups where the device has subgroup arithmetic at a required size
+// (MatmulTuning::sum_subgroup; lavapipe's 8), and the shared-memory tree.
+TEST_F(MatmulTest, Gemv) {
+    for (const char* sum : {"subgroup", "tree"}) {
+        SCOPED_TRACE(std::string("MEGANEURA_GEMV_SUM=") + sum);
+        ScopedEnv forced("MEGANEURA_GEMV_SUM", sum);
+        check_cases(kGemv, 4100, 1e-5);
+    }
+}
+
 
 // Split-K: forced into 3 pieces (the last one short, K not a multiple of the piece), also with
 // the largest tile, and as the heuristic chooses (no split on a CPU driver). An f16 product's pieces
@@ -336,6 +345,23 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     EXPECT_EQ(split.sum->iface.bindings.back().dtype, DType::F16);
     const codegen::MatmulSpec gemv{.dtype = DType::F32, .m = 1, .n = 512, .k = 512};
     EXPECT_EQ(codegen::matmul_kernels(gemv, t).product.choice.rfind("gemv: M or N is 1", 0), 0u);
+}
+
+// The GEMV adds in subgroups only where an output's k-slices are neighbours (W contiguous along k, at least 32 of them)
+// and the tuning has a subgroup size; it requires that size of the pipeline.
+TEST(MatmulChoice, TheGemvSumsInSubgroupsWhereItsSlicesAreNeighbours) {
+    codegen::MatmulTuning t = choice_tuning(48 * 1024);
+    const codegen::MatmulSpec linear{.dtype = DType::F32, .m = 1, .n = 576, .k = 576, .trans_b = true};
+    const codegen::MatmulSpec columns{.dtype = DType::F32, .m = 1, .n = 576, .k = 576};  // W contiguous along j
+    for (uint32_t subgroup : {0u, 32u}) {
+        t.sum_subgroup = subgroup;
+        const codegen::KernelSource k = codegen::matmul_kernels(linear, t).product;
+        EXPECT_EQ(k.required_subgroup_size, subgroup);
+        EXPECT_NE(k.choice.find(subgroup ? "summed in subgroups of 32" : "summed in a shared-memory tree"), std::string::npos) << k.choice;
+        const codegen::KernelSource c = codegen::matmul_kernels(columns, t).product;
+        EXPECT_EQ(c.required_subgroup_size, 0u);
+        EXPECT_NE(c.choice.find("summed in a shared-memory tree"), std::string::npos) << c.choice;
+    }
 }
 
 // The f32 128x64 tile runs only where MEGANEURA_MATMUL_TILE forces it: its kernels are faster on 128-row

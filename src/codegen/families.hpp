@@ -235,6 +235,10 @@ struct MatmulTuning {
     // Where K is split, the last piece of each tile sums the pieces (MatmulKernels::tile_counters); false: a dispatch
     // of its own does (MEGANEURA_SPLIT_SUM=dispatch; also a convolution's weight gradient summing its images).
     bool pieces_summed_in_product = true;
+    // > 0: a subgroup size the device runs subgroup arithmetic at, required at pipeline creation; the GEMV then adds an
+    // output's neighbouring k-slices in subgroups (matmul_gemv.cpp). 0: its shared-memory tree alone
+    // (MEGANEURA_GEMV_SUM=tree; a device without subgroup arithmetic or size control).
+    uint32_t sum_subgroup = 0;
 };
 
 // The dispatches of one matmul: a GEMV (K-split dot products) when M or N is 1, the

@@ -12,7 +12,11 @@
 //   - the k loop is unrolled kUnroll deep with clamped indices (a term past K is multiplied by
 //     zero, never branched around), so all of a thread's loads are in flight at once instead of
 //     one memory round trip per iteration;
-//   - the KS partial sums of an output meet in a shared-memory tree, log2(KS) steps.
+//   - the KS partial sums of an output meet in subgroups (subgroupAdd, where the device has subgroup arithmetic at a
+//     required size: MatmulTuning::sum_subgroup), then the KS / SG subgroups' sums in shared memory after one
+//     barrier; SmolLM2-135M's decode at 4K positions 1.101 -> 1.055 ms a token on an H100 against a shared-memory
+//     tree of log2(KS) barriers (bench/results/2026-12-06-session39-h100.md). Elsewhere, and where the KS
+//     threads of an output are not neighbours (W contiguous along j), that tree.
 // When W is contiguous along k (B^T, the weight of a linear layer, or A), the KS threads of an
 // output are neighbours and read 16 bytes each; when W is contiguous along j, CW = 32 neighbouring
 // threads take neighbouring outputs (coalesced rows) and KS = 256 / CW groups of them split k.
@@ -48,7 +52,12 @@ const char* const kBody = R"(
 #define PRODUCTS 1u
 #endif
 #define SLOTS (PRODUCTS * R + NORM)  // the sums a thread's k-slice adds to its outputs' (NORM: x's squares last)
+#if SUBGROUP_SUM
+const uint SUBGROUPS = WG / SG_SUM;  // SG_SUM divides KS: a subgroup's k-slices are one output's
+shared float partial[SLOTS * SUBGROUPS];
+#else
 shared float partial[SLOTS * WG];
+#endif
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -114,21 +123,38 @@ void main() {
             }
         }
     }
-    [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) partial[q * WG + lid] = acc[q];
+    float total[SLOTS];  // the thread's sums; where s == 0 below, its outputs' (and x's squares)
+    [[unroll]] for (uint q = 0u; q < PRODUCTS * R; ++q) total[q] = acc[q];
 #if NORM
-    partial[PRODUCTS * R * WG + lid] = ss;
+    total[SLOTS - 1u] = ss;
 #endif
+#if SUBGROUP_SUM
+    // The subgroup's sums, then (KS > SG_SUM) the output's subgroups' in their order.
+    [[unroll]] for (uint q = 0u; q < SLOTS; ++q) total[q] = subgroupAdd(total[q]);
+    if (KS > SG_SUM) {
+        if (lid % SG_SUM == 0u) [[unroll]] for (uint q = 0u; q < SLOTS; ++q) partial[q * SUBGROUPS + lid / SG_SUM] = total[q];
+        barrier();
+        [[unroll]] for (uint q = 0u; q < SLOTS; ++q) {
+            total[q] = 0.0;
+            for (uint i = 0u; i < KS / SG_SUM; ++i) total[q] += partial[q * SUBGROUPS + lid / SG_SUM + i];
+        }
+    }
+    if (s != 0u) return;
+#else
+    [[unroll]] for (uint q = 0u; q < SLOTS; ++q) partial[q * WG + lid] = total[q];
     for (uint h = KS / 2u; h > 0u; h /= 2u) {
         barrier();
         if (s < h) [[unroll]] for (uint q = 0u; q < SLOTS; ++q) partial[q * WG + lid] += partial[q * WG + lid + h * PEER];
     }
     barrier();
     if (s != 0u) return;
+    [[unroll]] for (uint q = 0u; q < SLOTS; ++q) total[q] = partial[q * WG + lid];
+#endif
 #if NORM
-    float rstd = inversesqrt(partial[PRODUCTS * R * WG + lid] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
-#define SUM(q) (partial[(q) * WG + lid] * rstd)
+    float rstd = inversesqrt(total[SLOTS - 1u] / float(K) + uintBitsToFloat(NORM_EPS_BITS));
+#define SUM(q) (total[q] * rstd)
 #else
-#define SUM(q) partial[(q) * WG + lid]
+#define SUM(q) total[q]
 #endif
 #if COLUMN_PAIRS
     if (j0 < J) store_pair(0u, j0, SUM(0u), SUM(1u));
@@ -190,7 +216,11 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
                        "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
-    k.glsl = preamble(k.iface, "") + defs + common_glsl(spec) + b2_view + store + epilogue + kBody;
+    // Subgroups of the KS neighbouring k-slices of an output (W contiguous along k: KS is 32 or more).
+    const uint32_t sum_subgroup = w_kc && t.sum_subgroup && ks % t.sum_subgroup == 0 ? t.sum_subgroup : 0;
+    k.required_subgroup_size = sum_subgroup;
+    defs += define("SG_SUM", sum_subgroup) + "#define SUBGROUP_SUM " + (sum_subgroup ? "1" : "0") + "\n";
+    k.glsl = preamble(k.iface, sum_subgroup ? "#extension GL_KHR_shader_subgroup_arithmetic : require\n" : "") + defs + common_glsl(spec) + b2_view + store + epilogue + kBody;
     const int64_t groups = (outputs + rows * cw - 1) / (rows * cw);
     if (groups > t.max_groups || batch > t.max_groups) {
         throw Error("matmul grid " + std::to_string(groups) + "x1x" + std::to_string(batch) +
@@ -198,7 +228,8 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
     }
     k.groups = {static_cast<uint32_t>(groups), 1, static_cast<uint32_t>(batch)};
     k.choice = "gemv: M or N is 1; " + std::to_string(ks) + " threads per output, " + std::to_string(rows) +
-               " outputs per thread group" + (half ? " (pairs of columns a head dim / 2 apart)" : "");
+               " outputs per thread group" + (half ? " (pairs of columns a head dim / 2 apart)" : "") +
+               (sum_subgroup ? ", summed in subgroups of " + std::to_string(sum_subgroup) : ", summed in a shared-memory tree");
     return k;
 }
 

@@ -117,6 +117,11 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     t.matmul = {.max_groups = max_groups, .max_invocations = caps.max_workgroup_invocations,
                 .max_shared_memory = caps.max_shared_memory, .compute_units = caps.compute_units, .cpu = cpu,
                 .max_subgroups = caps.max_workgroup_subgroups, .max_loop_iterations = caps.max_loop_iterations};
+    // The GEMV's k-slices, 32 or more an output, add up in subgroups of at most 32 (a subgroup must not span outputs).
+    if (caps.subgroup_arithmetic && caps.subgroup_size_control && caps.min_subgroup_size <= 32) {
+        t.matmul.sum_subgroup = std::min<uint32_t>(32, caps.max_subgroup_size);
+    }
+    if (const auto v = env_choice("MEGANEURA_GEMV_SUM", {"subgroup", "tree"}); v && *v == "tree") t.matmul.sum_subgroup = 0;
     if (precision == Precision::Fast) {
         t.coop = choose_coop(caps);
         if (t.coop.path == CoopPath::None) t.matmul.coop_declined = t.coop.why;
