@@ -69,6 +69,9 @@ TEST_F(SessionErrorsTest, WrongSizesAndDtypesAreRejected) {
     EXPECT_EQ(error_of([&] { s.set("x", std::vector<int32_t>(6)); }), "set 'x': the tensor is f32; pass float values");
     EXPECT_EQ(error_of([&] { s.set("loss", std::vector<float>(1)); }), "set 'loss': only inputs, parameters and states can be set");
     EXPECT_EQ(error_of([&] { s.get_i32("x"); }), "get_i32 'x': the tensor is not i32");
+    std::vector<float> five(5);
+    EXPECT_EQ(error_of([&] { s.get("x", five); }), "get 'x': 5 values for shape (2,3)");
+    EXPECT_EQ(error_of([&] { s.get("labels", five); }), "get 'labels': the tensor is i32; use get_i32");
 }
 
 TEST_F(SessionErrorsTest, AGraphWithoutOutputsIsRejected) {

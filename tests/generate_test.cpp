@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -46,7 +47,9 @@ protected:
         std::vector<float> logits = g.prefill(ids);
         for (int64_t i = 0; i < max_new; ++i) {
             ids.push_back(greedy.next(logits.data(), c.vocab));
-            if (i + 1 < max_new) logits = g.decode(ids.back(), n + i);
+            if (i + 1 >= max_new) break;
+            const std::span<const float> step = g.decode(ids.back(), n + i);
+            logits.assign(step.begin(), step.end());
         }
         return ids;
     }
@@ -203,6 +206,15 @@ TEST(Sampler, DrawsFromTheTemperedTopKTopPDistribution) {
     models::Sampler greedy({});
     const float tie[] = {1, 3, 3, 2};
     EXPECT_EQ(greedy.next(tie, 4), 1);  // the first of equal logits
+    // Greedy over a vocabulary of lanes and a tail: the first index of the largest, as std::max_element finds it.
+    std::mt19937 rng(7);
+    for (const int64_t vocab : {1, 15, 16, 17, 49152, 49157}) {
+        std::vector<float> logits(static_cast<size_t>(vocab));
+        for (float& l : logits) l = static_cast<float>(rng() % 1000) - 500.0f;  // ties among the largest too
+        EXPECT_EQ(greedy.next(logits.data(), vocab), std::max_element(logits.begin(), logits.end()) - logits.begin()) << vocab;
+        logits.back() = 1e6f;
+        EXPECT_EQ(greedy.next(logits.data(), vocab), vocab - 1) << vocab;
+    }
 }
 
 }  // namespace

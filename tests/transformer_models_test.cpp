@@ -84,7 +84,8 @@ void expect_generation_follows(models::Generator& generator, const std::vector<i
     const std::vector<float> prompt_logits = generator.prefill({tokens.begin(), tokens.begin() + prompt});
     EXPECT_LE(relative_l2(prompt_logits, widen(row(want, prompt - 1, vocab))), tol) << "prefill";
     for (auto t = static_cast<size_t>(prompt); t < tokens.size(); ++t) {
-        const std::vector<float> logits = generator.decode(tokens[t], static_cast<int64_t>(t));
+        const std::span<const float> step = generator.decode(tokens[t], static_cast<int64_t>(t));
+        const std::vector<float> logits(step.begin(), step.end());
         EXPECT_LE(relative_l2(logits, widen(row(want, static_cast<int64_t>(t), vocab))), tol) << "decode position " << t;
     }
 }

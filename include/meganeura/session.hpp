@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -159,6 +160,9 @@ public:
     void copy_to(Session& dst, const std::vector<std::string>& names) const;
     // Outputs, inputs and parameters by name (f16 values are widened; i32 read with get_i32).
     std::vector<float> get(std::string_view name) const;
+    // The same into `out`, of the tensor's size: no allocation, for a loop that reads an output every run (a decode
+    // step's logits).
+    void get(std::string_view name, std::span<float> out) const;
     std::vector<int32_t> get_i32(std::string_view name) const;
     Shape shape(std::string_view name) const;
     DType dtype(std::string_view name) const;

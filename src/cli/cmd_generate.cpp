@@ -124,15 +124,14 @@ int run_generate(const Flags& f) {
     Streamer out(tokenizer ? &*tokenizer : nullptr);
     out.put_prompt(prompt);
     const Clock::time_point start = Clock::now();
-    std::vector<float> logits = generator.prefill(prompt);
-    int32_t next = sampler.next(logits.data(), c.vocab);
+    int32_t next = sampler.next(generator.prefill(prompt).data(), c.vocab);
     const double prompt_ms = ms_since(start);
     const Clock::time_point decoding = Clock::now();
     int64_t generated = 0, decodes = 0;
     while (std::find(eos.begin(), eos.end(), next) == eos.end()) {
         out.put(next);
         if (++generated == max_new) break;
-        logits = generator.decode(next, prompt_len + generated - 1);
+        const std::span<const float> logits = generator.decode(next, prompt_len + generated - 1);
         ++decodes;
         next = sampler.next(logits.data(), c.vocab);
     }

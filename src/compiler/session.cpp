@@ -146,14 +146,18 @@ void Session::copy_to(Session& dst, const std::vector<std::string>& names) const
     dst.impl_->parameters_changed = true;
 }
 
-std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
+const uint8_t* Session::Impl::readback_bytes(int32_t v) const {
     // An output comes back after each run, its whole root (v may be a part of it); a parameter or state that is an output
     // is read now: set, load and copy_to change it between runs.
     auto it = readback_at.find(schedule.root(v));
     const sched::Storage storage = value(v).storage;
-    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) return read_now(v);
-    const auto* at = static_cast<const uint8_t*>(readback.mapped()) + it->second + schedule.offset_in_root(v);
-    return {at, at + value(v).bytes()};
+    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) return nullptr;
+    return static_cast<const uint8_t*>(readback.mapped()) + it->second + schedule.offset_in_root(v);
+}
+
+std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
+    const uint8_t* at = readback_bytes(v);
+    return at ? std::vector<uint8_t>(at, at + value(v).bytes()) : read_now(v);
 }
 
 Session::Session() = default;
@@ -308,23 +312,31 @@ void Session::record_step(VkCommandBuffer_T* command_buffer, size_t segment, siz
 int64_t Session::step_count() const { return impl_->steps_taken; }
 
 std::vector<float> Session::get(std::string_view name) const {
+    std::vector<float> out(static_cast<size_t>(numel(impl_->value(impl_->live(name)).shape)));
+    get(name, out);
+    return out;
+}
+
+void Session::get(std::string_view name, std::span<float> out) const {
     const int32_t v = impl_->live(name);
     const sched::Value& val = impl_->value(v);
-    const std::vector<uint8_t> bytes = impl_->bytes_of(v);
-    const auto count = static_cast<size_t>(numel(val.shape));
-    std::vector<float> out(count);
-    if (val.dtype == DType::F32) {
-        std::memcpy(out.data(), bytes.data(), bytes.size());
-    } else if (val.dtype == DType::F16) {
-        for (size_t i = 0; i < count; ++i) {
-            uint16_t h;
-            std::memcpy(&h, bytes.data() + 2 * i, 2);
-            out[i] = half_to_float(h);
-        }
-    } else {
-        throw Error("get '" + std::string(name) + "': the tensor is i32; use get_i32");
+    if (val.dtype == DType::I32) throw Error("get '" + std::string(name) + "': the tensor is i32; use get_i32");
+    if (static_cast<int64_t>(out.size()) != numel(val.shape)) {
+        throw Error("get '" + std::string(name) + "': " + std::to_string(out.size()) + " values for shape " + shape_str(val.shape));
     }
-    return out;
+    // An output of the last run straight from the readback memory; anything else read now.
+    const uint8_t* mapped = impl_->readback_bytes(v);
+    std::vector<uint8_t> read;
+    if (!mapped) read = impl_->read_now(v), mapped = read.data();
+    if (val.dtype == DType::F32) {
+        std::memcpy(out.data(), mapped, out.size_bytes());
+        return;
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, mapped + 2 * i, 2);
+        out[i] = half_to_float(h);
+    }
 }
 
 std::vector<int32_t> Session::get_i32(std::string_view name) const {
