@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <set>
+#include <span>
 
 #include "meganeura/meganeura.hpp"
 #include "meganeura/onnx.hpp"
@@ -47,9 +48,8 @@ py::array get_array(const mn::Session& s, const std::string& name) {
         std::copy(values.begin(), values.end(), out.mutable_data());
         return std::move(out);
     }
-    const std::vector<float> values = s.get(name);
     py::array_t<float> out(shape);
-    std::copy(values.begin(), values.end(), out.mutable_data());
+    s.get(name, std::span<float>(out.mutable_data(), static_cast<size_t>(out.size())));
     return std::move(out);
 }
 

@@ -2,6 +2,8 @@
 // mn::Session, with the element counts a C caller passes checked against the tensor's.
 #include "capi/handles.hpp"
 
+#include <span>
+
 namespace mn::capi {
 
 namespace {
@@ -131,9 +133,7 @@ mn_status mn_session_get_f32(const mn_session* s, const char* name, float* out, 
     return guard([&] {
         const mn::Session& session = required(s, "session").session;
         mn::capi::check_count(session, text(name, "name").c_str(), count);
-        required(out, "out");
-        const std::vector<float> values = session.get(name);
-        std::copy(values.begin(), values.end(), out);
+        session.get(name, std::span<float>(&required(out, "out"), count));
     });
 }
 
