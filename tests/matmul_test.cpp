@@ -362,6 +362,12 @@ TEST(MatmulChoice, TheGemvSumsInSubgroupsWhereItsSlicesAreNeighbours) {
         EXPECT_EQ(c.required_subgroup_size, 0u);
         EXPECT_NE(c.choice.find("summed in a shared-memory tree"), std::string::npos) << c.choice;
     }
+    // 256 threads in subgroups of 8 are 32 subgroups: a device that allows 16 a workgroup gets the tree.
+    t.sum_subgroup = 8;
+    t.max_subgroups = 16;
+    EXPECT_EQ(codegen::matmul_kernels(linear, t).product.required_subgroup_size, 0u);
+    t.max_subgroups = 32;
+    EXPECT_EQ(codegen::matmul_kernels(linear, t).product.required_subgroup_size, 8u);
 }
 
 // The f32 128x64 tile runs only where MEGANEURA_MATMUL_TILE forces it: its kernels are faster on 128-row

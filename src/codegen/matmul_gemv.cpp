@@ -216,8 +216,10 @@ KernelSource gemv_kernel(const MatmulSpec& spec, const MatmulTuning& t) {
                        "#define KL " + (vec_k ? "(K / 4u)" : "K") + "\n";
     defs += row ? "#define J N\n#define X a\n#define X4 a4\n#define W b\n#define W4 b4\n#define X_OFF a_off\n#define W_OFF b_off\n"
                 : "#define J M\n#define X b\n#define X4 b4\n#define W a\n#define W4 a4\n#define X_OFF b_off\n#define W_OFF a_off\n";
-    // Subgroups of the KS neighbouring k-slices of an output (W contiguous along k: KS is 32 or more).
-    const uint32_t sum_subgroup = w_kc && t.sum_subgroup && ks % t.sum_subgroup == 0 ? t.sum_subgroup : 0;
+    // Subgroups of the KS neighbouring k-slices of an output (W contiguous along k: KS is 32 or more), as many in the
+    // workgroup as the device allows.
+    const bool subgroups_fit = t.sum_subgroup && (!t.max_subgroups || kThreads / t.sum_subgroup <= t.max_subgroups);
+    const uint32_t sum_subgroup = w_kc && subgroups_fit && ks % t.sum_subgroup == 0 ? t.sum_subgroup : 0;
     k.required_subgroup_size = sum_subgroup;
     defs += define("SG_SUM", sum_subgroup) + "#define SUBGROUP_SUM " + (sum_subgroup ? "1" : "0") + "\n";
     k.glsl = preamble(k.iface, sum_subgroup ? "#extension GL_KHR_shader_subgroup_arithmetic : require\n" : "") + defs + common_glsl(spec) + b2_view + store + epilogue + kBody;
