@@ -146,18 +146,16 @@ void Session::copy_to(Session& dst, const std::vector<std::string>& names) const
     dst.impl_->parameters_changed = true;
 }
 
-const uint8_t* Session::Impl::readback_bytes(int32_t v) const {
+const uint8_t* Session::Impl::bytes_of(int32_t v, std::vector<uint8_t>& read) const {
     // An output comes back after each run, its whole root (v may be a part of it); a parameter or state that is an output
     // is read now: set, load and copy_to change it between runs.
     auto it = readback_at.find(schedule.root(v));
     const sched::Storage storage = value(v).storage;
-    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) return nullptr;
+    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) {
+        read = read_now(v);
+        return read.data();
+    }
     return static_cast<const uint8_t*>(readback.mapped()) + it->second + schedule.offset_in_root(v);
-}
-
-std::vector<uint8_t> Session::Impl::bytes_of(int32_t v) const {
-    const uint8_t* at = readback_bytes(v);
-    return at ? std::vector<uint8_t>(at, at + value(v).bytes()) : read_now(v);
 }
 
 Session::Session() = default;
@@ -324,10 +322,8 @@ void Session::get(std::string_view name, std::span<float> out) const {
     if (static_cast<int64_t>(out.size()) != numel(val.shape)) {
         throw Error("get '" + std::string(name) + "': " + std::to_string(out.size()) + " values for shape " + shape_str(val.shape));
     }
-    // An output of the last run straight from the readback memory; anything else read now.
-    const uint8_t* mapped = impl_->readback_bytes(v);
     std::vector<uint8_t> read;
-    if (!mapped) read = impl_->read_now(v), mapped = read.data();
+    const uint8_t* mapped = impl_->bytes_of(v, read);
     if (val.dtype == DType::F32) {
         std::memcpy(out.data(), mapped, out.size_bytes());
         return;
@@ -342,9 +338,10 @@ void Session::get(std::string_view name, std::span<float> out) const {
 std::vector<int32_t> Session::get_i32(std::string_view name) const {
     const int32_t v = impl_->live(name);
     if (impl_->value(v).dtype != DType::I32) throw Error("get_i32 '" + std::string(name) + "': the tensor is not i32");
-    const std::vector<uint8_t> bytes = impl_->bytes_of(v);
-    std::vector<int32_t> out(bytes.size() / 4);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    std::vector<uint8_t> read;
+    const uint8_t* bytes = impl_->bytes_of(v, read);
+    std::vector<int32_t> out(static_cast<size_t>(numel(impl_->value(v).shape)));
+    std::memcpy(out.data(), bytes, out.size() * sizeof(int32_t));
     return out;
 }
 

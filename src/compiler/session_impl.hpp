@@ -85,8 +85,8 @@ struct Session::Impl {
     void write_pieces(const std::vector<int32_t>& values, int64_t piece,
                       const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill);
     std::vector<uint8_t> read_now(int32_t v) const;
-    std::vector<uint8_t> bytes_of(int32_t v) const;  // readback if an output of the last run, else read_now
-    const uint8_t* readback_bytes(int32_t v) const;   // v's bytes in the readback memory, if an output of the last run
+    // v's bytes: in the readback memory if an output of the last run, else read_now into `read`.
+    const uint8_t* bytes_of(int32_t v, std::vector<uint8_t>& read) const;
     // One submit, checked against the reference under MEGANEURA_CHECK; in a data-parallel session, next_program()
     // and later_segments queued at once, segment_done(k) called as each segment k finishes, while the later run.
     void run_program(const std::function<void(size_t segment)>& segment_done = {});

@@ -51,7 +51,7 @@ int32_t Sampler::next(const float* logits, int64_t vocab) {
 Generator::Generator(const Device& device, const LlamaConfig& c, int64_t prompt_len, int64_t cache_len,
                      const std::vector<std::string>& weights, const io::TensorMap& adapter, Precision precision)
     : c_(c), prompt_len_(prompt_len), prefill_model_(build_llama_cached(c, 1, prompt_len, cache_len)),
-      decode_model_(build_llama_cached(c, 1, 1, cache_len)) {
+      decode_model_(build_llama_cached(c, 1, 1, cache_len)), logits_(static_cast<size_t>(c.vocab)) {
     check_fits_device(*prefill_model_.graph, device, "smollm2");
     // The prefill's parameters come from the weights and the adapter where there are weights, the decode step's
     // from the prefill: neither draws initial values it would overwrite.
@@ -93,7 +93,6 @@ std::span<const float> Generator::decode(int32_t token, int64_t position) {
     decode_.set("input_ids", std::vector<int32_t>{token});
     decode_.set("position", std::vector<int32_t>{static_cast<int32_t>(position)});
     decode_.run();
-    logits_.resize(static_cast<size_t>(c_.vocab));
     decode_.get("logits", logits_);
     return logits_;
 }
