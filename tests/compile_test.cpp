@@ -151,7 +151,7 @@ TEST_F(CompileTest, DebugPrintsTheTimeOfEveryPassAndPipeline) {
     testing::internal::CaptureStderr();
     const Session s = compile(g, device());
     const std::string text = testing::internal::GetCapturedStderr();
-    ASSERT_EQ(s.stats().pass_ms.size(), 11u) << text;
+    ASSERT_EQ(s.stats().pass_ms.size(), 10u) << text;
     for (const auto& [pass, ms] : s.stats().pass_ms) {
         EXPECT_GE(ms, 0) << pass;
         EXPECT_NE(text.find("  pass " + pass + " "), std::string::npos) << pass << " in\n" << text;

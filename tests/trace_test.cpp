@@ -50,7 +50,7 @@ TEST(Trace, ForwardWithBackwardNamesEveryDispatchByItsGraphNodes) {
     ASSERT_EQ(runs.size(), 1u);
     EXPECT_EQ(runs[0]["args"]["dispatches"].get<size_t>(), dispatches.size());
     EXPECT_GE(dispatches.size(), 10u);
-    for (const char* pass : {"compile: build", "compile: lower", "compile: shaders", "compile: record"})
+    for (const char* pass : {"compile: build", "compile: lower", "compile: kernels", "compile: record"})
         EXPECT_TRUE(passes.count(pass)) << pass;
     // Forward and backward of each of the MLP's three layers, under the layer's parameter names.
     std::string all;

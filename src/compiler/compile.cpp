@@ -1,6 +1,6 @@
 // The compiler driver: a list of named passes from a graph to a recorded program.
 //   optimize -> tune (tiles for the device) -> lower (schedule/, with pointwise fusion) -> order by level ->
-//   place values (memory/) -> compile shaders (codegen/) and pipelines, beside allocate and initialize ->
+//   place values (memory/) -> kernels: shaders (codegen/) and their pipelines, beside allocate and initialize ->
 //   record (runtime/)
 // Each pass is a function below; compile_graph runs them in order and times each one.
 // MEGANEURA_DEBUG=1 prints the plan, MEGANEURA_DEBUG=3 also every kernel's GLSL.
@@ -9,13 +9,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include "codegen/families.hpp"
 #include "codegen/shader_compiler.hpp"
+#include "common/parallel.hpp"
 #include "compiler/check.hpp"
 #include "compiler/coop_self_test.hpp"
 #include "compiler/data_parallel.hpp"
@@ -52,24 +57,92 @@ void name_values(Session::Impl& impl, const Graph& graph) {
     for (const auto& [name, id] : graph.outputs()) impl.names[name] = s.node_value[static_cast<size_t>(id)];
 }
 
-// ---- pass: compile shaders (each distinct source once, in parallel) ----
-struct Shaders {
-    std::vector<codegen::Spirv> spirv;
-    std::unordered_map<std::string, size_t> index;  // GLSL source -> its SPIR-V
+// ---- pass: kernels (each distinct source compiled once, and each distinct pipeline of it, in parallel) ----
+// A source's pipelines (one per shape it runs at) are queued the moment its SPIR-V is ready, and start before any
+// source still waiting, the largest first: the driver's compiles, most of the pass, overlap glslang's. As two passes
+// (every source, then every pipeline) each ended with cores idle while its longest jobs ran alone: the cold compiles
+// of four models' programs on the H100 took 3-20% less time this way (bench/results/2026-12-06-session40-h100.md).
+struct Kernels {
+    std::vector<const rt::Pipeline*> step_pipelines;  // the schedule's steps', in order
+    const rt::Pipeline* drawing = nullptr;            // the initial values' kernel, where `drawn` asks for one
 };
 
-// Every dispatch is checked against the device's limits here, before the driver sees it; with `drawn`, the kernel
-// that draws initial values too.
-Shaders compile_shaders(const sched::Schedule& s, const rt::DeviceCaps& caps, const std::string& drawn) {
-    Shaders out;
-    std::vector<std::string> sources;
-    for (const auto& step : s.steps) {
-        if (out.index.emplace(step.kernel.glsl, sources.size()).second) sources.push_back(step.kernel.glsl);
+// Every dispatch is checked against the device's limits here, before the driver sees its kernel; with `drawn`, the
+// kernel that draws initial values is made too (push constants, one binding).
+Kernels compile_kernels(Session::Impl& impl, const codegen::KernelSource* drawn) {
+    const sched::Schedule& s = impl.schedule;
+    // A distinct source, and its variants: each distinct pipeline of it (a spec-constant set) with the steps that run it.
+    struct Variant {
+        const codegen::KernelSource* kernel;
+        rt::Context::PipelineRequest request;  // all but the SPIR-V, until the source is compiled
+        std::vector<size_t> steps;
+        const rt::Pipeline* made = nullptr;
+    };
+    struct Source {
+        const std::string* glsl;
+        std::vector<Variant> variants;
+        codegen::Spirv spirv;
+    };
+    std::vector<Source> sources;
+    std::unordered_map<std::string_view, size_t> index;
+    auto variant_of = [&](const codegen::KernelSource& kernel, rt::Context::PipelineRequest request) -> Variant& {
+        const auto [it, fresh] = index.emplace(kernel.glsl, sources.size());
+        if (fresh) sources.push_back({&kernel.glsl});
+        auto& variants = sources[it->second].variants;
+        const auto same = [&](const rt::Context::PipelineRequest& r) {
+            return r.spec_constants == request.spec_constants && r.bindings == request.bindings &&
+                   r.push_constant_bytes == request.push_constant_bytes && r.required_subgroup_size == request.required_subgroup_size;
+        };
+        for (Variant& v : variants)
+            if (same(v.request)) return v;
+        return variants.emplace_back(Variant{&kernel, std::move(request)});
+    };
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+        const codegen::KernelSource& k = s.steps[i].kernel;
+        variant_of(k, {nullptr, k.spec_values, static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size})
+            .steps.push_back(i);
     }
-    if (!drawn.empty() && out.index.emplace(drawn, sources.size()).second) sources.push_back(drawn);
-    out.spirv = codegen::compile_glsl_parallel(sources, compiler::shader_options(caps));
-    compiler::FitCheck fit(caps);
-    for (const auto& step : s.steps) fit.require(step.kernel, *out.spirv[out.index.at(step.kernel.glsl)]);
+    const Variant* drawing = drawn ? &variant_of(*drawn, {nullptr, {}, 1, codegen::kInitialValuesPushBytes, 0}) : nullptr;
+
+    const codegen::ShaderOptions options = compiler::shader_options(impl.ctx->caps());
+    std::mutex failing;
+    std::exception_ptr error;  // the first failed job's
+    auto guarded = [&](auto&& work) {
+        try {
+            work();
+        } catch (...) {
+            std::lock_guard lock(failing);
+            if (!error) error = std::current_exception();
+        }
+    };
+    // Longest first, by size: a source's glslang time grows with its GLSL, a pipeline's driver time with its SPIR-V.
+    // Every pipeline ranks above every source (kPipeline added to its size): it is the most of the work, and once its
+    // source is compiled nothing else is waiting on it.
+    constexpr double kPipeline = 1e12;
+    JobQueue queue;
+    for (Source& source : sources) {
+        queue.add(static_cast<double>(source.glsl->size()), [&] {
+            guarded([&] {
+                source.spirv = codegen::compile_glsl(*source.glsl, options);
+                compiler::FitCheck fit(impl.ctx->caps());
+                for (Variant& v : source.variants) {
+                    if (!v.steps.empty()) fit.require(*v.kernel, *source.spirv);
+                    v.request.spirv = source.spirv.get();
+                }
+                for (Variant& v : source.variants) {
+                    queue.add(kPipeline + static_cast<double>(source.spirv->size()),
+                              [&] { guarded([&] { v.made = impl.ctx->prepare_pipelines({v.request}).front(); }); });
+                }
+            });
+        });
+    }
+    queue.run();
+    if (error) std::rethrow_exception(error);
+
+    Kernels out{.step_pipelines = std::vector<const rt::Pipeline*>(s.steps.size()), .drawing = drawing ? drawing->made : nullptr};
+    for (const Source& source : sources)
+        for (const Variant& v : source.variants)
+            for (size_t i : v.steps) out.step_pipelines[i] = v.made;
     return out;
 }
 
@@ -335,18 +408,6 @@ void record_data_parallel(Session::Impl& impl, const std::vector<const rt::Pipel
     impl.update_program = record_program(impl, step_pipelines, update);
 }
 
-// ---- pass: pipelines (each distinct one once, in parallel, through the driver's cache) ----
-void prepare_pipelines(Session::Impl& impl, const Shaders& shaders) {
-    std::vector<rt::Context::PipelineRequest> requests;
-    for (const sched::Step& step : impl.schedule.steps) {
-        const auto& k = step.kernel;
-        requests.push_back({shaders.spirv[shaders.index.at(k.glsl)].get(), k.spec_values,
-                            static_cast<uint32_t>(k.iface.bindings.size()), 0, k.required_subgroup_size});
-    }
-    impl.step_pipelines = impl.ctx->prepare_pipelines(requests);
-    impl.stats.pipelines = std::set<const rt::Pipeline*>(impl.step_pipelines.begin(), impl.step_pipelines.end()).size();
-}
-
 void record(Session::Impl& impl) {
     const sched::Schedule& s = impl.schedule;
     const auto& step_pipelines = impl.step_pipelines;
@@ -480,17 +541,12 @@ Session compile_graph(const Graph& built, const Device& device, const CompileOpt
         initialize(*impl, graph, initial);
     });
     const codegen::KernelSource draws = initial.drawn.empty() ? codegen::KernelSource{} : codegen::initial_values_kernel({});
-    const Shaders shaders = compile_shaders(s, caps, draws.glsl);
-    mark("shaders", nothing);
-    prepare_pipelines(*impl, shaders);
-    const rt::Pipeline* drawing =
-        initial.drawn.empty() ? nullptr
-                              : impl->ctx->prepare_pipelines({{shaders.spirv[shaders.index.at(draws.glsl)].get(), {}, 1,
-                                                               codegen::kInitialValuesPushBytes, 0}})
-                                    .front();
-    mark("pipelines", nothing);
+    const Kernels kernels = compile_kernels(*impl, initial.drawn.empty() ? nullptr : &draws);
+    impl->step_pipelines = kernels.step_pipelines;
+    impl->stats.pipelines = std::set<const rt::Pipeline*>(impl->step_pipelines.begin(), impl->step_pipelines.end()).size();
+    mark("kernels", nothing);
     values.get();
-    if (drawing) draw_on_device(*impl, graph, initial.drawn, draws, *drawing);
+    if (kernels.drawing) draw_on_device(*impl, graph, initial.drawn, draws, *kernels.drawing);
     mark("initialize", nothing);
     if (check.valid() && !check.get()) {  // this compile's cooperative kernels are not to be trusted
         impl.reset();  // its buffers, before the compile that replaces it allocates its own

@@ -29,7 +29,6 @@
 #include "runtime/context_impl.hpp"
 
 #include "common/cache_dir.hpp"
-#include "common/parallel.hpp"
 
 namespace mn::rt {
 namespace {
@@ -281,13 +280,7 @@ std::vector<const Pipeline*> Context::prepare_pipelines(const std::vector<Pipeli
     }
     ShaderModules modules(m.device);
     for (const Pending& p : pending) modules.make(p.request->spirv);
-    // Largest module first, as compile_glsl_parallel: the driver's longest compiles start at once.
-    const std::vector<size_t> order =
-        largest_first(pending.size(), [&](size_t i) { return pending[i].request->spirv->size(); });
-    parallel_for(pending.size(), [&](size_t k) {
-        Pending& p = pending[order[k]];
-        p.result = create_handle(m, *p.request, modules.of(p.request->spirv), *p.pipeline, &p.failed);
-    });
+    for (Pending& p : pending) p.result = create_handle(m, *p.request, modules.of(p.request->spirv), *p.pipeline, &p.failed);
     const Pending* failure = nullptr;
     std::lock_guard lock(m.pipelines_mutex);
     for (Pending& p : pending) {

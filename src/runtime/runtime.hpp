@@ -70,8 +70,8 @@ public:
         uint32_t bindings = 0, push_constant_bytes = 0, required_subgroup_size = 0;
     };
     // The pipeline of each request, in order, as pipeline() would return it: those not cached yet are
-    // created on several threads at once (the driver compiles each pipeline's SPIR-V to machine code,
-    // seconds for a model one at a time).
+    // created here, one after another (the driver compiles each pipeline's SPIR-V to machine code: seconds
+    // for a model one at a time, so the compiler calls this from one thread per core). Thread-safe.
     std::vector<const Pipeline*> prepare_pipelines(const std::vector<PipelineRequest>& requests);
 
     // Device-local bytes held by this context's buffers: now, and the most held at once since the
