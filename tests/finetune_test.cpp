@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "error_of.hpp"
 #include "gpu_check.hpp"
 #include "io/safetensors.hpp"
+#include "models/generation.hpp"
 #include "models/lora.hpp"
 #include "models/smollm2.hpp"
 #include "tiny_folder.hpp"
@@ -90,6 +92,45 @@ TEST_F(FrozenTest, LoraStartsFromTheBaseModel) {
         s->run();
     }
     EXPECT_EQ(sa.get("logits"), sb.get("logits"));
+}
+
+// Generation merges an adapter into the weights it adapts (W + alpha / r * B A), and computes the logits of the model
+// that applies it as training does, W x + alpha / r * B (A x). An adapter missing one of the model's adapter tensors,
+// or holding one that no adapted module has, is an error.
+TEST_F(FrozenTest, GenerationMergesTheAdapterIntoTheWeights) {
+    models::LlamaConfig c = models::LlamaConfig::tiny();
+    c.lora = {.rank = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "down_proj"}};
+    const std::vector<int32_t> ids = {4, 8, 15, 16, 23};
+    models::BuiltModel delta = models::build_causal_lm(c, {1, 5});
+    Session sd = compile(*delta.graph, device(), {.seed = 1});
+    io::TensorMap adapter;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0, 0.3f);
+    for (const Node& n : delta.graph->nodes()) {
+        if (n.op != Op::Parameter || !models::is_lora_parameter(n.name)) continue;
+        std::vector<float> v(static_cast<size_t>(numel(n.shape)));
+        for (float& x : v) x = normal(rng);  // B too, which starts at zero: the adapter counts
+        sd.set(n.name, v);
+        adapter[n.name] = io::TensorData::from_f32(n.shape, v);
+    }
+    sd.set("input_ids", ids);
+    sd.set("labels", ids);
+    sd.run();
+    const std::vector<float> all = sd.get("logits");
+    TempDir dir("merge");
+    const std::string weights = dir.path("weights.safetensors");
+    sd.save(weights);  // the base weights, and the adapter, which the generator's programs do not have
+
+    models::Generator generator(device(), c, 5, 8, {weights}, adapter);
+    EXPECT_LE(relative_l2(generator.prefill(ids), std::vector<double>(all.end() - c.vocab, all.end())), 1e-5);
+
+    io::TensorMap missing = adapter, extra = adapter;
+    missing.erase("model.layers.1.self_attn.v_proj.lora_B.weight");
+    EXPECT_EQ(error_of([&] { models::Generator(device(), c, 5, 8, {weights}, missing); }),
+              "the adapter has no tensor 'model.layers.1.self_attn.v_proj.lora_B.weight'");
+    extra["model.layers.0.self_attn.k_proj.lora_A.weight"] = adapter.at("model.layers.0.self_attn.q_proj.lora_A.weight");
+    EXPECT_EQ(error_of([&] { models::Generator(device(), c, 5, 8, {weights}, extra); }),
+              "the adapter's 'model.layers.0.self_attn.k_proj.lora_A.weight' is not a module of this model with an adapter");
 }
 
 TEST(LmData, DocumentsArePackedIntoBlocksWithAHeldOutTenth) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "meganeura/error.hpp"
+
 namespace mn::models {
 
 bool LoraConfig::applies(const std::string& name) const {
@@ -21,6 +23,20 @@ Tensor lora_delta(Graph& g, Tensor x, const std::string& name, int64_t in, int64
 bool is_lora_parameter(const std::string& name) {
     auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
     return ends(".lora_A.weight") || ends(".lora_B.weight");
+}
+
+void merge_lora(std::vector<float>& w, const std::vector<float>& a, const std::vector<float>& b, int64_t r, double scale) {
+    const auto in = static_cast<int64_t>(a.size()) / r, out = static_cast<int64_t>(b.size()) / r;
+    if (in * r != static_cast<int64_t>(a.size()) || out * r != static_cast<int64_t>(b.size()) ||
+        static_cast<int64_t>(w.size()) != out * in) {
+        throw Error("merge: a weight [out, in] takes an adapter of A [r, in] and B [out, r]");
+    }
+    for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) {
+            double sum = 0;
+            for (int64_t k = 0; k < r; ++k) sum += double(b[o * r + k]) * double(a[k * in + i]);
+            w[o * in + i] = static_cast<float>(w[o * in + i] + scale * sum);
+        }
 }
 
 void freeze_all_but_lora(Graph& g) {

@@ -27,6 +27,9 @@ struct LoraConfig {
 Tensor lora_delta(Graph& g, Tensor x, const std::string& name, int64_t in, int64_t out, const LoraConfig& lora);
 
 bool is_lora_parameter(const std::string& name);
+// w [out, in] += scale * b [out, r] a [r, in], each sum over r in double (PEFT's merge: what a merged model folder
+// holds, and what generate runs on).
+void merge_lora(std::vector<float>& w, const std::vector<float>& a, const std::vector<float>& b, int64_t r, double scale);
 // requires_grad false for every parameter but the adapters' (a LoRA fine-tune).
 void freeze_all_but_lora(Graph& g);
 

@@ -117,18 +117,11 @@ io::TensorMap merge_adapter(const io::TensorMap& base, const Adapter& adapter) {
         const auto w = merged.find(module + ".weight");
         if (b == adapter.tensors.end() || w == merged.end())
             throw Error("merge: the adapter of " + module + " has no lora_B, or the model no " + module + ".weight");
-        const std::vector<float> av = a.to_f32(name), bv = b->second.to_f32(b->first);
         std::vector<float> wv = w->second.to_f32(w->first);
         const int64_t r = a.shape[0], in = a.shape[1], out = b->second.shape[0];
         if (b->second.shape != std::vector<int64_t>{out, r} || w->second.shape != std::vector<int64_t>{out, in})
             throw Error("merge: " + module + "'s weight and adapter shapes do not fit");
-        const double scale = adapter.lora.scale();
-        for (int64_t o = 0; o < out; ++o)
-            for (int64_t i = 0; i < in; ++i) {
-                double sum = 0;
-                for (int64_t k = 0; k < r; ++k) sum += double(bv[o * r + k]) * double(av[k * in + i]);
-                wv[o * in + i] = static_cast<float>(wv[o * in + i] + scale * sum);
-            }
+        models::merge_lora(wv, a.to_f32(name), b->second.to_f32(b->first), r, adapter.lora.scale());
         w->second = io::TensorData::from_f32(w->second.shape, wv);
     }
     return merged;
