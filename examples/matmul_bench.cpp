@@ -66,6 +66,14 @@ const std::vector<Workload> kWorkloads = {
     {"layout probe tt", 2048, 2048, 2048, true, true},
     {"Whisper mlp as nn", 1500, 384, 1536, false, false},
     {"Whisper attn dQ", 1500, 1500, 64, false, false, 6},  // dS K per head, strict (grad_q_from_scores)
+    // A LoRA adapter of rank 8 on SmolLM2's q projection, a fine-tuning batch of 8 x 256 tokens: h = x A^T, y += h B^T;
+    // backward dh = dy B, dx += dh A, dA = dh^T x, dB = dy^T h (the gradient products stay f32 in precision fast).
+    {"LoRA down", 2048, 576, 8, false, true},
+    {"LoRA up", 2048, 8, 576, false, true},
+    {"bwd LoRA dh", 2048, 576, 8, false, false},
+    {"bwd LoRA dx", 2048, 8, 576, false, false},
+    {"bwd LoRA dA", 8, 2048, 576, true, false},
+    {"bwd LoRA dB", 576, 2048, 8, true, false},
 };
 
 struct Timed {
