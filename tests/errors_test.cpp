@@ -1,4 +1,6 @@
 // Bad input gets a clear mn::Error whose message names the op, the shapes or the known names.
+#include <map>
+
 #include "gpu_check.hpp"
 #include "error_of.hpp"
 #include "runtime/runtime.hpp"
@@ -92,6 +94,24 @@ TEST_F(SessionErrorsTest, ParametersCanBeSetAndReadBack) {
     s.run();
     EXPECT_EQ(s.get("y"), (std::vector<float>{2, 4, 6}));
     EXPECT_EQ(s.get("w"), (std::vector<float>{1, 2, 3}));
+}
+
+// Several tensors set and read at once do what set() and get() do one at a time: inputs, parameters (one of them
+// f16) and outputs in one call each; a mistake in any of them writes none.
+TEST_F(SessionErrorsTest, SeveralTensorsAreSetAndReadAtOnce) {
+    Graph g;
+    auto w = g.parameter("w", {3}, Init::ones());
+    auto h = g.parameter("h", {3}, Init::ones(), DType::F16);
+    g.output("y", g.mul(g.mul(g.input("x", {3}), w), g.cast(h, DType::F32)));
+    Session s = compile(g, device());
+    s.set({{"w", {1, 2, 3}}, {"h", {0.5f, 2, -1}}, {"x", {2, 2, 2}}});
+    s.run();
+    const std::map<std::string, std::vector<float>> got = s.get({"y", "w", "h", "x"});
+    EXPECT_EQ(got, (std::map<std::string, std::vector<float>>{
+                       {"y", {1, 8, -6}}, {"w", {1, 2, 3}}, {"h", {0.5f, 2, -1}}, {"x", {2, 2, 2}}}));
+    EXPECT_EQ(error_of([&] { s.set({{"w", {7, 7, 7}}, {"x", {1, 2}}}); }), "set 'x': 2 values for shape (3) (3 elements)");
+    EXPECT_EQ(s.get("w"), (std::vector<float>{1, 2, 3}));
+    EXPECT_EQ(error_of([&] { s.get(std::vector<std::string>{"w", "z"}); }), "unknown tensor 'z'; known names: h, w, x, y");
 }
 
 // A device allocation that cannot succeed is an mn::Error naming its size and kind, not an abort,

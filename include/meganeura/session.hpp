@@ -6,6 +6,7 @@
 //   s.set("x", data); s.run(); auto y = s.get("y");
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -120,6 +121,9 @@ public:
     // Inputs and parameters by name; the data's length must equal the tensor's element count.
     void set(std::string_view name, const std::vector<float>& data);
     void set(std::string_view name, const std::vector<int32_t>& data);
+    // Several at once, as set() each (checked before any is written), in one transfer: set() one at a time waits for
+    // the device each time (a model's weights: a few milliseconds a tensor).
+    void set(const std::map<std::string, std::vector<float>>& tensors);
     // Runs the recorded program once (one submit).
     void run();
     // Records what run() submits into the caller's VkCommandBuffer (in the recording state, on this
@@ -163,6 +167,8 @@ public:
     // The same into `out`, of the tensor's size: no allocation, for a loop that reads an output every run (a decode
     // step's logits).
     void get(std::string_view name, std::span<float> out) const;
+    // Several by name, as get() each, in one transfer from the device.
+    std::map<std::string, std::vector<float>> get(const std::vector<std::string>& names) const;
     std::vector<int32_t> get_i32(std::string_view name) const;
     Shape shape(std::string_view name) const;
     DType dtype(std::string_view name) const;

@@ -140,7 +140,7 @@ ref::Feeds feeds_for_check(const Session::Impl& impl, const Graph& graph) {
             up != impl.upload_at.end()
                 ? std::vector<uint8_t>(static_cast<const uint8_t*>(impl.upload.mapped()) + up->second,
                                        static_cast<const uint8_t*>(impl.upload.mapped()) + up->second + val.bytes())
-                : impl.read_now(v);
+                : std::move(impl.read_now({v}).front());
         feeds[n.name] = {n.shape, widen(bytes.data(), val)};
     }
     return feeds;
@@ -179,7 +179,7 @@ public:
             const sched::Value& written = impl_.value(impl_.schedule.steps[w->step].values[w->binding]);
             value = {n.shape, widen(static_cast<const uint8_t*>(impl_.check_snapshot.mapped()) + w->at, written)};
         } else if (v >= 0 && impl_.value(impl_.schedule.root(v)).storage == sched::Storage::Constant) {
-            value = {n.shape, widen(impl_.read_now(v).data(), impl_.value(v))};
+            value = {n.shape, widen(impl_.read_now({v}).front().data(), impl_.value(v))};
         } else {
             std::vector<const ref::Value*> inputs;
             for (int32_t in : n.inputs) inputs.push_back(&(*this)(in));

@@ -19,14 +19,20 @@ const char* kStepKey = "meganeura.step";
 void Session::save(const std::string& path) const { save(path, {}); }
 
 void Session::save(const std::string& path, const std::function<bool(const std::string&)>& omit) const {
-    io::TensorMap tensors;
+    std::vector<std::string> names;
+    std::vector<int32_t> values;
     for (const auto& [name, v] : impl_->names) {
         if (!impl_->checkpointed.count(name)) continue;
         if (omit && impl_->value(v).storage == sched::Storage::Parameter && omit(name)) continue;
-        const sched::Value& val = impl_->value(v);
-        io::TensorData t{.dtype = val.dtype == DType::F16 ? "F16" : "F32", .shape = val.shape};
-        t.bytes = impl_->read_now(v);
-        tensors[name] = std::move(t);
+        names.push_back(name);
+        values.push_back(v);
+    }
+    std::vector<std::vector<uint8_t>> bytes = impl_->read_now(values);  // one transfer
+    io::TensorMap tensors;
+    for (size_t i = 0; i < values.size(); ++i) {
+        const sched::Value& val = impl_->value(values[i]);
+        tensors[names[i]] = io::TensorData{.dtype = val.dtype == DType::F16 ? "F16" : "F32", .shape = val.shape,
+                                           .bytes = std::move(bytes[i])};
     }
     io::write_safetensors(path, tensors, {{kStepKey, std::to_string(impl_->steps_taken)}});
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <map>
 
 #include "common/half.hpp"
 #include "common/parallel.hpp"
@@ -120,15 +121,31 @@ void Session::Impl::write_pieces(const std::vector<int32_t>& values, int64_t pie
         if (c.valid()) c.get();
 }
 
-std::vector<uint8_t> Session::Impl::read_now(int32_t v) const {
-    const rt::BufferRange src = range(v);
-    rt::Buffer staging(ctx, src.size, rt::MemoryKind::Readback);
-    rt::Program p(ctx);
-    p.copy(src, {&staging, 0, src.size});
-    p.finish();
-    p.run();
-    const auto* at = static_cast<const uint8_t*>(staging.mapped());
-    return {at, at + value(v).bytes()};
+std::vector<std::vector<uint8_t>> Session::Impl::read_now(const std::vector<int32_t>& values) const {
+    // In submits of at most 64 MiB of staging (a larger value gets one of its own), as write_pieces uploads: a
+    // checkpoint's every tensor at once would double the host memory it takes.
+    constexpr uint64_t kChunk = 64ull << 20;
+    std::vector<std::vector<uint8_t>> out;
+    for (size_t begin = 0; begin < values.size();) {
+        size_t end = begin;
+        uint64_t bytes = 0;
+        std::vector<uint64_t> at;
+        while (end < values.size() && (end == begin || bytes + range(values[end]).size <= kChunk)) {
+            at.push_back(bytes);
+            bytes += range(values[end++]).size;
+        }
+        rt::Buffer staging(ctx, bytes, rt::MemoryKind::Readback);
+        rt::Program p(ctx);
+        for (size_t i = begin; i < end; ++i) p.copy(range(values[i]), {&staging, at[i - begin], range(values[i]).size});
+        p.finish();
+        p.run();
+        for (size_t i = begin; i < end; ++i) {
+            const auto* first = static_cast<const uint8_t*>(staging.mapped()) + at[i - begin];
+            out.emplace_back(first, first + value(values[i]).bytes());
+        }
+        begin = end;
+    }
+    return out;
 }
 
 void Session::copy_to(Session& dst, const std::vector<std::string>& names) const {
@@ -146,16 +163,19 @@ void Session::copy_to(Session& dst, const std::vector<std::string>& names) const
     dst.impl_->parameters_changed = true;
 }
 
-const uint8_t* Session::Impl::bytes_of(int32_t v, std::vector<uint8_t>& read) const {
+const uint8_t* Session::Impl::read_back(int32_t v) const {
     // An output comes back after each run, its whole root (v may be a part of it); a parameter or state that is an output
     // is read now: set, load and copy_to change it between runs.
     auto it = readback_at.find(schedule.root(v));
     const sched::Storage storage = value(v).storage;
-    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) {
-        read = read_now(v);
-        return read.data();
-    }
+    if (it == readback_at.end() || storage == sched::Storage::Parameter || storage == sched::Storage::State) return nullptr;
     return static_cast<const uint8_t*>(readback.mapped()) + it->second + schedule.offset_in_root(v);
+}
+
+const uint8_t* Session::Impl::bytes_of(int32_t v, std::vector<uint8_t>& read) const {
+    if (const uint8_t* mapped = read_back(v)) return mapped;
+    read = std::move(read_now({v}).front());
+    return read.data();
 }
 
 Session::Session() = default;
@@ -175,10 +195,13 @@ void check_count(std::string_view name, const sched::Value& v, size_t count) {
 
 }  // namespace
 
-void Session::set(std::string_view name, const std::vector<float>& data) {
-    const int32_t v = impl_->lookup(name);
-    if (v < 0) return;  // no output depends on it
-    const sched::Value& val = impl_->value(v);
+namespace {
+
+// set()'s value for `name` (-1: no output depends on it) and the bytes it gets, checked.
+std::pair<int32_t, std::vector<uint8_t>> set_bytes(const Session::Impl& impl, std::string_view name, const std::vector<float>& data) {
+    const int32_t v = impl.lookup(name);
+    if (v < 0) return {v, {}};
+    const sched::Value& val = impl.value(v);
     if (val.storage != sched::Storage::Input && val.storage != sched::Storage::Parameter &&
         val.storage != sched::Storage::State) {
         throw Error("set '" + std::string(name) + "': only inputs, parameters and states can be set");
@@ -195,12 +218,50 @@ void Session::set(std::string_view name, const std::vector<float>& data) {
     } else {
         throw Error("set '" + std::string(name) + "': the tensor is i32; pass int32 values");
     }
-    auto up = impl_->upload_at.find(v);
-    if (up != impl_->upload_at.end()) {
-        std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + up->second, bytes.data(), bytes.size());
-    } else {
-        impl_->write_now(v, bytes.data());
+    return {v, std::move(bytes)};
+}
+
+// get()'s value of `name`, a float tensor.
+int32_t float_value(const Session::Impl& impl, std::string_view name) {
+    const int32_t v = impl.live(name);
+    if (impl.value(v).dtype == DType::I32) throw Error("get '" + std::string(name) + "': the tensor is i32; use get_i32");
+    return v;
+}
+
+// A value's bytes as floats (f16 widened).
+void widen(const sched::Value& val, const uint8_t* bytes, std::span<float> out) {
+    if (val.dtype == DType::F32) {
+        std::memcpy(out.data(), bytes, out.size_bytes());
+        return;
     }
+    for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * i, 2);
+        out[i] = half_to_float(h);
+    }
+}
+
+}  // namespace
+
+void Session::set(std::string_view name, const std::vector<float>& data) {
+    set({{std::string(name), data}});
+}
+
+void Session::set(const std::map<std::string, std::vector<float>>& tensors) {
+    std::vector<std::pair<int32_t, std::vector<uint8_t>>> checked;
+    for (const auto& [name, data] : tensors) checked.push_back(set_bytes(*impl_, name, data));
+    std::vector<int32_t> values;
+    std::vector<const std::vector<uint8_t>*> bytes;
+    for (const auto& [v, b] : checked) {
+        if (v < 0) continue;  // no output depends on it
+        if (auto up = impl_->upload_at.find(v); up != impl_->upload_at.end()) {
+            std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + up->second, b.data(), b.size());
+        } else {
+            values.push_back(v);
+            bytes.push_back(&b);
+        }
+    }
+    if (!values.empty()) impl_->write_many(values, [&](size_t i, uint8_t* dst) { std::memcpy(dst, bytes[i]->data(), bytes[i]->size()); });
 }
 
 void Session::set(std::string_view name, const std::vector<int32_t>& data) {
@@ -316,23 +377,31 @@ std::vector<float> Session::get(std::string_view name) const {
 }
 
 void Session::get(std::string_view name, std::span<float> out) const {
-    const int32_t v = impl_->live(name);
+    const int32_t v = float_value(*impl_, name);
     const sched::Value& val = impl_->value(v);
-    if (val.dtype == DType::I32) throw Error("get '" + std::string(name) + "': the tensor is i32; use get_i32");
     if (static_cast<int64_t>(out.size()) != numel(val.shape)) {
         throw Error("get '" + std::string(name) + "': " + std::to_string(out.size()) + " values for shape " + shape_str(val.shape));
     }
     std::vector<uint8_t> read;
-    const uint8_t* mapped = impl_->bytes_of(v, read);
-    if (val.dtype == DType::F32) {
-        std::memcpy(out.data(), mapped, out.size_bytes());
-        return;
+    widen(val, impl_->bytes_of(v, read), out);
+}
+
+std::map<std::string, std::vector<float>> Session::get(const std::vector<std::string>& names) const {
+    std::vector<int32_t> values, unread;  // unread: those not in the readback memory, read in one transfer
+    for (const std::string& name : names) {
+        values.push_back(float_value(*impl_, name));
+        if (!impl_->read_back(values.back())) unread.push_back(values.back());
     }
-    for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, mapped + 2 * i, 2);
-        out[i] = half_to_float(h);
+    const std::vector<std::vector<uint8_t>> read = impl_->read_now(unread);
+    std::map<std::string, std::vector<float>> out;
+    for (size_t i = 0, k = 0; i < names.size(); ++i) {
+        const sched::Value& val = impl_->value(values[i]);
+        const uint8_t* mapped = impl_->read_back(values[i]);
+        std::vector<float>& floats = out[names[i]];
+        floats.resize(static_cast<size_t>(numel(val.shape)));
+        widen(val, mapped ? mapped : read[k++].data(), floats);
     }
+    return out;
 }
 
 std::vector<int32_t> Session::get_i32(std::string_view name) const {

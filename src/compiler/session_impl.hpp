@@ -84,7 +84,10 @@ struct Session::Impl {
     // thread busy (SmolLM2's embedding is a fifth of its weights).
     void write_pieces(const std::vector<int32_t>& values, int64_t piece,
                       const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill);
-    std::vector<uint8_t> read_now(int32_t v) const;
+    // The values' bytes read from the device now, in one submit through one staging buffer.
+    std::vector<std::vector<uint8_t>> read_now(const std::vector<int32_t>& values) const;
+    // Whether v's bytes are in the readback memory (an output of the last run), and where.
+    const uint8_t* read_back(int32_t v) const;
     // v's bytes: in the readback memory if an output of the last run, else read_now into `read`.
     const uint8_t* bytes_of(int32_t v, std::vector<uint8_t>& read) const;
     // One submit, checked against the reference under MEGANEURA_CHECK; in a data-parallel session, next_program()

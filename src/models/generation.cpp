@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -66,8 +67,7 @@ LlamaConfig without_adapter(LlamaConfig c) {
 void merge_adapter(Session& s, const Graph& base, const LoraConfig& lora, const io::TensorMap& adapter) {
     struct Module {
         std::string name;
-        Shape shape;  // the weight's [out, in]
-        std::vector<float> w, a, b;
+        std::vector<float> a, b;
     };
     std::vector<Module> modules;
     std::set<std::string> expected;
@@ -84,14 +84,18 @@ void merge_adapter(Session& s, const Graph& base, const LoraConfig& lora, const 
         if (n.op != Op::Parameter || !n.name.ends_with(suffix)) continue;
         const std::string module = n.name.substr(0, n.name.size() - suffix.size());
         if (!lora.applies(module) || n.shape.size() != 2) continue;
-        modules.push_back({module, n.shape, {}, tensor(module + ".lora_A.weight", {lora.rank, n.shape[1]}),
+        modules.push_back({module, tensor(module + ".lora_A.weight", {lora.rank, n.shape[1]}),
                            tensor(module + ".lora_B.weight", {n.shape[0], lora.rank})});
     }
     for (const auto& [name, t] : adapter)
         if (!expected.count(name)) throw Error("the adapter's '" + name + "' is not a module of this model with an adapter");
-    for (Module& m : modules) m.w = s.get(m.name + ".weight");
-    parallel_for(modules.size(), [&](size_t k) { merge_lora(modules[k].w, modules[k].a, modules[k].b, lora.rank, lora.scale()); });
-    for (const Module& m : modules) s.set(m.name + ".weight", m.w);
+    std::vector<std::string> names;
+    for (const Module& m : modules) names.push_back(m.name + ".weight");
+    std::map<std::string, std::vector<float>> weights = s.get(names);  // one transfer each way
+    parallel_for(modules.size(), [&](size_t k) {
+        merge_lora(weights.at(names[k]), modules[k].a, modules[k].b, lora.rank, lora.scale());
+    });
+    s.set(weights);
 }
 
 }  // namespace
