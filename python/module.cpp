@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <set>
 #include <span>
 
@@ -23,20 +24,46 @@ using mn::Tensor;
 
 py::tuple shape_tuple(const mn::Shape& shape) { return py::tuple(py::cast(shape)); }
 
-// session.set: an integer array sets an i32 tensor, any other a float one; the shape must match.
-void set_array(mn::Session& s, const std::string& name, const py::array& array) {
+void check_shape(const mn::Session& s, const std::string& name, const py::array& array) {
     const mn::Shape want = s.shape(name);
     const mn::Shape got(array.shape(), array.shape() + array.ndim());
     if (got != want)
         throw mn::Error("set '" + name + "': the array is " + mn::shape_str(got) + ", the tensor " + mn::shape_str(want));
-    const char kind = array.dtype().kind();
-    if (kind == 'i' || kind == 'u') {
+}
+
+bool integer(const py::array& array) { return array.dtype().kind() == 'i' || array.dtype().kind() == 'u'; }
+
+std::vector<float> floats_of(const py::array& array) {
+    auto floats = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
+    return {floats.data(), floats.data() + floats.size()};
+}
+
+// session.set: an integer array sets an i32 tensor, any other a float one; the shape must match.
+void set_array(mn::Session& s, const std::string& name, const py::array& array) {
+    check_shape(s, name, array);
+    if (integer(array)) {
         auto ints = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(array);
         s.set(name, std::vector<int32_t>(ints.data(), ints.data() + ints.size()));
     } else {
-        auto floats = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
-        s.set(name, std::vector<float>(floats.data(), floats.data() + floats.size()));
+        s.set(name, floats_of(array));
     }
+}
+
+// session.set({name: array, ...}): each as set(name, array), the float ones in one transfer to the device.
+void set_arrays(mn::Session& s, const py::dict& arrays) {
+    std::map<std::string, std::vector<float>> floats;
+    for (const auto& [key, value] : arrays) {
+        const std::string name = py::cast<std::string>(key);
+        const py::array array = py::array::ensure(value);
+        if (!array) throw mn::Error("set '" + name + "': not an array");
+        if (integer(array)) {
+            set_array(s, name, array);  // an input: written to host-visible memory, no transfer of its own
+            continue;
+        }
+        check_shape(s, name, array);
+        floats[name] = floats_of(array);
+    }
+    s.set(floats);
 }
 
 // session.get: a numpy array of the tensor's shape, int32 for i32 tensors, float32 otherwise.
@@ -51,6 +78,25 @@ py::array get_array(const mn::Session& s, const std::string& name) {
     py::array_t<float> out(shape);
     s.get(name, std::span<float>(out.mutable_data(), static_cast<size_t>(out.size())));
     return std::move(out);
+}
+
+// session.get([name, ...]): {name: array} as get(name) gives each, the float ones in one transfer from the device.
+py::dict get_arrays(const mn::Session& s, const std::vector<std::string>& names) {
+    std::vector<std::string> floats;
+    py::dict out;
+    for (const std::string& name : names) {
+        if (s.dtype(name) == mn::DType::I32) {
+            out[py::str(name)] = get_array(s, name);
+        } else {
+            floats.push_back(name);
+        }
+    }
+    for (auto& [name, values] : s.get(floats)) {
+        py::array_t<float> array(s.shape(name));
+        std::copy(values.begin(), values.end(), array.mutable_data());
+        out[py::str(name)] = std::move(array);
+    }
+    return out;
 }
 
 mn::Precision precision_of(const std::string& name) {
@@ -187,7 +233,9 @@ void bind_session(py::module_& m) {
 
     py::class_<mn::Session>(m, "Session")
         .def("set", &set_array, py::arg("name"), py::arg("array"))
+        .def("set", &set_arrays, py::arg("arrays"))
         .def("get", &get_array, py::arg("name"))
+        .def("get", &get_arrays, py::arg("names"))
         .def("shape", [](const mn::Session& s, const std::string& name) { return shape_tuple(s.shape(name)); })
         .def("run", &mn::Session::run, py::call_guard<py::gil_scoped_release>())
         .def("step", &mn::Session::step, py::call_guard<py::gil_scoped_release>())

@@ -48,8 +48,7 @@ def torch_mlp(sizes):
 
 
 def copy_weights(session, model):
-    for name, p in model.state_dict().items():
-        session.set(name, p.detach().numpy())
+    session.set({name: p.detach().numpy() for name, p in model.state_dict().items()})
 
 
 def data(batch, features, classes):
@@ -111,6 +110,21 @@ def test_get_returns_the_tensors_shape_and_dtype():
     assert s.get("ids").dtype == np.int32 and (s.get("ids") == ids_value).all()
     assert s.shape("rows") == (2, 3, 4)
     np.testing.assert_array_equal(s.get("rows"), s.get("table")[ids_value])
+
+
+def test_several_tensors_are_set_and_read_at_once():
+    g, _ = mlp_graph(4, [3, 2])
+    s = mn.compile(g)
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([0.5, -1], np.float32)
+    x, labels = np.ones((4, 3), np.float32), np.array([0, 1, 1, 0])  # int64 labels, as set(name, array) takes them
+    s.set({"0.weight": w, "0.bias": b, "x": x, "labels": labels})
+    s.run()
+    got = s.get(["logits", "0.weight", "labels"])
+    assert sorted(got) == ["0.weight", "labels", "logits"]
+    assert np.array_equal(got["0.weight"], w) and got["labels"].dtype == np.int32 and got["labels"].tolist() == [0, 1, 1, 0]
+    assert np.allclose(got["logits"], np.tile(w.sum(1) + b, (4, 1)))
+    with pytest.raises(mn.Error, match=re.escape("set '0.bias': the array is (3), the tensor (2)")):
+        s.set({"0.weight": w, "0.bias": np.zeros(3, np.float32)})
 
 
 def test_operators_build_nodes():
