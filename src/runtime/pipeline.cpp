@@ -194,9 +194,9 @@ std::string executable_statistics(const Context::Impl& m, VkPipeline pipeline) {
     return out;
 }
 
-// One VkShaderModule per distinct SPIR-V of a batch, made once for all of its pipelines (a convolution's
-// module serves a pipeline per shape: ResNet-50's training step has 250 pipelines of 55 modules), and
-// destroyed with the batch.
+// One VkShaderModule per distinct SPIR-V of a batch, made once for all of its pipelines, and destroyed with the
+// batch. (The compiler asks for one pipeline at a time, from one thread per core: each pipeline's module is its own,
+// a copy of the words beside the driver's compile.)
 class ShaderModules {
 public:
     explicit ShaderModules(VkDevice device) : device_(device) {}
