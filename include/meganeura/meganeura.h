@@ -135,6 +135,10 @@ void mn_session_free(mn_session* session);
 /* Inputs and parameters by name; `count` must be the tensor's element count. */
 mn_status mn_session_set_f32(mn_session* s, const char* name, const float* data, size_t count);
 mn_status mn_session_set_i32(mn_session* s, const char* name, const int32_t* data, size_t count);
+/* Several f32 tensors at once, in one transfer (mn_session_set_f32 one at a time waits for the device each): tensor
+ * names[i] from data[i], counts[i] elements; every one is checked before any is written. */
+mn_status mn_session_set_f32_many(mn_session* s, size_t n, const char* const* names, const float* const* data,
+                                  const size_t* counts);
 /* Runs the recorded program once (one submit). */
 mn_status mn_session_run(mn_session* s);
 /* Training sessions: one optimizer step; the loss in *loss (may be NULL). */
@@ -144,6 +148,9 @@ mn_status mn_session_step_count(const mn_session* s, int64_t* steps);
  * element count (mn_session_shape gives it). */
 mn_status mn_session_get_f32(const mn_session* s, const char* name, float* out, size_t count);
 mn_status mn_session_get_i32(const mn_session* s, const char* name, int32_t* out, size_t count);
+/* Several f32 tensors at once, in one transfer from the device: tensor names[i] into out[i], counts[i] elements. */
+mn_status mn_session_get_f32_many(const mn_session* s, size_t n, const char* const* names, float* const* out,
+                                  const size_t* counts);
 mn_status mn_session_shape(const mn_session* s, const char* name, int64_t* dims, int capacity, int* ndim);
 /* Checkpoints: every parameter and optimizer state in safetensors, written atomically. */
 mn_status mn_session_save(const mn_session* s, const char* path);

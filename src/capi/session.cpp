@@ -2,6 +2,7 @@
 // mn::Session, with the element counts a C caller passes checked against the tensor's.
 #include "capi/handles.hpp"
 
+#include <map>
 #include <span>
 
 namespace mn::capi {
@@ -114,6 +115,22 @@ mn_status mn_session_set_i32(mn_session* s, const char* name, const int32_t* dat
     });
 }
 
+mn_status mn_session_set_f32_many(mn_session* s, size_t n, const char* const* names, const float* const* data,
+                                  const size_t* counts) {
+    return guard([&] {
+        mn::Session& session = required(s, "session").session;
+        if (n) required(names, "names"), required(data, "data"), required(counts, "counts");
+        std::map<std::string, std::vector<float>> tensors;
+        for (size_t i = 0; i < n; ++i) {
+            const std::string name = text(names[i], "names[i]");
+            mn::capi::check_count(session, name.c_str(), counts[i]);
+            const float* values = &required(data[i], "data[i]");
+            tensors[name].assign(values, values + counts[i]);
+        }
+        session.set(tensors);
+    });
+}
+
 mn_status mn_session_run(mn_session* s) {
     return guard([&] { required(s, "session").session.run(); });
 }
@@ -134,6 +151,22 @@ mn_status mn_session_get_f32(const mn_session* s, const char* name, float* out, 
         const mn::Session& session = required(s, "session").session;
         mn::capi::check_count(session, text(name, "name").c_str(), count);
         session.get(name, std::span<float>(&required(out, "out"), count));
+    });
+}
+
+mn_status mn_session_get_f32_many(const mn_session* s, size_t n, const char* const* names, float* const* out,
+                                  const size_t* counts) {
+    return guard([&] {
+        const mn::Session& session = required(s, "session").session;
+        if (n) required(names, "names"), required(out, "out"), required(counts, "counts");
+        std::vector<std::string> wanted;
+        for (size_t i = 0; i < n; ++i) {
+            wanted.push_back(text(names[i], "names[i]"));
+            mn::capi::check_count(session, wanted.back().c_str(), counts[i]);
+            required(out[i], "out[i]");
+        }
+        const std::map<std::string, std::vector<float>> got = session.get(wanted);
+        for (size_t i = 0; i < n; ++i) std::copy(got.at(wanted[i]).begin(), got.at(wanted[i]).end(), out[i]);
     });
 }
 

@@ -134,13 +134,24 @@ static int training_step_and_checkpoint(const char* checkpoint) {
     float xs[N * IN], ts[N * OUT], w0[OUT * IN], b0[OUT], w1[OUT * IN], b1[OUT];
     for (int i = 0; i < N * IN; ++i) xs[i] = (float)((i * 37 % 11) - 5) / 5.0f;
     for (int i = 0; i < N * OUT; ++i) ts[i] = (float)((i * 13 % 7) - 3) / 3.0f;
-    REQUIRE_OK(mn_session_get_f32(s, "weight", w0, OUT * IN));
-    REQUIRE_OK(mn_session_get_f32(s, "bias", b0, OUT));
+    /* Several tensors in one transfer each way; a wrong count in one of them writes none. */
+    const char* params[] = {"weight", "bias"};
+    float* params_out[] = {w0, b0};
+    const size_t params_counts[] = {OUT * IN, OUT};
+    REQUIRE_OK(mn_session_get_f32_many(s, 2, params, params_out, params_counts));
     double w_want[OUT * IN], b_want[OUT];
     const double loss_want = sgd_step(xs, ts, w0, b0, 0.1, w_want, b_want);
 
-    REQUIRE_OK(mn_session_set_f32(s, "x", xs, N * IN));
-    REQUIRE_OK(mn_session_set_f32(s, "target", ts, N * OUT));
+    const char* data_names[] = {"x", "target", "weight"};
+    const float no_weight[OUT * IN] = {0};
+    const float* data[] = {xs, ts, no_weight};
+    const size_t bad_counts[] = {N * IN, N * OUT, OUT * IN - 1};
+    EXPECT_ERROR(mn_session_set_f32_many(s, 3, data_names, data, bad_counts), "'weight' has");
+    float w_kept[OUT * IN];
+    REQUIRE_OK(mn_session_get_f32(s, "weight", w_kept, OUT * IN));
+    EXPECT(memcmp(w_kept, w0, sizeof w0) == 0);
+    const size_t data_counts[] = {N * IN, N * OUT};
+    REQUIRE_OK(mn_session_set_f32_many(s, 2, data_names, data, data_counts));
     float loss_got = 0;
     int64_t steps = 0;
     REQUIRE_OK(mn_session_step(s, &loss_got));
