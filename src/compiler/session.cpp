@@ -241,27 +241,34 @@ void widen(const sched::Value& val, const uint8_t* bytes, std::span<float> out) 
     }
 }
 
-}  // namespace
-
-void Session::set(std::string_view name, const std::vector<float>& data) {
-    set({{std::string(name), data}});
-}
-
-void Session::set(const std::map<std::string, std::vector<float>>& tensors) {
-    std::vector<std::pair<int32_t, std::vector<uint8_t>>> checked;
-    for (const auto& [name, data] : tensors) checked.push_back(set_bytes(*impl_, name, data));
+// set()'s writes of what set_bytes checked: inputs into the upload memory, the rest in one transfer.
+void write_checked(Session::Impl& impl, const std::vector<std::pair<int32_t, std::vector<uint8_t>>>& checked) {
     std::vector<int32_t> values;
     std::vector<const std::vector<uint8_t>*> bytes;
     for (const auto& [v, b] : checked) {
         if (v < 0) continue;  // no output depends on it
-        if (auto up = impl_->upload_at.find(v); up != impl_->upload_at.end()) {
-            std::memcpy(static_cast<uint8_t*>(impl_->upload.mapped()) + up->second, b.data(), b.size());
+        if (auto up = impl.upload_at.find(v); up != impl.upload_at.end()) {
+            std::memcpy(static_cast<uint8_t*>(impl.upload.mapped()) + up->second, b.data(), b.size());
         } else {
             values.push_back(v);
             bytes.push_back(&b);
         }
     }
-    if (!values.empty()) impl_->write_many(values, [&](size_t i, uint8_t* dst) { std::memcpy(dst, bytes[i]->data(), bytes[i]->size()); });
+    if (!values.empty()) impl.write_many(values, [&](size_t i, uint8_t* dst) { std::memcpy(dst, bytes[i]->data(), bytes[i]->size()); });
+}
+
+}  // namespace
+
+void Session::set(std::string_view name, const std::vector<float>& data) {
+    std::vector<std::pair<int32_t, std::vector<uint8_t>>> checked;
+    checked.push_back(set_bytes(*impl_, name, data));
+    write_checked(*impl_, checked);
+}
+
+void Session::set(const std::map<std::string, std::vector<float>>& tensors) {
+    std::vector<std::pair<int32_t, std::vector<uint8_t>>> checked;
+    for (const auto& [name, data] : tensors) checked.push_back(set_bytes(*impl_, name, data));
+    write_checked(*impl_, checked);
 }
 
 void Session::set(std::string_view name, const std::vector<int32_t>& data) {

@@ -84,7 +84,7 @@ struct Session::Impl {
     // thread busy (SmolLM2's embedding is a fifth of its weights).
     void write_pieces(const std::vector<int32_t>& values, int64_t piece,
                       const std::function<void(size_t, int64_t, int64_t, uint8_t*)>& fill);
-    // The values' bytes read from the device now, in one submit through one staging buffer.
+    // The values' bytes read from the device now, in submits of at most 64 MiB of staging each.
     std::vector<std::vector<uint8_t>> read_now(const std::vector<int32_t>& values) const;
     // Whether v's bytes are in the readback memory (an output of the last run), and where.
     const uint8_t* read_back(int32_t v) const;
