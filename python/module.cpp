@@ -49,21 +49,26 @@ void set_array(mn::Session& s, const std::string& name, const py::array& array) 
     }
 }
 
-// session.set({name: array, ...}): each as set(name, array), the float ones in one transfer to the device.
+// session.set({name: array, ...}): each as set(name, array), the float ones in one transfer to the device. Every array
+// is checked (shape, and an integer one's tensor i32) before any is written, as Session::set(map) does.
 void set_arrays(mn::Session& s, const py::dict& arrays) {
     std::map<std::string, std::vector<float>> floats;
+    std::vector<std::pair<std::string, py::array>> ints;  // inputs: written to host-visible memory, no transfer
     for (const auto& [key, value] : arrays) {
         const std::string name = py::cast<std::string>(key);
         const py::array array = py::array::ensure(value);
         if (!array) throw mn::Error("set '" + name + "': not an array");
-        if (integer(array)) {
-            set_array(s, name, array);  // an input: written to host-visible memory, no transfer of its own
-            continue;
-        }
         check_shape(s, name, array);
-        floats[name] = floats_of(array);
+        if (!integer(array)) {
+            floats[name] = floats_of(array);
+        } else if (s.dtype(name) != mn::DType::I32) {
+            throw mn::Error("set '" + name + "': the tensor is " + mn::dtype_name(s.dtype(name)) + "; pass float values");
+        } else {
+            ints.emplace_back(name, array);
+        }
     }
     s.set(floats);
+    for (const auto& [name, array] : ints) set_array(s, name, array);
 }
 
 // session.get: a numpy array of the tensor's shape, int32 for i32 tensors, float32 otherwise.

@@ -124,7 +124,10 @@ def test_several_tensors_are_set_and_read_at_once():
     assert np.array_equal(got["0.weight"], w) and got["labels"].dtype == np.int32 and got["labels"].tolist() == [0, 1, 1, 0]
     assert np.allclose(got["logits"], np.tile(w.sum(1) + b, (4, 1)))
     with pytest.raises(mn.Error, match=re.escape("set '0.bias': the array is (3), the tensor (2)")):
-        s.set({"0.weight": w, "0.bias": np.zeros(3, np.float32)})
+        s.set({"labels": np.array([1, 1, 1, 1]), "0.bias": np.zeros(3, np.float32)})
+    assert s.get("labels").tolist() == [0, 1, 1, 0]  # every array is checked before any is written
+    with pytest.raises(mn.Error, match=re.escape("set '0.bias': the tensor is f32; pass float values")):
+        s.set({"0.bias": np.array([1, 2])})
 
 
 def test_operators_build_nodes():
