@@ -244,7 +244,7 @@ int64_t grad_sweep(const AttentionSpec& s, bool kv) { return kv ? s.q_len * (s.q
 std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const AttentionSpec& s, const AttentionTiles& tiles,
                                                       uint32_t max_groups, std::string* declined) {
     AttentionTiles t = tiles;
-    t.last_chunk_merges = false;  // the cooperative kernels' chunks: a dispatch adds them (as split-K's: matmul.cpp)
+    t.last_chunk_merges = false;  // the cooperative kernels' chunks: a dispatch adds them (faster: attention.cpp)
     *declined = fit_coop(kind, s, t);
     if (!declined->empty()) return std::nullopt;
     const bool kv = kind == CoopKind::GradKV;

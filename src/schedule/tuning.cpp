@@ -168,8 +168,8 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     // of each block of rows; f32 kernels only), where by default (dispatch) a dispatch of their own does. Fewer
     // dispatches and barriers, but slower on the H200 in 13 of 16 workloads measured (session 29: SmolLM2's fast step
     // 9.27 against 8.29 ms, its fast inference 2.62 against 1.98; bench/results/2026-12-05-h200-session29.md), and the
-    // cooperative kernels' last pieces summed wrong there: they never do. matmul (the convolutions too), attention or
-    // reduction sums in the kernels of that family alone, to measure which of them pays.
+    // cooperative kernels' last pieces summed wrong there (and were slower: session 41): they never do. matmul (the
+    // convolutions too), attention or reduction sums in the kernels of that family alone, to measure which of them pays.
     const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch", "matmul", "attention", "reduction"});
     const auto in_kernels = [&](const char* family) { return v && (*v == "product" || *v == family); };
     t.matmul.pieces_summed_in_product = in_kernels("matmul");
