@@ -248,9 +248,10 @@ TEST_F(MatmulTest, CooperativeSelfTest) {
     ctx.cooperative_matrices_work.clear();
     testing::internal::CaptureStderr();
     EXPECT_FALSE(compiler::cooperative_matrices_work(device(), path));
-    EXPECT_NE(testing::internal::GetCapturedStderr().find("computed a test product 1 off (limit 1e-02); precision fast "
-                                                          "uses the f32 kernels"),
+    const std::string warning = testing::internal::GetCapturedStderr();
+    EXPECT_NE(warning.find("computed a test product 1 off (limit 1e-02); precision fast uses the f32 kernels (with "),
               std::string::npos);
+    EXPECT_NE(warning.find("MEGANEURA_CACHE_DIR=" + cache.dir().string()), std::string::npos);  // the settings it ran with
     std::ofstream(files[0]) << "ok, or so\n";
     EXPECT_EQ(compiler::read_check_verdict(files[0].string()), std::nullopt);
     ctx.cooperative_matrices_work.clear();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,6 +22,8 @@
 #include "meganeura/autodiff.hpp"
 #include "reference/reference.hpp"
 #include "runtime/runtime.hpp"
+
+extern char** environ;  // POSIX: the process's environment, which no standard header need declare
 
 namespace mn::compiler {
 
@@ -100,12 +103,22 @@ std::string verdict_file(const Device& device, sched::CoopPath path) {
     return dir + "/coop-check/" + name.str();
 }
 
+// The MEGANEURA_* variables set, as " (with NAME=value, ...)": the check compiles its kernels as the process does, so a
+// forced choice (MEGANEURA_MATMUL_SPLITS, MEGANEURA_COOP_TILE, ...) can be what fails it, not the driver.
+std::string meganeura_settings() {
+    std::string settings;
+    for (char** e = environ; *e; ++e) {
+        if (std::strncmp(*e, "MEGANEURA_", 10) == 0) settings += (settings.empty() ? " (with " : ", ") + std::string(*e);
+    }
+    return settings.empty() ? settings : settings + ")";
+}
+
 // The verdict's consequence for this context: recorded, and where it failed, said once.
 bool record_verdict(rt::Context& ctx, const std::string& name, const std::string& problem) {
     ctx.cooperative_matrices_work[name] = problem.empty();
     if (!problem.empty()) {
-        std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels\n",
-                     name.c_str(), ctx.caps().name.c_str(), problem.c_str());
+        std::fprintf(stderr, "meganeura: warning: the %s cooperative matrices of %s %s; precision fast uses the f32 kernels%s\n",
+                     name.c_str(), ctx.caps().name.c_str(), problem.c_str(), meganeura_settings().c_str());
     }
     return problem.empty();
 }
