@@ -115,6 +115,21 @@ TEST(CliHelp, ModelsListsEveryModelsInputsAndOutputs) {
     }
 }
 
+// `devices` says what precision fast multiplies on and why, MEGANEURA_COOP included; a wrong MEGANEURA_COOP is an error
+// before anything is listed.
+TEST(CliHelp, DevicesSayWhatPrecisionFastMultipliesOn) {
+    int status = -1;
+    const std::string binary = std::string(MEGANEURA_BINARY) + " devices";
+    EXPECT_NE(run_command(binary, &status).find("  precision fast: "), std::string::npos);
+    EXPECT_EQ(status, 0);
+    EXPECT_NE(run_command("MEGANEURA_COOP=off " + binary, &status).find("  precision fast: the f32 kernels (MEGANEURA_COOP=off)\n"),
+              std::string::npos);
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(run_command("MEGANEURA_COOP=bad " + binary, &status),
+              "meganeura devices: error: MEGANEURA_COOP must be nv, khr or off, got 'bad'\n");
+    EXPECT_EQ(status, 1);
+}
+
 // The README's Commands section has one item per command, naming every option of its --help.
 TEST(CliHelp, ReadmeCommandListMatchesHelp) {
     std::ifstream file(std::string(MEGANEURA_SOURCE_DIR) + "/README.md");
