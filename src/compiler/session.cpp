@@ -395,18 +395,19 @@ void Session::get(std::string_view name, std::span<float> out) const {
 
 std::map<std::string, std::vector<float>> Session::get(const std::vector<std::string>& names) const {
     std::vector<int32_t> values, unread;  // unread: those not in the readback memory, read in one transfer
+    std::vector<const uint8_t*> mapped;    // where each is in the readback memory, or null
     for (const std::string& name : names) {
         values.push_back(float_value(*impl_, name));
-        if (!impl_->read_back(values.back())) unread.push_back(values.back());
+        mapped.push_back(impl_->read_back(values.back()));
+        if (!mapped.back()) unread.push_back(values.back());
     }
     const std::vector<std::vector<uint8_t>> read = impl_->read_now(unread);
     std::map<std::string, std::vector<float>> out;
     for (size_t i = 0, k = 0; i < names.size(); ++i) {
         const sched::Value& val = impl_->value(values[i]);
-        const uint8_t* mapped = impl_->read_back(values[i]);
         std::vector<float>& floats = out[names[i]];
         floats.resize(static_cast<size_t>(numel(val.shape)));
-        widen(val, mapped ? mapped : read[k++].data(), floats);
+        widen(val, mapped[i] ? mapped[i] : read[k++].data(), floats);
     }
     return out;
 }
