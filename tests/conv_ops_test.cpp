@@ -313,7 +313,7 @@ TEST_F(ConvOpsTest, LowersPointwiseToMatmulAndSplitsK) {
         ScopedEnv in_kernels("MEGANEURA_SPLIT_SUM", "product");
         EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}), (L{"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}));
     }
-    // by default (MEGANEURA_SPLIT_SUM=dispatch) a dispatch sums the pieces
+    ScopedEnv dispatch("MEGANEURA_SPLIT_SUM", "dispatch");  // the default: a dispatch sums the pieces
     EXPECT_EQ(labels({{2, 8, 5, 5}, {4, 8, 3, 3}, {.padding = 1}, false}),
               (L{"conv2d", "matmul_split_sum", "conv2d_grad_input", "matmul_split_sum", "conv2d_grad_weight",
                  "matmul_split_sum"}));

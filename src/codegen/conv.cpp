@@ -558,7 +558,6 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
                              (octets ? "1" : "0") + "\n" + kDims + read_x + (phases > 1 ? "" : kOnePhase) + mode;
     uint32_t bm, bn, k_split;
     bool summed;  // the kernel sums its own pieces
-    const std::string sums = std::string(kLastPieceGlsl) + kPieceSum;
     if (tuning.coop_subgroup && spec.dtype == DType::F32) {
         std::string why;
         const matmul_detail::CoopGeometry t =
@@ -573,7 +572,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         k.label += matmul_detail::coop_label_suffix(tuning);
         k.iface.local_size = t.subgroups() * tuning.coop_subgroup;
         k.required_subgroup_size = tuning.coop_subgroup;
-        summed = false;  // a dispatch sums the cooperative pieces (MatmulTuning::pieces_summed_in_product)
+        summed = k_split < depth && matmul_detail::coop_pieces_sum_fits(t, tuning);
         const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
@@ -581,9 +580,10 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string fetch_a = raw8 ? "#define A_RAW8 1\n#define B_RAW8 0\n"
                                            "layout(std430, set = 0, binding = 1) readonly buffer B_a8 { uvec4 d[]; } a8;\n"
                                          : "";
+        // last_piece's flag before the cooperative code (the top of matmul_coop.cpp says why).
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
-                 matmul_detail::coop_defines(t, tuning) + fetch_a + epilogue + head + kCoopStaging +
-                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? sums : "") + kWorkgroupZ + kCoopMain;
+                 matmul_detail::coop_defines(t, tuning) + fetch_a + epilogue + head + kCoopStaging + (summed ? kLastPieceGlsl : "") +
+                 matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? kPieceSum : "") + kWorkgroupZ + kCoopMain;
     } else {
         std::string why;
         const matmul_detail::TiledGeometry t = matmul_detail::choose_tiled_geometry(gemm, tuning, &why);
@@ -602,7 +602,7 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         const std::string epilogue = epilogue_of(k, spec, k_split < depth, summed);
         k.glsl = matmul_detail::preamble(k.iface, "") + matmul_detail::tiled_defines(t) + epilogue + head +
                  matmul_detail::kTiledSharedGlsl + kTileLoop + matmul_detail::kRegisterTileProductGlsl +
-                 (summed ? sums : "") + kWorkgroupZ + kTileMain;
+                 (summed ? std::string(kLastPieceGlsl) + kPieceSum : "") + kWorkgroupZ + kTileMain;
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
     if (splits > 1) {

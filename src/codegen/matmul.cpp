@@ -480,12 +480,12 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     const bool split = k_split < spec.k;
     out.sum_stores_norm = split && spec.sum_norm_eps > 0 && !spec.b2 && spec.dtype == DType::F32 &&
                           spec.column_parts.empty() && spec.n % 4 == 0 && spec.n <= kSumNormMaxColumns;
-    // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own.
-    // Not the cooperative kernels: their last pieces summed wrong on the H200 (session 29) and the H100 wherever the
-    // kernel stores element by element (edge tiles, rows of no whole 16 bytes: output element i held element i + 1's
-    // sum; not found: a shared uint for last_piece's bool changed nothing), and summed there they were slower anyway
-    // (ResNet-50's fast inference 0.98 -> 1.49 ms: a tile's last piece reads all of its pieces alone; session 41).
-    const MatmulSpec* summed = split && t.pieces_summed_in_product && !coop && !out.sum_stores_norm ? &spec : nullptr;
+    // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own. The cooperative kernels'
+    // own sums are right since last_piece's flag comes before their cooperative code (matmul_coop.cpp), and slower
+    // than the dispatch (ResNet-50's fast inference 0.98 -> 1.49 ms on the H100: a tile's last piece reads all of its
+    // pieces alone; session 41), as the f32 kernels' are (tuning.cpp): the default is the dispatch for both.
+    const bool sums_fit = coop ? coop_pieces_sum_fits(*coop, t) : t.pieces_summed_in_product;
+    const MatmulSpec* summed = split && sums_fit && !out.sum_stores_norm ? &spec : nullptr;
     out.sum_stores_delta = split && !summed && spec.sum_delta.heads > 0 && !spec.b2 && spec.dtype == DType::F32 &&
                            !out.sum_stores_norm;
     out.sum_stores_norm_grad = split && !summed && spec.sum_norm_grad.on && spec.dtype == DType::F32 && spec.batch.empty() &&

@@ -106,6 +106,9 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& g, const Ma
                          const MatmulSpec* summed = nullptr);
 // Shared memory of the tile; a split product (MatmulTuning::coop_split) stages two parts of each operand.
 uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
+// Whether a kernel of the tile may sum its own split-K pieces (MatmulTuning::pieces_summed_in_product): last_piece's
+// flag takes 4 bytes more shared memory, which a tile chosen to fill the device's exactly does not have.
+bool coop_pieces_sum_fits(const CoopGeometry& g, const MatmulTuning& tuning);
 // The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
 const char* coop_label_suffix(const MatmulTuning& tuning);
 // Whose tile it is: a matmul's, or a convolution's implicit GEMM (whose gathers favour other tiles).

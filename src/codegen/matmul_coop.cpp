@@ -21,6 +21,13 @@
 // SPLIT (MatmulTuning::coop_split: forward products before a ReLU or max pool, sched::Tuning::split_forward)
 // stages each operand as two f16 parts and multiplies three products of them, for about f32's precision
 // on the tensor cores.
+//
+// Shared variables that only scalar code touches are declared before the cooperative code (last_piece's
+// flag, where the kernel sums its own split-K pieces): on NVIDIA's driver (580, H100) the flag declared
+// after Cs moved Cs's scalar reads one float along, so every element of a tile stored element by element
+// came back as its right neighbour's sum; declared first, the kernel's sums were the sum dispatch's bit
+// for bit (bench/results/2026-12-06-session42-h100.md). tests/coop_shared_order_test.cpp checks every
+// cooperative kernel's SPIR-V for that order.
 #include <algorithm>
 
 #include "codegen/matmul_common.hpp"
@@ -451,6 +458,10 @@ uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning) {
     return (split ? 2 : 1) * g.stages * (slice(g.bm) + slice(g.bn)) + 4 * 256 * g.subgroups() + (scaled ? 16 : 0);
 }
 
+bool coop_pieces_sum_fits(const CoopGeometry& g, const MatmulTuning& tuning) {
+    return tuning.pieces_summed_in_product && coop_shared_bytes(g, tuning) + 4 <= tuning.max_shared_memory;
+}
+
 const char* coop_label_suffix(const MatmulTuning& tuning) {
     return tuning.coop_split ? "_coop_split" : tuning.coop_scaled ? "_coop_scaled" : "_coop";
 }
@@ -502,9 +513,10 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
                        (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +
                        "\n#define B_RAW8 " + raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
+    // last_piece's flag before the cooperative code (the top of this file says why).
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec, summed != nullptr) + store +
-             loader_glsl(spec, 'a', pair && summed->a2) + loader_glsl(spec, 'b', pair) + kMatmulStaging + kCoopTypesGlsl + kCoopProductGlsl +
-             (summed ? std::string(kLastPieceGlsl) + kPieceSumGlsl : "") + kMatmulMain;
+             loader_glsl(spec, 'a', pair && summed->a2) + loader_glsl(spec, 'b', pair) + kMatmulStaging +
+             (summed ? kLastPieceGlsl : "") + kCoopTypesGlsl + kCoopProductGlsl + (summed ? kPieceSumGlsl : "") + kMatmulMain;
     k.groups = tile_grid(spec, t.bm, t.bn, split_k, tuning.max_groups, pair);
     return k;
 }

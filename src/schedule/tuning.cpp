@@ -165,11 +165,12 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
     // MEGANEURA_SPLIT_SUM=product sums a product's split-K pieces, a reduction's pieces, and merges a prefill
     // attention's key chunks in the kernel that splits them (its last piece of each tile, of each output, its last chunk
-    // of each block of rows; f32 kernels only), where by default (dispatch) a dispatch of their own does. Fewer
-    // dispatches and barriers, but slower on the H200 in 13 of 16 workloads measured (session 29: SmolLM2's fast step
-    // 9.27 against 8.29 ms, its fast inference 2.62 against 1.98; bench/results/2026-12-05-h200-session29.md), and the
-    // cooperative kernels' last pieces summed wrong there (and were slower: session 41): they never do. matmul (the
-    // convolutions too), attention or reduction sums in the kernels of that family alone, to measure which of them pays.
+    // of each block of rows; not the cooperative attention kernels, right that way and slower: session 41), where by
+    // default (dispatch) a dispatch of their own does. Fewer dispatches and barriers, but slower on the H200 in 13 of 16
+    // workloads measured (session 29: SmolLM2's fast step 9.27 against 8.29 ms, its fast inference 2.62 against 1.98;
+    // bench/results/2026-12-05-h200-session29.md), the cooperative products too (H100, session 41: ResNet-50's fast
+    // inference 0.98 -> 1.49 ms). matmul (the convolutions too), attention or reduction sums in the kernels of that
+    // family alone, to measure which of them pays.
     const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch", "matmul", "attention", "reduction"});
     const auto in_kernels = [&](const char* family) { return v && (*v == "product" || *v == family); };
     t.matmul.pieces_summed_in_product = in_kernels("matmul");
