@@ -333,10 +333,10 @@ TEST(MatmulChoice, SaysWhyEachVariantDeclines) {
     choice = codegen::matmul_kernels(mid, t).product.choice;
     EXPECT_EQ(choice.rfind("cooperative 64x64x32/2 (by size;", 0), 0u) << choice;
     // An f16 product whose few tiles leave the device empty splits K too: f32 pieces (binding c), summed into f16 by a
-    // dispatch of their own, even where the tuning asks the last piece of each tile to (pieces_summed_in_product): a
-    // cooperative kernel's last pieces summed wrong on the H200 (session 29).
+    // dispatch of their own, even where the tuning asks the last piece of each tile to (pieces_summed_in_product):
+    // the cooperative kernels' f16 sums in the product have not run on a device.
     const codegen::MatmulSpec f16_long{.dtype = DType::F16, .m = 128, .n = 576, .k = 49152};
-    ASSERT_TRUE(t.pieces_summed_in_product);
+    t.pieces_summed_in_product = true;
     const auto split = codegen::matmul_kernels(f16_long, t);
     EXPECT_NE(split.product.choice.find("K split in pieces of"), std::string::npos) << split.product.choice;
     EXPECT_EQ(split.product.choice.find("summed by the last piece"), std::string::npos) << split.product.choice;

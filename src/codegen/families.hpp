@@ -232,9 +232,10 @@ struct MatmulTuning {
     // bm, bn, wm, wn, bk, stages of the cooperative tile, all 0: chosen (MEGANEURA_COOP_TILE; tuning)
     std::array<uint32_t, 6> forced_coop{};
     uint32_t max_loop_iterations = 0;  // DeviceCaps::max_loop_iterations: K is split to stay under it
-    // Where K is split, the last piece of each tile sums the pieces (MatmulKernels::tile_counters); false: a dispatch
-    // of its own does (MEGANEURA_SPLIT_SUM=dispatch; also a convolution's weight gradient summing its images).
-    bool pieces_summed_in_product = true;
+    // Where K is split, a dispatch of its own sums the pieces (the default, sched::Tuning's too, and always a
+    // convolution's weight gradient summing its images); true: the last piece of each tile does
+    // (MatmulKernels::tile_counters; MEGANEURA_SPLIT_SUM=product or matmul).
+    bool pieces_summed_in_product = false;
     // > 0: a subgroup size the device runs subgroup arithmetic at, required at pipeline creation; the GEMV then adds an
     // output's neighbouring k-slices in subgroups (matmul_gemv.cpp). 0: its shared-memory tree alone
     // (MEGANEURA_GEMV_SUM=tree; a device without subgroup arithmetic or size control).

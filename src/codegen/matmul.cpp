@@ -483,8 +483,9 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
     // A norm's rows span tiles: where the sum stores one, it stays a dispatch of its own. The cooperative kernels'
     // own sums are right since last_piece's flag comes before their cooperative code (matmul_coop.cpp), and slower
     // than the dispatch (ResNet-50's fast inference 0.98 -> 1.49 ms on the H100: a tile's last piece reads all of its
-    // pieces alone; session 41), as the f32 kernels' are (tuning.cpp): the default is the dispatch for both.
-    const bool sums_fit = coop ? coop_pieces_sum_fits(*coop, t) : t.pieces_summed_in_product;
+    // pieces alone; session 41), as the f32 kernels' are (tuning.cpp): the default is the dispatch for both. Their f16
+    // products' pieces stay a dispatch's to sum: summed in the kernel they have not run on a device.
+    const bool sums_fit = coop ? spec.dtype == DType::F32 && coop_pieces_sum_fits(*coop, t) : t.pieces_summed_in_product;
     const MatmulSpec* summed = split && sums_fit && !out.sum_stores_norm ? &spec : nullptr;
     out.sum_stores_delta = split && !summed && spec.sum_delta.heads > 0 && !spec.b2 && spec.dtype == DType::F32 &&
                            !out.sum_stores_norm;
