@@ -66,6 +66,7 @@ const std::vector<Workload> kWorkloads = {
     {"layout probe tt", 2048, 2048, 2048, true, true},
     {"Whisper mlp as nn", 1500, 384, 1536, false, false},
     {"Whisper attn dQ", 1500, 1500, 64, false, false, 6},  // dS K per head, strict (grad_q_from_scores)
+    {"Whisper attn dQ from dS^T", 1500, 1500, 64, true, false, 6},  // the same with dS stored keys-major
     // A LoRA adapter of rank 8 on SmolLM2's q projection, a fine-tuning batch of 8 x 256 tokens: h = x A^T, y += h B^T;
     // backward dh = dy B, dx += dh A, dA = dh^T x, dB = dy^T h (the gradient products stay f32 in precision fast).
     {"LoRA down", 2048, 576, 8, false, true},
