@@ -9,14 +9,12 @@
 #include <glslang/SPIRV/spirv.hpp>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 #include <set>
 
 #include "codegen/device_fit.hpp"
 #include "common/caps_profiles.hpp"
 #include "every_kernel.hpp"
-#include "meganeura/autodiff.hpp"
 #include "temp_dir.hpp"
 
 namespace mn::test {
