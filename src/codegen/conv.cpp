@@ -606,7 +606,8 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
     }
     const int64_t splits = (depth + k_split - 1) / k_split;
     if (splits > 1) {
-        k.choice += "; K split in pieces of " + std::to_string(k_split) + (summed ? ", summed by the last piece of each tile" : "");
+        k.choice += "; K split in pieces of " + std::to_string(k_split) +
+                    matmul_detail::pieces_sum_words(tuning, summed, "the tile leaves no shared memory for last_piece's flag");
     }
     if (phases > 1) k.choice += "; by " + std::to_string(a[0]) + "x" + std::to_string(a[1]) + " stride phases";
     k.choice += "; " + matmul_detail::gemm_size(gemm);

@@ -494,8 +494,11 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
                                !out.sum_stores_norm && !out.sum_stores_delta;
     const MatmulSpec pieces = pieces_spec(spec, k_split);
     out.product = coop ? coop_kernel(pieces, *coop, t, k_split, summed) : tiled_kernel(pieces, *tiled, k_split, t.max_groups, summed);
-    out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) : "") +
-                         (summed ? ", summed by the last piece of each tile" : "") + "; " + gemm_size(spec);
+    const char* declined = out.sum_stores_norm                 ? "it stores a norm, whose rows span tiles"
+                           : coop && spec.dtype != DType::F32 ? "an f16 cooperative product's own sum has not run on a device"
+                                                              : "the tile leaves no shared memory for last_piece's flag";
+    out.product.choice = why + (split ? "; K split in pieces of " + std::to_string(k_split) + pieces_sum_words(t, summed, declined) : "") +
+                         "; " + gemm_size(spec);
     if (split) {
         const auto splits = static_cast<uint32_t>((spec.k + k_split - 1) / k_split);
         const int64_t elements = std::max<int64_t>(numel(spec.batch), 1) * spec.m * spec.n;
