@@ -41,6 +41,11 @@ std::string gemm_size(const MatmulSpec& spec) {
     return s;
 }
 
+std::string pieces_sum_words(const MatmulTuning& tuning, bool summed, const char* declined) {
+    if (summed) return ", summed by the last piece of each tile";
+    return tuning.pieces_summed_in_product ? std::string(", summed by a dispatch: ") + declined : "";
+}
+
 int64_t inner_dim(const MatmulSpec& spec, char operand) {
     if (operand == 'a') return spec.trans_a ? spec.m : spec.k;
     return spec.trans_b ? spec.k : spec.n;

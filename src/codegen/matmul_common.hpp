@@ -36,6 +36,9 @@ std::string loader_glsl(const MatmulSpec& spec, char operand, bool pair = false)
 
 // "M x N x K 128x576x1536" (and the batch), for KernelSource::choice.
 std::string gemm_size(const MatmulSpec& spec);
+// Where the tuning asks a split product to sum its own pieces (a choice's words): ", summed by the last piece of each
+// tile", or, where a dispatch sums them all the same, why (`declined`); nothing where the tuning does not ask.
+std::string pieces_sum_words(const MatmulTuning& tuning, bool summed, const char* declined);
 // The operand's contiguous dimension: K for A and for B^T, M for A^T, N for B.
 int64_t inner_dim(const MatmulSpec& spec, char operand);
 // Whether the contiguous dimension of operand x allows 16-byte access.
@@ -109,9 +112,6 @@ uint32_t coop_shared_bytes(const CoopGeometry& g, const MatmulTuning& tuning);
 // Whether a kernel of the tile may sum its own split-K pieces (MatmulTuning::pieces_summed_in_product): last_piece's
 // flag takes 4 bytes more shared memory, which a tile chosen to fill the device's exactly does not have.
 bool coop_pieces_sum_fits(const CoopGeometry& g, const MatmulTuning& tuning);
-// Where the tuning asks a split product to sum its own pieces (a choice's words): ", summed by the last piece of each
-// tile", or, where a dispatch sums them all the same, why (`declined`); nothing where the tuning does not ask.
-std::string pieces_sum_words(const MatmulTuning& tuning, bool summed, const char* declined);
 // The GLSL label's suffix and SCALED / SPLIT: "_coop", "_coop_scaled" or "_coop_split".
 const char* coop_label_suffix(const MatmulTuning& tuning);
 // Whose tile it is: a matmul's, or a convolution's implicit GEMM (whose gathers favour other tiles).

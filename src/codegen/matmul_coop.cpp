@@ -462,11 +462,6 @@ bool coop_pieces_sum_fits(const CoopGeometry& g, const MatmulTuning& tuning) {
     return tuning.pieces_summed_in_product && coop_shared_bytes(g, tuning) + 4 <= tuning.max_shared_memory;
 }
 
-std::string pieces_sum_words(const MatmulTuning& tuning, bool summed, const char* declined) {
-    if (summed) return ", summed by the last piece of each tile";
-    return tuning.pieces_summed_in_product ? std::string(", summed by a dispatch: ") + declined : "";
-}
-
 const char* coop_label_suffix(const MatmulTuning& tuning) {
     return tuning.coop_split ? "_coop_split" : tuning.coop_scaled ? "_coop_scaled" : "_coop";
 }
