@@ -87,9 +87,11 @@ void check_cases(const std::vector<Case>& cases, uint64_t seed, double tol, Comp
 }
 
 // Every tile the device may choose and the stages, K-slices and thread tiles that can be forced (lavapipe's 32 KiB
-// take the 128-high tiles in one stage; 64 and 32 in two stages show the staging there).
+// take the 128-high tiles in one stage; 64 and 32 in two stages show the staging there), each with A and B^T staged
+// in rows (their columns' slots turned within 2, 4 and 8 vec4s a row: 8-, 16- and 32-deep slices).
 TEST_F(MatmulTest, TiledEveryGeometry) {
-    for (const char* bm : {"", "128", "128x64", "128x64/32", "64", "64:2", "32", "32/32:2", "128@16x8", "128@8x16", "64@4x8"}) {
+    for (const char* bm : {"", "128", "128x64", "128x64/32", "128/8:2", "64", "64:2", "32", "32/32:2", "128@16x8", "128@8x16",
+                           "64@4x8"}) {
         SCOPED_TRACE(std::string("tile ") + (*bm ? bm : "chosen"));
         ScopedEnv forced("MEGANEURA_MATMUL_TILE", bm);
         check_cases(kTiled, 4000, 1e-5);

@@ -88,12 +88,35 @@ void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
     for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         bool more = k0 + BK < k_end;
         if (more) fetch(k0 + BK);
-        [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
-            vec4 av[TM / 4u], bv[TN / 4u];
-            [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[st * BK + kk][i * TY + ty];
-            [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[st * BK + kk][j * TX + tx];
-            [[unroll]] for (uint r = 0u; r < TM; ++r)
-                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
+        // 4 k's at a time: an operand staged in rows gives each of its rows' (or columns') 4 k's as one vec4.
+        [[unroll]] for (uint k4 = 0u; k4 < BK / 4u; ++k4) {
+#if A_ROWS
+            vec4 ar[TM];
+            [[unroll]] for (uint r = 0u; r < TM; ++r) ar[r] = As[st * BM + (r >> 2) * TY * 4u + ty * 4u + (r & 3u)][k4];
+#endif
+#if B_ROWS
+            vec4 br[TN];
+            [[unroll]] for (uint c = 0u; c < TN; ++c) {
+                uint n = (c >> 2) * TX * 4u + tx * 4u + (c & 3u);
+                br[c] = Bs[st * BN + n][b_slot(n, k4)];
+            }
+#endif
+            [[unroll]] for (uint q = 0u; q < 4u; ++q) {
+                uint kk = k4 * 4u + q;
+                vec4 av[TM / 4u], bv[TN / 4u];
+#if A_ROWS
+                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = vec4(ar[4u * i][q], ar[4u * i + 1u][q], ar[4u * i + 2u][q], ar[4u * i + 3u][q]);
+#else
+                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[st * BK + kk][i * TY + ty];
+#endif
+#if B_ROWS
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = vec4(br[4u * j][q], br[4u * j + 1u][q], br[4u * j + 2u][q], br[4u * j + 3u][q]);
+#else
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[st * BK + kk][j * TX + tx];
+#endif
+                [[unroll]] for (uint r = 0u; r < TM; ++r)
+                    [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) acc[r][j] += av[r >> 2][r & 3u] * bv[j];
+            }
         }
 #if STAGES == 2
         // The next slice goes into the other stage, which nobody reads in this step: one barrier a slice.
@@ -120,15 +143,32 @@ std::string define(const std::string& name, int64_t value) {
 std::string tiled_defines(const TiledGeometry& t) {
     // STAGES without a suffix: the product loop tests it with #if.
     return define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("TM", t.tm) + define("TN", t.tn) +
-           "#define STAGES " + std::to_string(t.stages) + "\n";
+           "#define STAGES " + std::to_string(t.stages) + "\n#define A_ROWS " + (t.a_rows ? "1" : "0") +
+           "\n#define B_ROWS " + (t.b_rows ? "1" : "0") + "\n";
 }
 
 const char* const kTiledSharedGlsl = R"(
+#if A_ROWS
+shared vec4 As[STAGES * BM][BK / 4u + 1u];
+#else
 shared vec4 As[STAGES * BK][BM / 4u + 1u];
+#endif
+#if B_ROWS
+shared vec4 Bs[STAGES * BN][BK / 4u + 1u];
+#else
 shared vec4 Bs[STAGES * BK][BN / 4u + 1u];
+#endif
 uint st = 0u;  // the stage the product reads, and stash() writes
 const uint TX = BN / TN;   // threads along n
 const uint TY = BM / TM;   // threads along m
+#if B_ROWS
+// The vec4 of row n of Bs (B's column n) that holds k's 4 k4 .. 4 k4 + 3. A thread's 4 neighbouring columns are 4
+// rows of Bs, and the 8 threads of a quarter subgroup (one 16-byte load each) read rows 4 apart: a row is 5 vec4s at
+// 16-deep slices (9 at 32), so those 8 rows fall on 2 of the 8 16-byte bank groups, 4 reads to a group. Turning each
+// row's vec4s by (n / 8) % 4 spreads them over all 8.
+const uint B_TURN = min(BK / 4u, 4u) - 1u;
+uint b_slot(uint n, uint k4) { return k4 ^ ((n >> 3) & B_TURN); }
+#endif
 )";
 
 std::string preamble(const KernelInterface& iface, const std::string& extensions) {
@@ -296,7 +336,7 @@ uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t g
 // forced: on products of 128 rows its kernels are faster (SmolLM2's MLP, 13% over 64 x 64) but the
 // programs slower, their dispatches overlapping less (SmolLM2's strict training 8.993 -> 9.312 ms wall
 // with it, its GPU sum 14.61 -> 14.40; session 17, call 4, and three rounds before).
-TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why) {
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why, bool stage_rows) {
     // A CPU driver runs a workgroup as one thread's loop: few invocations, a big register tile
     // (8x8 measured 1.6x faster than 4x4 on lavapipe). The workgroups a unit holds (`resident`) are the
     // H200's, of 64K registers, by the driver's statistics (session 16): 155-161 registers a thread at
@@ -312,6 +352,8 @@ TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& 
     std::string notes;
     for (TiledGeometry g : tiled) {
         notes += (notes.empty() ? "" : "; ") + tile_name(g) + ": ";
+        g.a_rows = stage_rows && !spec.trans_a;
+        g.b_rows = stage_rows && spec.trans_b;
         while (g.shared_bytes() > t.max_shared_memory && g.bk > 16) g.bk /= 2;  // a shallower slice where it must
         if (g.shared_bytes() > t.max_shared_memory) g.stages = 1;               // then one stage
         if (g.threads() > t.max_invocations) {
@@ -478,7 +520,7 @@ MatmulKernels matmul_kernels(const MatmulSpec& spec, const MatmulTuning& t) {
         k_split = choose_k_split(spec, t, workgroups(spec, coop->bm, coop->bn), coop->bk, coop->resident);
         why = "cooperative " + why;
     } else {
-        tiled = choose_tiled_geometry(spec, t, &why);
+        tiled = choose_tiled_geometry(spec, t, &why, true);
         k_split = choose_k_split(spec, t, workgroups(spec, tiled->bm, tiled->bn), tiled->bk, tiled->resident);
         why = std::string("tiled f32 (cooperative declined: ") + no_coop_reason(spec, t) + ") " + why;
     }

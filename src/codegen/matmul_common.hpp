@@ -74,16 +74,22 @@ struct TiledGeometry {
     uint32_t stages = 1;    // shared buffers of a slice: 2 stages the next while this one is read
     bool by_cost = true;    // false: taken only where MEGANEURA_MATMUL_TILE forces it
     uint32_t resident = 0;  // workgroups a compute unit holds at once (0: unknown, enough; choose_k_split)
+    // An operand read along K (A not transposed, B transposed) staged as its rows, 4 k's to a vec4, as it is fetched:
+    // tiled_kernel's products (choose_tiled_geometry's stage_rows). Otherwise k-major, as the convolutions' implicit
+    // GEMMs stage both.
+    bool a_rows = false, b_rows = false;
     uint32_t threads() const { return (bm / tm) * (bn / tn); }
-    uint32_t shared_bytes() const { return stages * bk * (bm + bn + 8) * 4; }
+    uint32_t shared_bytes() const {  // rows and k-major rows both padded by one vec4
+        return stages * ((a_rows ? bm * (bk + 4) : bk * (bm + 4)) + (b_rows ? bn * (bk + 4) : bk * (bn + 4))) * 4;
+    }
 };
 // `summed` (K split, MatmulKernels::tile_counters): the product whose pieces the kernel's last piece of each tile sums
 // (piece_sum_glsl); spec is then its pieces' (f32).
 KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& g, uint32_t k_split, uint32_t max_groups,
                           const MatmulSpec* summed = nullptr);
 // What the tiled kernels share (matmul_tiled.cpp, the convolutions' implicit GEMMs): the geometry's #defines
-// (BM BN BK TM TN STAGES), and after them the slices' shared arrays As and Bs (k-major vec4 rows padded by one
-// vec4, STAGES buffers of BK rows), the stage st, TX and TY.
+// (BM BN BK TM TN STAGES A_ROWS B_ROWS), and after them the slices' shared arrays As and Bs (STAGES buffers of vec4
+// rows padded by one vec4: BK k-major rows, or an operand's own BM or BN rows of 4 k's a vec4), the stage st, TX and TY.
 std::string tiled_defines(const TiledGeometry& g);
 extern const char* const kTiledSharedGlsl;
 
@@ -91,8 +97,10 @@ extern const char* const kTiledSharedGlsl;
 // workgroup count of a BM x BN tiling, the register tile for the grid on this device, and the K
 // piece of split-K (K: no split; otherwise a multiple of 32 and of the kernel's K-slice `slice`).
 int64_t workgroups(const MatmulSpec& spec, uint32_t bm, uint32_t bn);
-// `why` (optional): the tile's name and each candidate's verdict, for KernelSource::choice.
-TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr);
+// `why` (optional): the tile's name and each candidate's verdict, for KernelSource::choice. `stage_rows`: the kernel
+// stages an operand read along K as its rows (TiledGeometry::a_rows, b_rows), counted in its shared memory.
+TiledGeometry choose_tiled_geometry(const MatmulSpec& spec, const MatmulTuning& t, std::string* why = nullptr,
+                                    bool stage_rows = false);
 // Why a product is not on the cooperative kernels (the f32 kernels' KernelSource::choice).
 const char* no_coop_reason(const MatmulSpec& spec, const MatmulTuning& t);
 uint32_t choose_k_split(const MatmulSpec& spec, const MatmulTuning& t, int64_t groups, uint32_t slice, uint32_t resident);

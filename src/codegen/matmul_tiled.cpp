@@ -1,12 +1,14 @@
 // The register-tiled f32 matmul. A workgroup computes a BM x BN tile of C; each BK-deep slice of
 // A and B is read from memory 4 contiguous elements at a time (16-byte loads where the row length
 // allows), into registers first, so that the next slice's loads are in flight while the current
-// one is multiplied out of shared memory. Shared memory holds both slices k-major as vec4 rows,
-// padded by one vec4 (rows stay 16-byte aligned; the padding spreads the transposing stores of
-// row-major operands over the banks); with STAGES 2 the next slice is stored into a second buffer
-// while this one is read, one barrier a slice. Each thread owns TM rows x TN columns of C, in groups of 4
-// strided across the tile, so its shared reads are vec4 and neighbouring threads read
-// neighbouring vec4s. The arithmetic is plain f32.
+// one is multiplied out of shared memory. Each operand is staged as it is read, one vec4 store a group: an operand
+// read along M or N (A^T, or B) as k-major rows of the tile, one read along K (A, or B^T) as its own rows of 4 k's a
+// vec4 (TiledGeometry::a_rows, b_rows), each row padded by one vec4. Transposing the latter to k-major took 4 scalar
+// stores a group and cost the product ~20% (2048^3 on the H100: 32.7 TFLOP/s with A staged that way, 40.9 with A^T;
+// 36.3 with A's rows; bench/results/2026-12-06-session43-h100.md). With STAGES 2 the next slice is stored into a second buffer
+// while this one is read, one barrier a slice. Each thread owns TM rows x TN columns of C, in groups of 4 strided
+// across the tile, so its shared reads are vec4 and neighbouring threads read neighbouring vec4s. The arithmetic is
+// plain f32.
 #include "codegen/matmul_common.hpp"
 
 namespace mn::codegen::matmul_detail {
@@ -32,16 +34,16 @@ const char* const kTail = R"(
 void stash() {
     [[unroll]] for (uint p = 0u; p < GA; ++p) {
         uint g = lid + p * WG, o = g / (A_TI / 4u), i = (g % (A_TI / 4u)) * 4u;
-#if TRANS_A
-        As[st * BK + o][i >> 2] = ra[p];
+#if A_ROWS
+        As[st * BM + o][i >> 2] = ra[p];
 #else
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) As[st * BK + i + q][o >> 2][o & 3u] = ra[p][q];
+        As[st * BK + o][i >> 2] = ra[p];
 #endif
     }
     [[unroll]] for (uint p = 0u; p < GB; ++p) {
         uint g = lid + p * WG, o = g / (B_TI / 4u), i = (g % (B_TI / 4u)) * 4u;
-#if TRANS_B
-        [[unroll]] for (uint q = 0u; q < 4u; ++q) Bs[st * BK + i + q][o >> 2][o & 3u] = rb[p][q];
+#if B_ROWS
+        Bs[st * BN + o][b_slot(o, i >> 2)] = rb[p];
 #else
         Bs[st * BK + o][i >> 2] = rb[p];
 #endif
@@ -102,6 +104,9 @@ KernelSource tiled_kernel(const MatmulSpec& spec, const TiledGeometry& t, uint32
     const uint32_t wg = t.threads();
     if (t.bm % t.tm || t.bn % t.tn || t.tm % 4 || t.tn % 4 || (t.bm * t.bk / 4) % wg || (t.bn * t.bk / 4) % wg) {
         throw Error("matmul tiles must divide evenly");
+    }
+    if (t.a_rows == spec.trans_a || t.b_rows != spec.trans_b) {
+        throw Error("matmul: the tile stages an operand read along K as its rows (choose_tiled_geometry's stage_rows)");
     }
     KernelSource k = base_kernel(spec, wg, "matmul", split_k);
     const std::string store = product_store_glsl(k, spec, split_k, summed);
