@@ -105,12 +105,14 @@ void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
                 uint kk = k4 * 4u + q;
                 vec4 av[TM / 4u], bv[TN / 4u];
 #if A_ROWS
-                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = vec4(ar[4u * i][q], ar[4u * i + 1u][q], ar[4u * i + 2u][q], ar[4u * i + 3u][q]);
+                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i)
+                    av[i] = vec4(ar[4u * i][q], ar[4u * i + 1u][q], ar[4u * i + 2u][q], ar[4u * i + 3u][q]);
 #else
                 [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[st * BK + kk][i * TY + ty];
 #endif
 #if B_ROWS
-                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = vec4(br[4u * j][q], br[4u * j + 1u][q], br[4u * j + 2u][q], br[4u * j + 3u][q]);
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j)
+                    bv[j] = vec4(br[4u * j][q], br[4u * j + 1u][q], br[4u * j + 2u][q], br[4u * j + 3u][q]);
 #else
                 [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[st * BK + kk][j * TX + tx];
 #endif

@@ -5,10 +5,10 @@
 // read along M or N (A^T, or B) as k-major rows of the tile, one read along K (A, or B^T) as its own rows of 4 k's a
 // vec4 (TiledGeometry::a_rows, b_rows), each row padded by one vec4. Transposing the latter to k-major took 4 scalar
 // stores a group and cost the product ~20% (2048^3 on the H100: 32.7 TFLOP/s with A staged that way, 40.9 with A^T;
-// 36.3 with A's rows; bench/results/2026-12-06-session43-h100.md). With STAGES 2 the next slice is stored into a second buffer
-// while this one is read, one barrier a slice. Each thread owns TM rows x TN columns of C, in groups of 4 strided
-// across the tile, so its shared reads are vec4 and neighbouring threads read neighbouring vec4s. The arithmetic is
-// plain f32.
+// 36.3 with A's rows; bench/results/2026-12-06-session43-h100.md). With STAGES 2 the next slice is stored into a
+// second buffer while this one is read, one barrier a slice. Each thread owns TM rows x TN columns of C, in groups of
+// 4 strided across the tile, so its shared reads are vec4 and neighbouring threads read neighbouring vec4s. The
+// arithmetic is plain f32.
 #include "codegen/matmul_common.hpp"
 
 namespace mn::codegen::matmul_detail {
