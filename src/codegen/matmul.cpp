@@ -88,7 +88,9 @@ void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
     for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         bool more = k0 + BK < k_end;
         if (more) fetch(k0 + BK);
-        // 4 k's at a time: an operand staged in rows gives each of its rows' (or columns') 4 k's as one vec4.
+        // 4 k's at a time: an operand staged in rows gives each of its rows' (or columns') 4 k's as one vec4, and
+        // ACROSS(v, i, q) regroups k q of its rows 4i .. 4i + 3 into the vec4 the k-major layout reads.
+#define ACROSS(v, i, q) vec4(v[4u * (i)][q], v[4u * (i) + 1u][q], v[4u * (i) + 2u][q], v[4u * (i) + 3u][q])
         [[unroll]] for (uint k4 = 0u; k4 < BK / 4u; ++k4) {
 #if A_ROWS
             vec4 ar[TM];
@@ -105,14 +107,12 @@ void multiply_range(uint k_begin, uint k_end, uint tx, uint ty) {
                 uint kk = k4 * 4u + q;
                 vec4 av[TM / 4u], bv[TN / 4u];
 #if A_ROWS
-                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i)
-                    av[i] = vec4(ar[4u * i][q], ar[4u * i + 1u][q], ar[4u * i + 2u][q], ar[4u * i + 3u][q]);
+                [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = ACROSS(ar, i, q);
 #else
                 [[unroll]] for (uint i = 0u; i < TM / 4u; ++i) av[i] = As[st * BK + kk][i * TY + ty];
 #endif
 #if B_ROWS
-                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j)
-                    bv[j] = vec4(br[4u * j][q], br[4u * j + 1u][q], br[4u * j + 2u][q], br[4u * j + 3u][q]);
+                [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = ACROSS(br, j, q);
 #else
                 [[unroll]] for (uint j = 0u; j < TN / 4u; ++j) bv[j] = Bs[st * BK + kk][j * TX + tx];
 #endif
