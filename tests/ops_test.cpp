@@ -71,6 +71,8 @@ TEST_F(OpsTest, Reductions) {
         {{1}, {}},         {{257}, {0}},         {{7, 33}, {1}},         {{7, 33}, {0}},
         {{3, 7, 33}, {1}}, {{2, 3, 4, 5}, {0, 2}}, {{2, 3, 4, 5}, {1, 3}}, {{5, 1, 7}, {0, 2}}, {{4, 1000}, {}},
         {{3, 6, 5, 7}, {0, 2, 3}}, {{2, 1, 5, 3, 1}, {0, 3}},
+        // short rows, several to a workgroup: a global average pool's 49 pixels, 300 of them (38 workgroups of 8)
+        {{3, 100, 7, 7}, {2, 3}},
         // wide rows (column reductions): one piece, several, a leading axis, partial column blocks
         {{64, 32}, {0}}, {{1000, 33}, {0}}, {{2, 150, 100}, {0, 1}}, {{4, 3, 70, 40}, {0, 2}}, {{3, 130, 64}, {1}}};
     uint64_t seed = 200;
