@@ -205,6 +205,22 @@ TEST_F(FusionTest, ConvolutionStoresThroughItsEpilogue) {
     expect_matches_reference(g, positive_variances(random_feeds(g, 5)));
 }
 
+// A residual block with a projection shortcut, built as torchvision builds it (the shortcut's convolution after the
+// block's last): the block's last convolution, the deeper product, adds the shortcut through its epilogue, so the
+// shortcut runs beside the block's first convolution. Two levels, not three: three barriers, with the inputs' upload
+// and the copy back.
+TEST_F(FusionTest, TheDeeperProductAddsTheShortcut) {
+    Graph g;
+    const Tensor x = g.input("x", {2, 8, 6, 6});
+    const Tensor a = g.relu(g.conv2d(x, g.parameter("w1", {4, 8, 3, 3}), std::nullopt, {.padding = 1}));
+    const Tensor b = g.conv2d(a, g.parameter("w2", {16, 4, 3, 3}), std::nullopt, {.padding = 1});
+    const Tensor shortcut = g.conv2d(x, g.parameter("ws", {16, 8, 1, 1}), std::nullopt, {});
+    g.output("y", g.relu(b + shortcut));
+    EXPECT_EQ(dispatches_of(g), 3u);
+    EXPECT_EQ(compile(g, device()).stats().barriers, 3u);
+    expect_matches_reference(g, random_feeds(g, 6));
+}
+
 // A convolution's or a matmul's pieces are summed through the epilogue by the last piece of each tile
 // (MatmulKernels::tile_counters), or with MEGANEURA_SPLIT_SUM=dispatch by a dispatch of their own.
 TEST_F(FusionTest, SplitSumAppliesTheEpilogue) {

@@ -17,10 +17,14 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
       is_root_(g.nodes().size(), false) {
     for (int32_t r : roots) is_root_[static_cast<size_t>(r)] = true;
     varies_.assign(g.nodes().size(), false);
+    depth_.assign(g.nodes().size(), 0);
     for (size_t i = 0; i < g.nodes().size(); ++i) {
         const Node& n = g.nodes()[i];
         varies_[i] = n.op == Op::Input || n.op == Op::State ||
                      std::any_of(n.inputs.begin(), n.inputs.end(), [&](int32_t in) { return varies_[static_cast<size_t>(in)]; });
+        const Archetype kind = op_info(n.op).archetype;
+        for (int32_t in : n.inputs) depth_[i] = std::max(depth_[i], depth_[static_cast<size_t>(in)]);
+        depth_[i] += kind != Archetype::Leaf && kind != Archetype::Pointwise && n.op != Op::Reshape ? 1 : 0;
     }
     for (size_t i = 0; i < live.size(); ++i) {
         if (!live[i]) continue;
@@ -393,9 +397,13 @@ void FusionPlanner::try_co_root(int32_t r) {
     }
 }
 
-// The latest product among the leaves of `root`'s tree that only this tree reads, at the root's shape and
-// dtype (so element for element, stored as the root's dtype), becomes the kernel that evaluates the tree,
-// storing the values the tree stores besides its root too (an optimizer's moments). The product is lowered
+// The deepest product (depth_; of the deepest, the latest) among the leaves of `root`'s tree that only this tree
+// reads, at the root's shape and dtype (so element for element, stored as the root's dtype), becomes the kernel that
+// evaluates the tree, storing the values the tree stores besides its root too (an optimizer's moments). The deepest,
+// so that the others run as early as their inputs allow: a ResNet block's projection shortcut, a product of the
+// block's input, runs beside the block's first convolution and the block's last convolution adds it (where the
+// shortcut, the later node, added the last convolution, it waited for it: a level more in each of ResNet-50's four
+// such blocks). The product is lowered
 // at the root's place, after every other leaf. Its bindings (its inputs and its result, or a split product's
 // partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
 // storage buffers.
@@ -421,19 +429,22 @@ void FusionPlanner::try_epilogue(int32_t root) {
     }, [&](int32_t n) { leaves.insert(n); });
     int32_t product = -1;
     bool keeps = false;
+    const auto deeper = [&](int32_t p) {
+        return product < 0 || std::pair(depth_[static_cast<size_t>(p)], p) > std::pair(depth_[static_cast<size_t>(product)], product);
+    };
     for (int32_t leaf : leaves) {
         const Node& ln = g_.node(leaf);
-        if (ln.shape != r.shape || ln.dtype != r.dtype || leaf < product || decided.count(leaf)) continue;
+        if (ln.shape != r.shape || ln.dtype != r.dtype || decided.count(leaf)) continue;
         // A reshape of the product (a linear layer's [B*T, N] as [B, T, N]) has its elements in the same order.
         const int32_t p = ln.op == Op::Reshape && read_only_by(ln.inputs[0], leaf) ? ln.inputs[0] : leaf;
         const Op op = g_.node(p).op;
         if (!read_only_by(leaf, root)) {
             // Read later too (a backward reads a norm, a SwiGLU's gate): stored as well as the tree.
-            if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root)) product = p, keeps = true;
+            if ((is_norm(op) || op == Op::MatMul) && read_here_or_later(leaf, root) && deeper(p)) product = p, keeps = true;
             continue;
         }
         if ((op == Op::MatMul || op == Op::Conv2d || op == Op::Conv2dGradInput || is_norm(op) || is_norm_grad(op)) &&
-            g_.node(p).dtype == r.dtype && p > product) {
+            g_.node(p).dtype == r.dtype && deeper(p)) {
             product = p, keeps = false;
         }
     }

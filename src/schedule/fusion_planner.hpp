@@ -95,6 +95,9 @@ private:
     std::vector<bool> is_root_;
     std::vector<uint32_t> stored_outputs_;  // per kernel root: the values it stores besides its own
     std::vector<bool> varies_;  // by node: depends on the run's inputs or state (else hoistable: schedule/hoist.cpp)
+    // by node: the most products, reductions, convolutions, attentions and data movements on a path from a graph leaf
+    // to it, itself included (pointwise ops fuse into them): about how many levels it waits
+    std::vector<int32_t> depth_;
     FusionPlan plan_;
 };
 
