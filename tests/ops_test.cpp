@@ -212,6 +212,30 @@ TEST_F(OpsTest, DataMovement) {
     expect_matches_reference(g, random_feeds(g, 600));
 }
 
+// A concatenation is one kernel along any axis (a U-Net's skip connection), and a copy a piece where the pieces
+// would take more storage buffers than a fused kernel may bind.
+TEST_F(OpsTest, ConcatenationIsOneKernel) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+        SCOPED_TRACE(testing::Message() << "axis " << axis);
+        Graph g;
+        std::vector<Tensor> pieces;
+        for (int64_t length : {3, 1, 5}) {
+            Shape shape{2, 4, 6};
+            shape[static_cast<size_t>(axis)] = length;
+            pieces.push_back(g.input("x" + std::to_string(pieces.size()), shape));
+        }
+        g.output("y", g.concat(pieces, axis));
+        EXPECT_EQ(compile(g, device()).stats().dispatches, 1u);
+        expect_matches_reference(g, random_feeds(g, 610 + static_cast<uint64_t>(axis)));
+    }
+    Graph g;
+    std::vector<Tensor> pieces;
+    for (int p = 0; p < 20; ++p) pieces.push_back(g.input("x" + std::to_string(p), {2, 1, 3}));
+    g.output("y", g.concat(pieces, 1));
+    EXPECT_EQ(compile(g, device()).stats().dispatches, 20u);
+    expect_matches_reference(g, random_feeds(g, 613));
+}
+
 TEST_F(OpsTest, Losses) {
     for (int64_t classes : {1, 10, 257}) {
         Graph g;

@@ -82,6 +82,10 @@ struct CopySpec {
     int64_t in_offset = 0, out_offset = 0;
 };
 KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch);
+// A concatenation along `axis` of `shape` (the output's) of contiguous pieces, `lengths` along the axis: one thread an
+// output element, which reads its piece's element (bindings: the pieces in order, then the output).
+KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<int64_t>& lengths,
+                           const Launch& launch);
 
 // Reductions over the middle axis of a [outer, r, inner] view. Sum, mean and max reduce a
 // [lead, outer, r, inner] view over lead and r (per-channel sums of NCHW).

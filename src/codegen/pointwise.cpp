@@ -302,4 +302,36 @@ KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch) {
     return k;
 }
 
+KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<int64_t>& lengths,
+                           const Launch& launch) {
+    KernelSource k;
+    k.label = "concat";
+    k.iface.local_size = launch.local_size;
+    int64_t inner = 1;
+    for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    const int64_t total = numel(shape);
+    k.iface.spec_constants = {"N", "AXIS", "INNER"};
+    k.spec_values = {checked_u32(total, "element count"), checked_u32(shape[axis], "concat size"),
+                     checked_u32(inner, "concat size")};
+    // Output element i at o (before the axis), c (along it), j (after it): piece p's element (o, c - its start, j).
+    std::string pieces;
+    for (size_t p = 0; p < lengths.size(); ++p) {
+        const std::string n = std::to_string(p), len = "L" + n;
+        k.iface.spec_constants.push_back(len);
+        k.spec_values.push_back(checked_u32(lengths[p], "concat size"));
+        k.iface.bindings.push_back({"piece" + n, dtype});
+        pieces += "    if (c < " + len + ") {\n        dst.d[i] = piece" + n + ".d[(o * " + len +
+                  " + c) * INNER + j];\n        return;\n    }\n    c -= " + len + ";\n";
+    }
+    k.iface.bindings.push_back({"dst", dtype, true});
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+             "void main() {\n"
+             "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
+             "    if (i >= N) return;\n"
+             "    uint o = i / (AXIS * INNER), c = i / INNER % AXIS, j = i % INNER;\n" +
+             pieces + "}\n";
+    k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
+    return k;
+}
+
 }  // namespace mn::codegen

@@ -320,6 +320,18 @@ void Lowering::lower(int32_t id) {
         case Op::Concat: {
             if (stack_leaves(n, out)) return;
             const auto axis = static_cast<size_t>(n.ints[0]);
+            // One kernel, one level (a U-Net's skip connection: its copies of the two pieces took two levels, the
+            // second waiting for the first's writes to the same tensor); a copy a piece past the storage buffers a
+            // kernel may bind.
+            if (n.inputs.size() + 1 <= t_.max_fused_inputs) {
+                std::vector<int64_t> lengths;
+                for (size_t k = 0; k < n.inputs.size(); ++k) lengths.push_back(shape_of(in(k))[axis]);
+                std::vector<int32_t> bind;
+                for (size_t k = 0; k < n.inputs.size(); ++k) bind.push_back(in(k));
+                bind.push_back(out);
+                emit(codegen::concat_kernel(n.dtype, n.shape, axis, lengths, t_.pointwise), std::move(bind));
+                return;
+            }
             const auto out_st = contiguous_strides(n.shape);
             int64_t at = 0;
             for (size_t k = 0; k < n.inputs.size(); ++k) {
