@@ -253,6 +253,17 @@ TEST_F(OpsTest, Losses) {
     }
 }
 
+// The mean squared error is one reduction that squares the differences as it reads them: one kernel, and with its
+// elements in pieces (two workgroups' worth of 4096 at least), the pieces' sum.
+TEST_F(OpsTest, MeanSquaredErrorIsOneReduction) {
+    for (const auto& [elements, dispatches] : std::vector<std::pair<int64_t, size_t>>{{1000, 1}, {20000, 2}}) {
+        Graph g;
+        g.output("mse", g.mse_loss(g.input("prediction", {elements}), g.input("target", {elements})));
+        EXPECT_EQ(compile(g, device()).stats().dispatches, dispatches) << elements;
+        expect_matches_reference(g, random_feeds(g, 720));
+    }
+}
+
 // The loss is one kernel whose last row's workgroup takes the mean (a counter it resets for the next run): more
 // rows than a workgroup has threads, every run of one session, new labels each run, all of them ignored in the last.
 TEST_F(OpsTest, CrossEntropyMeanEveryRun) {

@@ -292,11 +292,20 @@ void Lowering::lower(int32_t id) {
             return;
         }
         case Op::MseLoss: {
-            const int32_t diff = new_value(x, n.dtype);
-            const int32_t sq = new_value(x, n.dtype);
-            pointwise(Op::Sub, {in(0), in(1)}, diff);
-            pointwise(Op::Mul, {diff, diff}, sq);
-            reduce(codegen::ReduceMode::Mean, sq, out, 1, numel(x), 1);
+            // The mean of (prediction - target)^2 evaluated as the reduction reads its operands: one kernel (and its
+            // pieces' sum), where the difference and its square took a kernel and a level each.
+            codegen::Epilogue squares{.tree = {.out_dtype = n.dtype, .out_shape = x}, .product = -1};
+            codegen::PointwiseSpec& tree = squares.tree;
+            for (int32_t k = 0; k < 2; ++k) {
+                add_leaf(tree, in(static_cast<size_t>(k)));
+                tree.program.push_back({.op = Op::Input, .a = k, .dtype = n.dtype});
+            }
+            tree.program.push_back({.op = Op::Sub, .a = 0, .b = 1, .dtype = n.dtype});
+            tree.program.push_back({.op = Op::Mul, .a = 2, .b = 2, .dtype = n.dtype});
+            codegen::Reduction k = codegen::reduce_kernels(codegen::ReduceMode::Mean, n.dtype, n.dtype, 1, numel(x), 1,
+                                                           t_.reduction, 1, t_.reduction_last_piece_sums, &squares);
+            emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in(0), in(1)}, {out},
+                                  k.tile_counters);
             return;
         }
         case Op::Permute: {
