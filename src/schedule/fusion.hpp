@@ -22,7 +22,8 @@
 // root's tree, reading it element for element (directly, or through a reshape that only that tree reads), is
 // computed in that root's place and stores the root's value through the tree (its epilogue: eval batch norm,
 // bias, activation, residual add; a GroupNorm's SiLU; a ReLU's gradient mask): the pointwise kernel, and the
-// product's round trip through memory, go. A norm's one workgroup per row finishes its statistics before it
+// product's round trip through memory, go. Of several such products, the deepest (fusion.cpp's try_epilogue), so that
+// the others run as early as their inputs allow. A norm's one workgroup per row finishes its statistics before it
 // stores anything, so its epilogue sees the row's final values as a product's does. A norm or matmul that
 // later kernels read too stores its own value there as well (training's GroupNorm + SiLU, whose backward
 // reads the norm; a SwiGLU's up product, which stores the product of the two, both read by the backward).
