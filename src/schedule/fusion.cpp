@@ -403,10 +403,9 @@ void FusionPlanner::try_co_root(int32_t r) {
 // so that the others run as early as their inputs allow: a ResNet block's projection shortcut, a product of the
 // block's input, runs beside the block's first convolution and the block's last convolution adds it (where the
 // shortcut, the later node, added the last convolution, it waited for it: a level more in each of ResNet-50's four
-// such blocks). The product is lowered
-// at the root's place, after every other leaf. Its bindings (its inputs and its result, or a split product's
-// partial sums and result), the tree's other leaves and its extra outputs stay within max_inputs_ + 1
-// storage buffers.
+// such blocks). The product is lowered at the root's place, after every other leaf. Its bindings (its inputs and
+// its result, or a split product's partial sums and result), the tree's other leaves and its extra outputs stay
+// within max_inputs_ + 1 storage buffers.
 //
 // A norm that later kernels read too (training: a SiLU's backward reads the GroupNorm before it; an output)
 // stores its own value there as one more output, so the tree still costs no kernel of its own. Only norms
@@ -430,7 +429,8 @@ void FusionPlanner::try_epilogue(int32_t root) {
     int32_t product = -1;
     bool keeps = false;
     const auto deeper = [&](int32_t p) {
-        return product < 0 || std::pair(depth_[static_cast<size_t>(p)], p) > std::pair(depth_[static_cast<size_t>(product)], product);
+        const auto key = [&](int32_t n) { return std::pair(depth_[static_cast<size_t>(n)], n); };
+        return product < 0 || key(p) > key(product);
     };
     for (int32_t leaf : leaves) {
         const Node& ln = g_.node(leaf);

@@ -294,18 +294,16 @@ void Lowering::lower(int32_t id) {
         case Op::MseLoss: {
             // The mean of (prediction - target)^2 evaluated as the reduction reads its operands: one kernel (and its
             // pieces' sum), where the difference and its square took a kernel and a level each.
-            codegen::Epilogue squares{.tree = {.out_dtype = n.dtype, .out_shape = x}, .product = -1};
-            codegen::PointwiseSpec& tree = squares.tree;
+            FusedTree squares{.epilogue = {.tree = {.out_dtype = n.dtype, .out_shape = x}, .product = -1},
+                              .bind = {in(0), in(1)}};
+            codegen::PointwiseSpec& tree = squares.epilogue.tree;
             for (int32_t k = 0; k < 2; ++k) {
                 add_leaf(tree, in(static_cast<size_t>(k)));
                 tree.program.push_back({.op = Op::Input, .a = k, .dtype = n.dtype});
             }
             tree.program.push_back({.op = Op::Sub, .a = 0, .b = 1, .dtype = n.dtype});
             tree.program.push_back({.op = Op::Mul, .a = 2, .b = 2, .dtype = n.dtype});
-            codegen::Reduction k = codegen::reduce_kernels(codegen::ReduceMode::Mean, n.dtype, n.dtype, 1, numel(x), 1,
-                                                           t_.reduction, 1, t_.reduction_last_piece_sums, &squares);
-            emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, {in(0), in(1)}, {out},
-                                  k.tile_counters);
+            reduce(codegen::ReduceMode::Mean, in(0), out, 1, numel(x), 1, 1, &squares);
             return;
         }
         case Op::Permute: {
@@ -334,9 +332,11 @@ void Lowering::lower(int32_t id) {
             // kernel may bind.
             if (n.inputs.size() + 1 <= t_.max_fused_inputs) {
                 std::vector<int64_t> lengths;
-                for (size_t k = 0; k < n.inputs.size(); ++k) lengths.push_back(shape_of(in(k))[axis]);
                 std::vector<int32_t> bind;
-                for (size_t k = 0; k < n.inputs.size(); ++k) bind.push_back(in(k));
+                for (size_t k = 0; k < n.inputs.size(); ++k) {
+                    lengths.push_back(shape_of(in(k))[axis]);
+                    bind.push_back(in(k));
+                }
                 bind.push_back(out);
                 emit(codegen::concat_kernel(n.dtype, n.shape, axis, lengths, t_.pointwise), std::move(bind));
                 return;

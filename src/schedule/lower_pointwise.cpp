@@ -251,17 +251,17 @@ void Lowering::copy(int32_t in, int32_t out, codegen::CopySpec spec) {
     emit(codegen::strided_copy_kernel(spec, t_.pointwise), {in, out});
 }
 
-// Of value `in`, or where `prologue` is a fused root (FusionPlan::reduced_in), of that tree evaluated as it is read.
+// Of value `in`, or with a `prologue` (a fused root's tree, FusionPlan::reduced_in, or a loss's), of that tree
+// evaluated as it is read.
 void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
-                      int64_t lead, int32_t prologue) {
-    std::optional<FusedTree> tree;
-    if (prologue >= 0) tree = prologue_tree(prologue);
-    const DType in_dtype = tree ? g_.node(prologue).dtype : s_.values[static_cast<size_t>(in)].dtype;
+                      int64_t lead, const FusedTree* prologue) {
+    const DType in_dtype = prologue ? prologue->epilogue.tree.out_dtype : s_.values[static_cast<size_t>(in)].dtype;
     const DType out_dtype = s_.values[static_cast<size_t>(out)].dtype;
+    const codegen::Epilogue* tree = prologue ? &prologue->epilogue : nullptr;
     codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,
-                                                   t_.reduction_last_piece_sums, tree ? &tree->epilogue : nullptr);
-    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements, tree ? tree->bind : std::vector{in},
-                          {out}, k.tile_counters);
+                                                   t_.reduction_last_piece_sums, tree);
+    emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements,
+                          prologue ? prologue->bind : std::vector{in}, {out}, k.tile_counters);
 }
 
 // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to
@@ -276,8 +276,10 @@ void Lowering::lower_reduce(int32_t id, int32_t out) {
     const Shape shape = g_.node(x).shape;
     const auto mode = n.op == Op::Sum ? codegen::ReduceMode::Sum
                     : n.op == Op::Mean ? codegen::ReduceMode::Mean : codegen::ReduceMode::Max;
+    std::optional<FusedTree> tree;
+    if (prologue >= 0) tree = prologue_tree(prologue);
     const auto reduce_in_place = [&](int64_t outer, int64_t r, int64_t inner, int64_t lead = 1) {
-        reduce(mode, in, out, outer, r, inner, lead, prologue);
+        reduce(mode, in, out, outer, r, inner, lead, tree ? &*tree : nullptr);
     };
     auto reduced = [&](size_t d) { return std::binary_search(n.ints.begin(), n.ints.end(), static_cast<int64_t>(d)); };
     // The dims of size > 1 as runs of reduced and kept ones, with each run's size.

@@ -83,7 +83,7 @@ private:
     int32_t value_now(int32_t n);
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
-                int64_t lead = 1, int32_t prologue = -1);
+                int64_t lead = 1, const FusedTree* prologue = nullptr);
     void lower_reduce(int32_t id, int32_t out);
 
     // lower_products.cpp
