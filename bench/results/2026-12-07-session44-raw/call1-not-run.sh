@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Not run: no device could be started this session (see ../2026-12-07-session44.md). x44 = 2a71b29 with
 # quads-experiments-not-run.patch applied (a Release build, stripped, matmul_bench beside it as session 43 built it).
-# Session 44 call 1 (fast precision, ResNet-50 and Whisper): base = l43 (session 43's kernels, = ad7f34c); x44 =
+# Session 44 call 1 (fast precision, ResNet-50): base = l43 (session 43's kernels, = ad7f34c); x44 =
 # 2a71b29 (short rows several to a workgroup; the deeper product adds the shortcut; concat; MSE) with experiments:
 # EPI4 quads on unless MN_X_EPI4 is set; MN_X_QUAD=1 the cooperative product's epilogue and edge stores by quads, 2
 # every tile's; MN_X_CQUAD=1 the cooperative convolutions' stores by quads. Tests with all of them first.
@@ -18,15 +18,4 @@ KERNELS=12 MODELS="resnet50" PRECISIONS=fast ROUNDS=1 REPEAT=15 timeout 180 scri
   base=build-lead/l43 x44=build-lead/x44 noepi4=build-lead/x44@MN_X_EPI4=0 \
   q1c="build-lead/x44@MN_X_QUAD=1 MN_X_CQUAD=1" > $OUT/r/abr.log 2>&1
 echo "abr rc $?"
-python3 - <<'PY'
-import re, os
-for f in [os.environ['OUT'] + '/r/abr/ab.md', os.environ['OUT'] + '/r/abw/ab.md']:
-    if not os.path.exists(f): continue
-    for line in open(f):
-        if line.startswith('| ') and 'GPU' in line:
-            cells = [c.strip() for c in line.split('|')[1:-1]]
-            out = cells[:3]
-            for c in cells[3:]:
-                out.append(' / '.join(f'{a} ({b})' for a, b in re.findall(r'([\d.]+) \(GPU ([\d.]+)', c)))
-            print(' | '.join(out))
-PY
+cat $OUT/r/abr/ab.md
