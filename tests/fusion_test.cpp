@@ -131,9 +131,10 @@ TEST_F(FusionTest, ReductionEvaluatesThePointwiseTreeItReads) {
     expect_matches_reference(g, random_feeds(g, 32));
 }
 
-// Kernels of graph leaves alone, each read element for element or as a scalar, run as one batch where the first of
-// them would (FusionPlan::leaf_batch): three batch norms' scale and shift (the shift a co-root of the scale's kernel),
-// of parameters, one dispatch that inference hoists; two of inputs, one dispatch a run. The values against float64.
+// Kernels of graph leaves alone run as one batch where the first of them would (FusionPlan::leaf_batch): three batch
+// norms' scale and shift (the shift a co-root of the scale's kernel), of parameters, one dispatch that inference hoists;
+// two of inputs, one dispatch a run; and the three y, of inputs and the first batch's roots, one more. The values
+// against float64.
 TEST_F(FusionTest, KernelsOfGraphLeavesRunAsOneBatch) {
     Graph g;
     for (int64_t l = 0; l < 3; ++l) {
@@ -148,7 +149,7 @@ TEST_F(FusionTest, KernelsOfGraphLeavesRunAsOneBatch) {
     g.output("w", b * b + 1.0);
     const Session s = compile(g, device());
     EXPECT_EQ(s.stats().hoisted_dispatches, 1u);  // the batch norms' batch
-    EXPECT_EQ(s.stats().dispatches, 4u);          // the inputs' batch, and the three y
+    EXPECT_EQ(s.stats().dispatches, 2u);          // the inputs' batch, and the three y's
     ref::Feeds feeds = random_feeds(g, 34);
     for (int64_t l = 0; l < 3; ++l) {  // variances above zero
         for (double& v : feeds.at("bn" + std::to_string(l) + ".running_var").data) v = std::abs(v) + 0.1;
@@ -187,6 +188,35 @@ ref::Feeds positive_variances(ref::Feeds feeds) {
         if (name.find("var") != std::string::npos) for (double& x : v.data) x = std::abs(x) + 0.1;
     }
     return feeds;
+}
+
+// ResNet-50's batch norms folded into their convolutions' weights where the norms' weights train: each weight scaled
+// by its norm's per-channel scale, a batch that reads the scales' batch (FusionPlan::leaf_batch, a depth past it), one
+// dispatch for the three where they were three; with the scales' batch and the convolutions, five dispatches. Where
+// nothing trains, inference hoists both batches. The values against float64.
+TEST_F(FusionTest, FoldedWeightsRunAsOneBatchAfterTheirScales) {
+    for (const bool trained : {true, false}) {
+        SCOPED_TRACE(trained ? "norm weights as inputs" : "norm weights as parameters");
+        Graph g;
+        Tensor h = g.input("x", {2, 3, 6, 6});
+        int64_t in = 3;
+        for (int64_t l = 0; l < 3; ++l) {
+            const std::string bn = "bn" + std::to_string(l) + ".";
+            const int64_t out = 4 + l;
+            const Shape c{out};
+            const Tensor gamma = trained ? g.input(bn + "weight", c) : g.parameter(bn + "weight", c);
+            const Tensor scale = gamma * g.rsqrt(g.parameter(bn + "running_var", c) + 1e-5);
+            const Tensor w = g.parameter("conv" + std::to_string(l) + ".weight", {out, in, 3, 3});
+            const Tensor shift = g.parameter(bn + "bias", c) - g.parameter(bn + "running_mean", c) * scale;
+            h = g.relu(g.conv2d(h, w * g.reshape(scale, {out, 1, 1, 1}), shift, {.padding = 1}));
+            in = out;
+        }
+        g.output("y", h);
+        const Session s = compile(g, device());
+        EXPECT_EQ(s.stats().hoisted_dispatches, trained ? 0u : 2u);  // the scales and shifts; the scaled weights
+        EXPECT_EQ(s.stats().dispatches, trained ? 5u : 3u);           // and the convolutions
+        expect_matches_reference(g, positive_variances(random_feeds(g, 35)));
+    }
 }
 
 Graph conv_block() {

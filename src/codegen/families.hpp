@@ -39,8 +39,8 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 // Several pointwise kernels as one dispatch (issue 15's multi-tensor optimizer step: the parameter
 // updates no product stores). The workgroups are dealt out to the members in order, each member as
 // many as its own pointwise_kernel would take, and each thread evaluates its member's tree as that
-// kernel does, so the values are the separate kernels' bit for bit. A member reads each input element
-// for element (strides of out_shape) or as a scalar (strides 0). Inputs and outputs name their
+// kernel does, so the values are the separate kernels' bit for bit. A member reads each input through
+// its strides over out_shape (element for element, a scalar, a broadcast). Inputs and outputs name their
 // bindings by key: one key is one binding, which a scalar every member reads shares, and an update in
 // place reads and writes (binding_keys[b] is binding b's key).
 struct PointwiseBatch {

@@ -187,19 +187,27 @@ KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
 
 namespace {
 
-// Whether the member reads input n as a scalar (strides 0) rather than element for element.
-bool reads_scalar(const PointwiseSpec& spec, size_t n) {
+// Where a member's thread reads input n for its element i: i itself (element for element), 0 (a scalar), or the
+// element its strides over the member's shape give (a per-channel scale of a [out, in, kh, kw] weight: i / (in * kh *
+// kw)), in literal constants: a batch's kernel is its members' own.
+std::string batch_read_index(const PointwiseSpec& spec, size_t n) {
     const auto& st = spec.in_strides[n];
-    if (std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; })) return true;
+    const Shape& shape = spec.out_shape;
+    if (std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; })) return "0";
     int64_t expect = 1;
-    for (size_t d = st.size(); d-- > 0;) {
-        if (spec.out_shape[d] != 1 && st[d] != expect) {
-            throw Error("codegen: a batched pointwise kernel reads its inputs element for element or as scalars, input " +
-                        std::to_string(n) + " of a " + shape_str(spec.out_shape) + " member is strided otherwise");
-        }
-        expect *= spec.out_shape[d];
+    bool whole = true;  // every dim of more than one element at the stride of its place
+    for (size_t d = shape.size(); d-- > 0; expect *= shape[d]) whole = whole && (shape[d] == 1 || st[d] == expect);
+    if (whole) return "i";
+    std::string index;
+    int64_t inner = 1;
+    for (size_t d = shape.size(); d-- > 0; inner *= shape[d]) {
+        if (shape[d] == 1 || st[d] == 0) continue;
+        std::string term = inner == 1 ? "i" : "(i / " + std::to_string(inner) + "u)";
+        if (inner * shape[d] < numel(shape)) term += " % " + std::to_string(shape[d]) + "u";
+        if (st[d] != 1) term = "(" + term + ") * " + std::to_string(st[d]) + "u";
+        index += (index.empty() ? "" : " + ") + term;
     }
-    return false;
+    return index;
 }
 
 // The batch's bindings in order of first use: per key, its binding and whether it is written.
@@ -252,7 +260,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         KernelSource labels;  // tree_glsl's op names: the caller labels a batch
         const std::string body = tree_glsl(spec, [&](int32_t n) {
             const auto in = static_cast<size_t>(n);
-            return b.name(member.in_keys[in]) + (reads_scalar(spec, in) ? ".d[0]" : ".d[i]");
+            return b.name(member.in_keys[in]) + ".d[" + batch_read_index(spec, in) + "]";
         }, labels);
         std::string stores;
         for (size_t o = 0; o < spec.extra_outputs.size(); ++o) {

@@ -1,6 +1,7 @@
 #include "schedule/fusion.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "schedule/fusion_planner.hpp"
@@ -117,11 +118,9 @@ FusionPlan FusionPlanner::run() {
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the prologues: a reduction's is no batch
         if (live_[i] && is_pointwise(g_.nodes()[i]) && !plan_.inlined[i]) try_leaf_batch(static_cast<int32_t>(i), assigned);
     }
-    for (const uint8_t batch : {uint8_t{1}, uint8_t{2}}) {  // a batch of one is the kernel it was
-        if (std::count(plan_.leaf_batch.begin(), plan_.leaf_batch.end(), batch) == 1) {
-            *std::find(plan_.leaf_batch.begin(), plan_.leaf_batch.end(), batch) = 0;
-        }
-    }
+    std::map<uint8_t, size_t> batch_sizes;  // a batch of one is the kernel it was
+    for (uint8_t batch : plan_.leaf_batch) batch_sizes[batch] += batch ? 1 : 0;
+    for (uint8_t& batch : plan_.leaf_batch) batch = batch_sizes[batch] == 1 ? 0 : batch;
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the writes in place, which it moves
         if (live_[i] && g_.nodes()[i].op == Op::MatMul && !plan_.column_slices[i].empty()) try_rows_in_gemv(static_cast<int32_t>(i));
         if (live_[i] && g_.nodes()[i].op == Op::MatMul) try_rows_rotated_in_sum(static_cast<int32_t>(i));
@@ -196,27 +195,31 @@ void FusionPlanner::try_norm_prologue(int32_t norm) {
     plan_.prologue_of_norm[at] = norm;
 }
 
-// See fusion.hpp: a root of graph leaves, in its own pointwise kernel (own_kernel), batched with its kind. Its co-roots
-// are its extra outputs, so their leaves count too.
+// See fusion.hpp: a root of graph leaves and of earlier batches' roots, in its own pointwise kernel (own_kernel),
+// batched with its kind at one past the deepest batch it reads. Its co-roots are its extra outputs, so their leaves
+// count too.
 void FusionPlanner::try_leaf_batch(int32_t root, const std::vector<bool>& assigned) {
     const auto at = static_cast<size_t>(root);
     if (!own_kernel(root)) return;
-    const auto no_unit_dims = [](const Shape& s) {
-        Shape out;
-        for (int64_t d : s) if (d != 1) out.push_back(d);
-        return out;
-    };
-    const Shape shape = no_unit_dims(g_.node(root).shape);
-    uint8_t batch = 1;
+    int depth = 0;
+    bool hoistable = true;
     std::set<int32_t> leaves = leaves_of(root);
     for (int32_t co : plan_.co_roots[at]) leaves.merge(leaves_of(co));  // computed in its kernel too
     for (int32_t leaf : leaves) {
         if (kernel_of(leaf) == root) continue;  // the root's value, which a co-root reads
-        const Node& n = g_.node(leaf);
-        if (op_info(n.op).archetype != Archetype::Leaf || (numel(n.shape) != 1 && no_unit_dims(n.shape) != shape)) return;
-        if (n.op == Op::Input || assigned[static_cast<size_t>(leaf)]) batch = 2;
+        int32_t source = leaf;  // a view reads as what it views
+        while (g_.node(source).op == Op::Reshape) source = g_.node(source).inputs[0];
+        const Node& n = g_.node(source);
+        if (const uint8_t batch = plan_.leaf_batch[static_cast<size_t>(kernel_of(source))]) {
+            depth = std::max(depth, leaf_batch_depth(batch) + 1);
+            hoistable = hoistable && leaf_batch_hoistable(batch);
+        } else if (op_info(n.op).archetype == Archetype::Leaf) {
+            hoistable = hoistable && n.op != Op::Input && !assigned[static_cast<size_t>(source)];
+        } else {
+            return;
+        }
     }
-    plan_.leaf_batch[at] = batch;
+    if (depth <= kMaxLeafBatchDepth) plan_.leaf_batch[at] = leaf_batch_of(depth, hoistable);
 }
 
 // The one reader of a node that is no root, or -1.

@@ -130,12 +130,13 @@
 // read the root's element (codegen::reduce_kernels' prologue): its kernel, and its round trip through memory, go.
 // Where the lowering finds the reduction needs its input copied first (axes it permutes), it stores the root then.
 //
-// A fused root whose leaves are all graph leaves (parameters, constants, state, inputs), each read element for element or
-// as a scalar, and whose kernel is a pointwise one of its own (ResNet-50's per-channel batch-norm scale and shift, one a
-// norm; an optimizer's step-size scalars), runs with the others like it in one dispatch (codegen::pointwise_batch_kernel)
-// where the first of them would run: they read nothing any kernel computes, so running them earlier changes no value.
-// Two batches: those that read only parameters, constants and state no assignment writes (which a program that does not
-// train hoists), and the others.
+// A fused root whose leaves are all graph leaves (parameters, constants, state, inputs), and whose kernel is a pointwise
+// one of its own (ResNet-50's per-channel batch-norm scale and shift, one a norm; an optimizer's step-size scalars), runs
+// with the others like it in one dispatch (codegen::pointwise_batch_kernel) where the first of them would run: they
+// read nothing any kernel computes, so running them earlier changes no value. A root whose leaves are graph leaves and
+// such batches' roots runs in a batch of the next depth, after them (ResNet-50's 53 convolution weights scaled by their
+// batch norms' scales in training: one dispatch, where they were 53). Two batches a depth: those that read only
+// parameters, constants and state no assignment writes (which a program that does not train hoists), and the others.
 //
 // A permute or expand whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the
 // fused trees read its input through its strides (Whisper's convolutions' [batch, channels, frames] as
@@ -162,6 +163,13 @@ inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || 
 // Their input gradients (norm_grad_kernel), which store one too: a pre-norm block's residual gradient, added to the
 // norm's, in the norm's gradient kernel (a dispatch and a level per norm of a transformer's backward).
 inline bool is_norm_grad(Op op) { return op == Op::RmsNormGrad || op == Op::LayerNormGrad || op == Op::GroupNormGrad; }
+
+// FusionPlan::leaf_batch's numbers: per depth (0: graph leaves alone; d: up to batches of depth d - 1), one batch of
+// what a program that does not train hoists, and one of the others.
+constexpr int kMaxLeafBatchDepth = 3;
+constexpr uint8_t leaf_batch_of(int depth, bool hoistable) { return static_cast<uint8_t>(2 * depth + (hoistable ? 1 : 2)); }
+constexpr int leaf_batch_depth(uint8_t batch) { return (batch - 1) / 2; }
+constexpr bool leaf_batch_hoistable(uint8_t batch) { return batch % 2 == 1; }
 
 struct FusionPlan {
     std::vector<bool> inlined;          // per node: evaluated inside its consumer's kernel
@@ -228,8 +236,7 @@ struct FusionPlan {
     // per RmsNormGrad or LayerNormGrad node: the root up * norm(x, unit weight) that its kernel stores too (see above),
     // or -1; up_xhat_by is its inverse, per such root.
     std::vector<int32_t> up_xhat_of, up_xhat_by;
-    // per fused pointwise root of graph leaves alone (see above): its batch, 1 (parameters, constants and state no
-    // assignment writes) or 2 (the others); 0: none.
+    // per fused pointwise root of graph leaves and earlier batches' roots (see above): its batch (leaf_batch_of), 0: none.
     std::vector<uint8_t> leaf_batch;
     // per Permute or Expand node: its readers' fused trees read its input through its strides (see above), so it is
     // never stored.
