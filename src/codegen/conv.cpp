@@ -85,6 +85,8 @@ void load_b8(Col col, uint kb, out float v[8]) {
 uint c_at(uint g, uint m, uint n) { return ((n / OHW) * O + g * OG + m) * OHW + n % OHW; }
 float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { Y.d[at] = STORE(v); }
+const bool QUAD_N = OHW % 4u == 0u;  // 4 columns from a multiple of 4 are 4 consecutive outputs
+vec4 c_value4(uint i, vec4 v) { return C_EPI4(i, v); }
 )";
 
 const char* const kGradInput = R"(
@@ -127,6 +129,8 @@ void load_b8(Col col, uint kb, out float v[8]) {
 uint c_at(uint g, uint m, uint n) { return ((n / HW) * C + g * CG + m) * HW + n % HW; }
 float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
+const bool QUAD_N = HW % 4u == 0u;
+vec4 c_value4(uint i, vec4 v) { return C_EPI4(i, v); }
 )";
 
 // The input gradient of a strided convolution (dilation 1), by phases: the input pixels whose padded
@@ -199,6 +203,8 @@ uint c_at(uint g, uint m, uint n) {
 }
 float c_value(uint i, float v) { return C_EPI(i, v); }  // an epilogue only where K is whole
 void c_put(uint at, float v) { GX.d[at] = STORE(v); }
+const bool QUAD_N = false;  // a phase's columns are strided in the input
+vec4 c_value4(uint i, vec4 v) { return v; }
 )";
 
 // k-major staging: a thread's k is the same for all its elements of a slice, so what depends on k
@@ -221,6 +227,8 @@ float load_b(Col col, Row r) { return x_at(r.x + col.base, 0u, r.ih + col.dh, r.
 uint c_at(uint g, uint m, uint n) { return (g * OG + m) * N + n; }
 float c_value(uint i, float v) { return v; }
 void c_put(uint at, float v) { GW.d[at] = STORE(v); }
+const bool QUAD_N = N % 4u == 0u;
+vec4 c_value4(uint i, vec4 v) { return v; }
 )";
 
 // Workgroup z = (split * PHASES + phase) * GROUPS + group, read in one place for both kernels (after the mode's
@@ -423,6 +431,19 @@ void store_element(uint m, uint n, float v) {
     if (gm < M && gn < N) c_put(out_off + c_at(g, gm, gn), v);
 }
 
+#if QUAD_C
+// Where QUAD_N: 4 columns at a time, stored as one vec4 (the cooperative kernels' outputs are f32).
+layout(std430, set = 0, binding = 2) writeonly buffer B_out4 { vec4 d[]; } out4;
+vec4 element_value4(uint m, uint n, vec4 v) {
+    uint gm = m0 + m, gn = n0 + n;
+    return gm < M && gn < N ? c_value4(c_at(g, gm, gn), v) : v;
+}
+void store_element4(uint m, uint n, vec4 v) {
+    uint gm = m0 + m, gn = n0 + n;
+    if (gm < M && gn < N) out4.d[(out_off + c_at(g, gm, gn)) >> 2] = v;
+}
+#endif
+
 void main() {
     coop_start();
     m0 = gl_WorkGroupID.y * BM;
@@ -431,6 +452,9 @@ void main() {
     out_off = split * OUT_ELEMS;
     [[unroll]] for (uint p = 0u; p < GB; ++p) bcols[p] = col_of(g, n0 + B_ROW_OF(lid + p * WG));
     coop_product(k_begin, k_end);
+#if QUAD_C
+    if (QUAD_N) coop_store_quads(); else
+#endif
     coop_store_elements();
 #if SUMS
     sum_pieces();
@@ -477,12 +501,15 @@ std::optional<MatmulKernels> as_matmul(const ConvSpec& spec, const MatmulTuning&
 // the sum's, with the bindings cnt and result (C) and the epilogue's after the kernel's three (the output's a coherent
 // view `pieces` then); else, K split, the split sum's.
 std::string epilogue_of(KernelSource& k, const ConvSpec& spec, bool split, bool summed) {
-    if (!summed) return epilogue_glsl(split ? nullptr : spec.epilogue, k) + "#define SUMS 0\n#define C_EPI(i, v) EPI(i, v)\n";
+    if (!summed) {
+        return epilogue_glsl(split ? nullptr : spec.epilogue, k) +
+               "#define SUMS 0\n#define C_EPI(i, v) EPI(i, v)\n#define C_EPI4(i, v) EPI4(i, v)\n";
+    }
     k.iface.bindings[2].coherent = true;
     k.iface.bindings.push_back({"cnt", DType::I32, true});
     k.iface.bindings.push_back({"result", spec.dtype, true});
     return epilogue_glsl(spec.epilogue, k) + "layout(std430, set = 0, binding = 2) coherent readonly buffer B_pieces { " +
-           storage_type(spec.dtype) + " d[]; } pieces;\n#define SUMS 1\n#define C_EPI(i, v) (v)\n";
+           storage_type(spec.dtype) + " d[]; } pieces;\n#define SUMS 1\n#define C_EPI(i, v) (v)\n#define C_EPI4(i, v) (v)\n";
 }
 
 }  // namespace
@@ -577,12 +604,13 @@ ConvKernels conv2d_kernels(const ConvSpec& spec, const MatmulTuning& tuning) {
         // An f16 weight whose rows are whole groups of 8 is fetched 8 halves at a time and staged as it is (read
         // one half at a time it made ResNet-50's convolutions 25% slower on the H200 than f32 weights).
         const bool raw8 = spec.weight_f16 && depth % 8 == 0 && !tuning.coop_split && (!octet_weight || spec.weight_octets);
+        const std::string quads = std::string("#define QUAD_C ") + (summed ? "0\n" : "1\n");
         const std::string fetch_a = raw8 ? "#define A_RAW8 1\n#define B_RAW8 0\n"
                                            "layout(std430, set = 0, binding = 1) readonly buffer B_a8 { uvec4 d[]; } a8;\n"
                                          : "";
         // last_piece's flag before the cooperative code (the top of matmul_coop.cpp says why).
         k.glsl = matmul_detail::preamble(k.iface, matmul_detail::kCoopExtensions) +
-                 matmul_detail::coop_defines(t, tuning) + fetch_a + epilogue + head + kCoopStaging + (summed ? kLastPieceGlsl : "") +
+                 matmul_detail::coop_defines(t, tuning) + quads + fetch_a + epilogue + head + kCoopStaging + (summed ? kLastPieceGlsl : "") +
                  matmul_detail::kCoopTypesGlsl + matmul_detail::kCoopProductGlsl + (summed ? kPieceSum : "") + kWorkgroupZ + kCoopMain;
     } else {
         std::string why;

@@ -15,8 +15,11 @@
 // thread fetches into registers (fetch; the core stashes it) and where C goes. The
 // matmul's fetch reads the operands 4 contiguous f32 at a time (16-byte loads where the row length
 // allows; zero outside the matrix, so edge tiles multiply zeros) in their memory order.
-// Tiles wholly inside C are stored straight from the accumulators; edge tiles go through a
-// per-subgroup 16x16 staging area and threads store only in-bounds elements.
+// Tiles wholly inside C with no epilogue are stored straight from the accumulators; the others go through a
+// per-subgroup 16x16 staging area and threads store only in-bounds elements, 4 columns at a time where N is a
+// multiple of 4 (QUAD_C: an epilogue reads its operands 16 bytes at a time and the tile is stored in 16-byte stores:
+// ResNet-50's fast inference 0.97 -> 0.87 ms on the H100, its 1x1 products adding the shortcut; Whisper-tiny's 0.89
+// -> 0.86, bench/results/2026-12-07-session45-h100.md).
 //
 // SPLIT (MatmulTuning::coop_split: forward products before a ReLU or max pool, sched::Tuning::split_forward)
 // stages each operand as two f16 parts and multiplies three products of them, for about f32's precision
@@ -110,6 +113,10 @@ void fetch(uint k0);  // the includer's: each of the thread's groups into ra[p] 
 // (none outside C).
 float element_value(uint m, uint n, float v);
 void store_element(uint m, uint n, float v);
+#if QUAD_C  // the same for 4 columns from n (the includer's QUAD_C: N a multiple of 4)
+vec4 element_value4(uint m, uint n, vec4 v);
+void store_element4(uint m, uint n, vec4 v);
+#endif
 #if SPLIT
 // f16 rounds an operand to 11 significant bits, and in a training program's forward that moves
 // enough ReLU and max-pool decisions to change ResNet-50's gradients by ~8% (relative L2; 16 bits:
@@ -354,6 +361,37 @@ void coop_store_elements() {
     EACH_ELEMENT(store_element(m, n, v[i][j][r]))
 #undef EACH_ELEMENT
 }
+
+#if QUAD_C
+// The same 4 columns at a time (the includer's element_value4 and store_element4): 16-byte loads of what an
+// epilogue reads and 16-byte stores.
+void coop_store_quads() {
+    const uint PER = 64u / SG;  // quads a lane holds of each accumulator
+    vec4 v[FM][FN][PER];
+    [[unroll]] for (uint i = 0u; i < FM; ++i) {
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            [[unroll]] for (uint r = 0u; r < PER; ++r) {
+                uint at = warp * 256u + (lane + r * SG) * 4u;
+                v[i][j][r] = vec4(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]);
+            }
+            subgroupBarrier();
+        }
+    }
+#define EACH_QUAD(body) \
+    [[unroll]] for (uint i = 0u; i < FM; ++i) \
+        [[unroll]] for (uint j = 0u; j < FN; ++j) \
+            [[unroll]] for (uint r = 0u; r < PER; ++r) { \
+                uint e = lane + r * SG, m = wm + i * 16u + e / 4u, n = wn + j * 16u + e % 4u * 4u; \
+                body; \
+            }
+    EACH_QUAD(v[i][j][r] = element_value4(m, n, v[i][j][r]))
+    EACH_QUAD(store_element4(m, n, v[i][j][r]))
+#undef EACH_QUAD
+}
+#endif
 )";
 
 namespace {
@@ -425,6 +463,20 @@ void store_element(uint m, uint n, float v) {
     if (gm < M && gn < N) store_c(c_off + gm * N + gn, v);
 }
 
+#if QUAD_C
+vec4 element_value4(uint m, uint n, vec4 v) {
+    uint gm = m0 + m, gn = n0 + n;
+    return gm < M && gn < N ? C_EPI4(c_off + gm * N + gn, v) : v;
+}
+void store_element4(uint m, uint n, vec4 v) {
+    uint gm = m0 + m, gn = n0 + n;
+    if (gm < M && gn < N) store_c4(c_off + gm * N + gn, v);
+}
+#define COOP_STORE coop_store_quads
+#else
+#define COOP_STORE coop_store_elements
+#endif
+
 void main() {
     coop_start();
     m0 = gl_WorkGroupID.y * BM;
@@ -440,7 +492,7 @@ void main() {
                 coopMatStoreNV(C_MAT(acc[i][j]), c.d, c_off + (m0 + wm + i * 16u) * N + n0 + wn + j * 16u, N, false);
     } else
 #endif
-        coop_store_elements();
+        COOP_STORE();
 #if SUMS
     sum_pieces();
 #endif
@@ -511,7 +563,8 @@ KernelSource coop_kernel(const MatmulSpec& spec, const CoopGeometry& t, const Ma
     const bool plain_c = partial || (!spec.epilogue && spec.column_parts.empty() && !spec.heads_merged);
     std::string defs = coop_defines(t, tuning) + "#define TRANS_A " + (spec.trans_a ? "1" : "0") +
                        "\n#define TRANS_B " + (spec.trans_b ? "1" : "0") + "\n#define VEC_C " +
-                       (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +
+                       (spec.n % (f16 ? 8 : 4) == 0 && plain_c ? "1" : "0") + "\n#define QUAD_C " +
+                       (spec.n % 4 == 0 ? "1" : "0") + "\n#define A_RAW8 " + raw8('a') +
                        "\n#define B_RAW8 " + raw8('b') + "\n#define C_MAT(x) " + (f16 ? "F16MAT(x)" : "(x)") + "\n";
     // last_piece's flag before the cooperative code (the top of this file says why).
     k.glsl = preamble(k.iface, kCoopExtensions) + defs + common_glsl(spec, summed != nullptr) + store +

@@ -105,6 +105,27 @@ std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k) {
     return body;
 }
 
+// How EPI4 reads an input's elements i .. i + 3 (i a multiple of 4) of `shape` through `strides`: 1 where they are
+// consecutive (the input read element for element: one 16-byte load), 2 where they are one element (broadcast over
+// trailing dims of a multiple of 4 elements, or everywhere: one load), else 0 (four loads).
+uint32_t quad_read(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+    bool consecutive = true;
+    int64_t expect = 1, run = 1;
+    bool in_run = true;
+    for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] == 1) continue;
+        consecutive = consecutive && strides[d] == expect;
+        expect *= shape[d];
+        if (in_run && strides[d] == 0) {
+            run *= shape[d];
+        } else {
+            in_run = false;
+        }
+    }
+    if (consecutive) return 1;
+    return in_run || run % 4 == 0 ? 2 : 0;
+}
+
 }  // namespace
 
 std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string& prefix) {
@@ -114,17 +135,44 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string&
     add_rank_constants(k, prefix + "ED", t.out_shape, 1);
     std::string funcs;
     std::vector<std::string> buffers(t.in_dtypes.size());
+    std::vector<size_t> binding_of(t.in_dtypes.size());
     for (size_t in = 0; in < t.in_dtypes.size(); ++in) {
         if (static_cast<int32_t>(in) == e->product || static_cast<int32_t>(in) == e->product2) continue;
         const std::string n = std::to_string(in);
         buffers[in] = prefix + "e" + n;
+        binding_of[in] = k.iface.bindings.size();
         k.iface.bindings.push_back({buffers[in], t.in_dtypes[in]});
         add_rank_constants(k, prefix + "ES" + n + "_", t.in_strides[in], 0);
         funcs += strided_offset_fn(prefix + "epi_offset" + n, prefix + "ED", prefix + "ES" + n + "_");
     }
+    // The tree as a function of its inputs' values (a<n>): EPI reads them at element i, EPI4 as quads (quad_read, a spec
+    // constant <prefix>EQ<n> an input: the text stays the same for every shape) where every input is a float.
+    const bool quads = std::all_of(t.in_dtypes.begin(), t.in_dtypes.end(), [](DType d) { return d != DType::I32; });
+    std::string params, args, quad_loads, quad_args[4];
+    for (size_t in = 0; in < t.in_dtypes.size(); ++in) {
+        if (buffers[in].empty()) continue;
+        const std::string n = std::to_string(in), a = "a" + n, at = prefix + "epi_offset" + n;
+        const std::string type = compute_type(t.in_dtypes[in]), load = type + "(" + buffers[in] + ".d[" + at + "(i)])";
+        params += ", " + type + " " + a;
+        args += ", " + load;
+        if (!quads) continue;
+        const std::string eq = prefix + "EQ" + n;
+        k.iface.spec_constants.push_back(eq);
+        k.spec_values.push_back(quad_read(t.out_shape, t.in_strides[in]));
+        std::string consecutive;
+        if (t.in_dtypes[in] == DType::F32) {
+            funcs += "layout(std430, set = 0, binding = " + std::to_string(binding_of[in]) + ") readonly buffer B_" +
+                     buffers[in] + "_4 { vec4 d[]; } " + buffers[in] + "_4;\n";
+            consecutive = eq + " == 1u ? " + buffers[in] + "_4.d[i >> 2] : ";
+        }
+        auto element = [&](const char* plus) { return "float(" + buffers[in] + ".d[" + at + "(i" + plus + ")])"; };
+        quad_loads += "    vec4 " + a + " = " + consecutive + eq + " == 2u ? vec4(" + element("") + ") : vec4(" +
+                      element("") + ", " + element(" + 1u") + ", " + element(" + 2u") + ", " + element(" + 3u") + ");\n";
+        for (int c = 0; c < 4; ++c) quad_args[c] += ", " + a + "." + "xyzw"[c];
+    }
     const std::string body = tree_glsl(t, [&](int32_t n) {
         if (n == e->product || n == e->product2) return std::string(n == e->product ? "v" : "v2");
-        return buffers[static_cast<size_t>(n)] + ".d[" + prefix + "epi_offset" + std::to_string(n) + "(i)]";
+        return "a" + std::to_string(n);
     }, k);
     std::string stores;
     for (size_t o = 0; o < t.extra_outputs.size(); ++o) {
@@ -134,12 +182,22 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string&
         stores += "    " + name + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
     }
     // The bindings are declared by the preamble, before this text: it only reads them.
-    return kMathHelpers + funcs + "float " + fn + "(uint i, float v, float v2) {\n" + body + stores + "    return float(r" +
-           std::to_string(t.result_step()) + ");\n}\n#define " + epi + "(i, v) " + fn + "(i, v, 0.0)\n"
-           "#define " + epi + "2(i, v, v2) " + fn + "(i, v, v2)\n"
-           "#define " + epi + "4(i, v) vec4(" + epi + "(i, v.x), " + epi + "(i + 1u, v.y), " + epi + "(i + 2u, v.z), " + epi + "(i + 3u, v.w))\n"
-           "#define " + epi + "2_4(i, v, v2) vec4(" + epi + "2(i, v.x, v2.x), " + epi + "2(i + 1u, v.y, v2.y), " + epi + "2(i + 2u, v.z, v2.z), " +
-           epi + "2(i + 3u, v.w, v2.w))\n";
+    std::string text = kMathHelpers + funcs + "float " + fn + "_at(uint i, float v, float v2" + params + ") {\n" + body +
+                       stores + "    return float(r" + std::to_string(t.result_step()) + ");\n}\n" + "float " + fn +
+                       "(uint i, float v, float v2) { return " + fn + "_at(i, v, v2" + args + "); }\n#define " + epi +
+                       "(i, v) " + fn + "(i, v, 0.0)\n#define " + epi + "2(i, v, v2) " + fn + "(i, v, v2)\n" + "#define " +
+                       epi + "2_4(i, v, v2) vec4(" + epi + "2(i, v.x, v2.x), " + epi + "2(i + 1u, v.y, v2.y), " + epi +
+                       "2(i + 2u, v.z, v2.z), " + epi + "2(i + 3u, v.w, v2.w))\n";
+    if (!quads) {
+        return text + "#define " + epi + "4(i, v) vec4(" + epi + "(i, v.x), " + epi + "(i + 1u, v.y), " + epi +
+               "(i + 2u, v.z), " + epi + "(i + 3u, v.w))\n";
+    }
+    text += "vec4 " + fn + "4(uint i, vec4 v) {\n" + quad_loads + "    return vec4(";
+    for (int c = 0; c < 4; ++c) {
+        text += std::string(c ? ", " : "") + fn + "_at(i" + (c ? " + " + std::to_string(c) + "u" : "") + ", v." +
+                "xyzw"[c] + ", 0.0" + quad_args[c] + ")";
+    }
+    return text + ");\n}\n#define " + epi + "4(i, v) " + fn + "4(i, v)\n";
 }
 
 std::string input_glsl(KernelSource& k, const Epilogue* prologue) {
