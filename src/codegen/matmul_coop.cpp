@@ -333,64 +333,37 @@ void coop_product(uint k_begin, uint k_end) {
 }
 
 // Stores every element of this subgroup's accumulators through its 16x16 staging area (for stores
-// that are not a plain row-major tile, or would pass C's edge): all of them to registers, then the
-// epilogue of each (element_value), then the stores (store_element). A store may alias what an
-// epilogue reads, as far as the compiler knows, so one element at a time each epilogue's loads wait
-// for the store before them. (On the H200 this took SmolLM2's fast training from 8.39 to 8.05 ms; the
-// residual adds of ResNet-50's products, 62% of their time in stores, did not change.)
-void coop_store_elements() {
-    const uint PER = 256u / SG;  // elements a lane holds of each accumulator
-    float v[FM][FN][PER];
-    [[unroll]] for (uint i = 0u; i < FM; ++i) {
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            [[unroll]] for (uint r = 0u; r < PER; ++r) v[i][j][r] = Cs[warp * 256u + lane + r * SG];
-            subgroupBarrier();
-        }
-    }
-#define EACH_ELEMENT(body) \
-    [[unroll]] for (uint i = 0u; i < FM; ++i) \
-        [[unroll]] for (uint j = 0u; j < FN; ++j) \
-            [[unroll]] for (uint r = 0u; r < PER; ++r) { \
-                uint e = lane + r * SG, m = wm + i * 16u + e / 16u, n = wn + j * 16u + e % 16u; \
-                body; \
-            }
-    EACH_ELEMENT(v[i][j][r] = element_value(m, n, v[i][j][r]))
-    EACH_ELEMENT(store_element(m, n, v[i][j][r]))
-#undef EACH_ELEMENT
-}
-
+// that are not a plain row-major tile, or would pass C's edge), W columns at a time as a T (float, or
+// vec4 where the includer's QUAD_C says N is a multiple of 4: 16-byte loads of what an epilogue reads,
+// and 16-byte stores): all of them to registers (LOAD from the staging area), then the epilogue of each
+// (VALUE: element_value, element_value4), then the stores (STORE: store_element, store_element4). A
+// store may alias what an epilogue reads, as far as the compiler knows, so one element at a time each
+// epilogue's loads wait for the store before them. (On the H200 this took SmolLM2's fast training from
+// 8.39 to 8.05 ms; by quads, ResNet-50's fast inference 0.97 -> 0.87 ms on the H100, session 45.)
+#define STORE_THROUGH_STAGING(W, T, LOAD, VALUE, STORE) \
+    const uint PER = 256u / (W * SG);  /* W-column groups a lane holds of each accumulator */ \
+    T v[FM][FN][PER]; \
+    [[unroll]] for (uint i = 0u; i < FM; ++i) { \
+        [[unroll]] for (uint j = 0u; j < FN; ++j) { \
+            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false); \
+            subgroupMemoryBarrierShared(); \
+            subgroupBarrier(); \
+            [[unroll]] for (uint r = 0u; r < PER; ++r) v[i][j][r] = LOAD(warp * 256u + (lane + r * SG) * W); \
+            subgroupBarrier(); \
+        } \
+    } \
+    [[unroll]] for (uint pass = 0u; pass < 2u; ++pass) \
+        [[unroll]] for (uint i = 0u; i < FM; ++i) \
+            [[unroll]] for (uint j = 0u; j < FN; ++j) \
+                [[unroll]] for (uint r = 0u; r < PER; ++r) { \
+                    uint e = lane + r * SG, m = wm + i * 16u + e / (16u / W), n = wn + j * 16u + e % (16u / W) * W; \
+                    if (pass == 0u) v[i][j][r] = VALUE(m, n, v[i][j][r]); else STORE(m, n, v[i][j][r]); \
+                }
+float staged(uint at) { return Cs[at]; }
+void coop_store_elements() { STORE_THROUGH_STAGING(1u, float, staged, element_value, store_element) }
 #if QUAD_C
-// The same 4 columns at a time (the includer's element_value4 and store_element4): 16-byte loads of what an
-// epilogue reads and 16-byte stores.
-void coop_store_quads() {
-    const uint PER = 64u / SG;  // quads a lane holds of each accumulator
-    vec4 v[FM][FN][PER];
-    [[unroll]] for (uint i = 0u; i < FM; ++i) {
-        [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            coopMatStoreNV(acc[i][j], Cs, warp * 256u, 16u, false);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            [[unroll]] for (uint r = 0u; r < PER; ++r) {
-                uint at = warp * 256u + (lane + r * SG) * 4u;
-                v[i][j][r] = vec4(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]);
-            }
-            subgroupBarrier();
-        }
-    }
-#define EACH_QUAD(body) \
-    [[unroll]] for (uint i = 0u; i < FM; ++i) \
-        [[unroll]] for (uint j = 0u; j < FN; ++j) \
-            [[unroll]] for (uint r = 0u; r < PER; ++r) { \
-                uint e = lane + r * SG, m = wm + i * 16u + e / 4u, n = wn + j * 16u + e % 4u * 4u; \
-                body; \
-            }
-    EACH_QUAD(v[i][j][r] = element_value4(m, n, v[i][j][r]))
-    EACH_QUAD(store_element4(m, n, v[i][j][r]))
-#undef EACH_QUAD
-}
+vec4 staged4(uint at) { return vec4(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]); }
+void coop_store_quads() { STORE_THROUGH_STAGING(4u, vec4, staged4, element_value4, store_element4) }
 #endif
 )";
 
@@ -454,24 +427,19 @@ void fetch(uint k0) {
 }
 
 uint c_off;  // split-K: partial products [pair][split][batch][M][N]
-float element_value(uint m, uint n, float v) {
-    uint gm = m0 + m, gn = n0 + n;
-    return gm < M && gn < N ? C_EPI(c_off + gm * N + gn, v) : v;
-}
-void store_element(uint m, uint n, float v) {
-    uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) store_c(c_off + gm * N + gn, v);
-}
-
+// The core's element_value and store_element (T float), or its 4-column ones (T vec4).
+#define TILE_ELEMENT(T, VALUE, STORE, EPI, PUT) \
+    T VALUE(uint m, uint n, T v) { \
+        uint gm = m0 + m, gn = n0 + n; \
+        return gm < M && gn < N ? EPI(c_off + gm * N + gn, v) : v; \
+    } \
+    void STORE(uint m, uint n, T v) { \
+        uint gm = m0 + m, gn = n0 + n; \
+        if (gm < M && gn < N) PUT(c_off + gm * N + gn, v); \
+    }
+TILE_ELEMENT(float, element_value, store_element, C_EPI, store_c)
 #if QUAD_C
-vec4 element_value4(uint m, uint n, vec4 v) {
-    uint gm = m0 + m, gn = n0 + n;
-    return gm < M && gn < N ? C_EPI4(c_off + gm * N + gn, v) : v;
-}
-void store_element4(uint m, uint n, vec4 v) {
-    uint gm = m0 + m, gn = n0 + n;
-    if (gm < M && gn < N) store_c4(c_off + gm * N + gn, v);
-}
+TILE_ELEMENT(vec4, element_value4, store_element4, C_EPI4, store_c4)
 #define COOP_STORE coop_store_quads
 #else
 #define COOP_STORE coop_store_elements
