@@ -236,6 +236,27 @@ TEST_F(OpsTest, ConcatenationIsOneKernel) {
     expect_matches_reference(g, random_feeds(g, 613));
 }
 
+// A nearest upsampling that a concatenation alone reads (the U-Net's skip connections) is read by the concatenation's
+// kernel through its expand's strides, not copied first: one kernel, where the copy took a kernel and a level. Both
+// orders of the pieces; then one that the output reads too, which is stored (two kernels), against float64.
+TEST_F(OpsTest, UpsampledPieceIsReadByTheConcatenation) {
+    for (const bool upsampled_first : {true, false}) {
+        SCOPED_TRACE(upsampled_first ? "upsampled first" : "upsampled second");
+        Graph g;
+        const Tensor up = g.upsample_nearest2x(g.input("x", {2, 3, 4, 5}));
+        const Tensor skip = g.input("skip", {2, 2, 8, 10});
+        g.output("y", upsampled_first ? g.concat({up, skip}, 1) : g.concat({skip, up}, 1));
+        EXPECT_EQ(compile(g, device()).stats().dispatches, 1u);
+        expect_matches_reference(g, random_feeds(g, 614));
+    }
+    Graph g;
+    const Tensor up = g.upsample_nearest2x(g.input("x", {1, 2, 3, 3}));
+    g.output("y", g.concat({up, g.input("skip", {1, 1, 6, 6})}, 1));
+    g.output("up", up);
+    EXPECT_EQ(compile(g, device()).stats().dispatches, 2u);
+    expect_matches_reference(g, random_feeds(g, 615));
+}
+
 TEST_F(OpsTest, Losses) {
     for (int64_t classes : {1, 10, 257}) {
         Graph g;

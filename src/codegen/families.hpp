@@ -82,9 +82,17 @@ struct CopySpec {
     int64_t in_offset = 0, out_offset = 0;
 };
 KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch);
-// A concatenation along `axis` of `shape` (the output's) of contiguous pieces, `lengths` along the axis: one thread an
-// output element, which reads its piece's element (bindings: the pieces in order, then the output).
-KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<int64_t>& lengths,
+// A piece of a concatenation: its length along the axis; and where it is read through strides (an expand no kernel
+// stores: a nearest upsampling's), its elements in the row-major order of `dims`, each at the sum of its indices times
+// `strides` (empty dims: contiguous).
+struct ConcatPiece {
+    int64_t length;
+    Shape dims;
+    std::vector<int64_t> strides;
+};
+// A concatenation along `axis` of `shape` (the output's) of `pieces`: one thread an output element, which reads its
+// piece's element (bindings: the pieces in order, then the output).
+KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<ConcatPiece>& pieces,
                            const Launch& launch);
 
 // Reductions over the middle axis of a [outer, r, inner] view. Sum, mean and max reduce a

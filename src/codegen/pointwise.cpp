@@ -368,7 +368,7 @@ KernelSource strided_copy_kernel(const CopySpec& spec, const Launch& launch) {
     return k;
 }
 
-KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<int64_t>& lengths,
+KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const std::vector<ConcatPiece>& pieces,
                            const Launch& launch) {
     KernelSource k;
     k.label = "concat";
@@ -380,22 +380,29 @@ KernelSource concat_kernel(DType dtype, const Shape& shape, size_t axis, const s
     k.spec_values = {checked_u32(total, "element count"), checked_u32(shape[axis], "concat size"),
                      checked_u32(inner, "concat size")};
     // Output element i at o (before the axis), c (along it), j (after it): piece p's element (o, c - its start, j).
-    std::string pieces;
-    for (size_t p = 0; p < lengths.size(); ++p) {
-        const std::string n = std::to_string(p), len = "L" + n;
+    std::string reads, offsets;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+        const std::string n = std::to_string(p), len = "L" + n, at = "(o * " + len + " + c) * INNER + j";
         k.iface.spec_constants.push_back(len);
-        k.spec_values.push_back(checked_u32(lengths[p], "concat size"));
+        k.spec_values.push_back(checked_u32(pieces[p].length, "concat size"));
         k.iface.bindings.push_back({"piece" + n, dtype});
-        pieces += "    if (c < " + len + ") {\n        dst.d[i] = piece" + n + ".d[(o * " + len +
-                  " + c) * INNER + j];\n        return;\n    }\n    c -= " + len + ";\n";
+        std::string index = at;
+        if (!pieces[p].dims.empty()) {
+            add_rank_constants(k, "P" + n + "D", pieces[p].dims, 1);
+            add_rank_constants(k, "P" + n + "S", pieces[p].strides, 0);
+            offsets += strided_offset_fn("piece" + n + "_at", "P" + n + "D", "P" + n + "S", "0u");
+            index = "piece" + n + "_at(" + at + ")";
+        }
+        reads += "    if (c < " + len + ") {\n        dst.d[i] = piece" + n + ".d[" + index + "];\n        return;\n    }\n"
+                 "    c -= " + len + ";\n";
     }
     k.iface.bindings.push_back({"dst", dtype, true});
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId +
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + offsets +
              "void main() {\n"
              "    uint i = mn_group_id() * WG + gl_LocalInvocationID.x;\n"
              "    if (i >= N) return;\n"
              "    uint o = i / (AXIS * INNER), c = i / INNER % AXIS, j = i % INNER;\n" +
-             pieces + "}\n";
+             reads + "}\n";
     k.groups = grid_for((static_cast<uint64_t>(total) + launch.local_size - 1) / launch.local_size, launch.max_groups);
     return k;
 }

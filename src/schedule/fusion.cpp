@@ -129,6 +129,7 @@ FusionPlan FusionPlanner::run() {
         if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::Permute || op == Op::Expand)) {
             try_read_strided(static_cast<int32_t>(i));
         }
+        if (live_[i] && g_.nodes()[i].op == Op::Concat) try_concat_reads_expands(static_cast<int32_t>(i));
         if (const Op op = g_.nodes()[i].op; live_[i] && (op == Op::AttentionGradQ || op == Op::AttentionGradK)) {
             try_rope_of_gradient(static_cast<int32_t>(i));
         }
@@ -152,6 +153,29 @@ void FusionPlanner::try_read_strided(int32_t id) {
         if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] >= 0) return;
     }
     plan_.read_strided[static_cast<size_t>(id)] = true;
+}
+
+// See fusion.hpp: an expand that a concatenation alone reads, itself or through a reshape that it alone reads, read by
+// the concatenation's kernel through its strides (codegen::ConcatPiece). Not where the concatenation is a copy a piece
+// (more pieces than a kernel may bind: the lowering's Concat).
+void FusionPlanner::try_concat_reads_expands(int32_t concat) {
+    const Node& c = g_.node(concat);
+    if (c.inputs.size() + 1 > max_inputs_) return;
+    const auto read_by_concat_alone = [&](int32_t n) {
+        const auto& readers = consumers_[static_cast<size_t>(n)];
+        return !is_root_[static_cast<size_t>(n)] && std::all_of(readers.begin(), readers.end(), [&](int32_t r) { return r == concat; });
+    };
+    for (int32_t piece : c.inputs) {
+        const bool reshaped = g_.node(piece).op == Op::Reshape;
+        const int32_t expand = reshaped ? g_.node(piece).inputs[0] : piece;
+        if (g_.node(expand).op != Op::Expand || !read_by_concat_alone(piece)) continue;
+        if (reshaped) {
+            const auto& readers = consumers_[static_cast<size_t>(expand)];
+            if (is_root_[static_cast<size_t>(expand)] || readers.size() != 1 || readers[0] != piece) continue;
+            plan_.read_strided[static_cast<size_t>(piece)] = true;
+        }
+        plan_.read_strided[static_cast<size_t>(expand)] = true;
+    }
 }
 
 // Whether fused root `root` is still to be lowered as a pointwise kernel of its own: no product stores it as its

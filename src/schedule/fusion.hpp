@@ -141,7 +141,9 @@
 // A permute or expand whose every reader is a pointwise node, in a kernel that is no batch of updates, is no copy: the
 // fused trees read its input through its strides (Whisper's convolutions' [batch, channels, frames] as
 // [batch, frames, channels], into the positions' add; in the backward, the gradient's way back, into the GELU's; a
-// loss's seed, its scalar expanded to the output's shape). A dispatch and its level go where it was one.
+// loss's seed, its scalar expanded to the output's shape). A dispatch and its level go where it was one. So too an
+// expand that a concatenation alone reads, itself or through a reshape (the U-Net's nearest upsampling before each
+// skip connection's concatenation): the concatenation's kernel reads the expand's input through its strides.
 //
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
@@ -238,8 +240,8 @@ struct FusionPlan {
     std::vector<int32_t> up_xhat_of, up_xhat_by;
     // per fused pointwise root of graph leaves and earlier batches' roots (see above): its batch (leaf_batch_of), 0: none.
     std::vector<uint8_t> leaf_batch;
-    // per Permute or Expand node: its readers' fused trees read its input through its strides (see above), so it is
-    // never stored.
+    // per Permute or Expand node: its readers' fused trees, or its concatenation, read its input through its strides
+    // (see above), so it is never stored; per Reshape of such an expand that a concatenation alone reads: no view of it.
     std::vector<bool> read_strided;
     // per AttentionGradQ or AttentionGradK node: the Rope that alone reads it, whose value its kernel stores (see
     // above); or -1.

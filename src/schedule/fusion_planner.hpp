@@ -23,6 +23,7 @@ public:
 private:
     // Kernels (fusion.cpp).
     void try_read_strided(int32_t id);
+    void try_concat_reads_expands(int32_t concat);
     int32_t only_reader(int32_t id) const;
     void index_epilogue_products();
     bool inlinable(int32_t node, int32_t consumer) const;

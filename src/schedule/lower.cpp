@@ -203,6 +203,7 @@ void Lowering::lower(int32_t id) {
     if (fusion_.norm_in_products[static_cast<size_t>(n.op == Op::Reshape ? n.inputs[0] : id)]) return;
     if (fusion_.norm_in_sum[static_cast<size_t>(id)] >= 0 && value_of(id) >= 0) return;  // its product's split sum stored it
     if (n.op == Op::Reshape && fusion_.heads_split_stored[static_cast<size_t>(id)] >= 0) return;  // see below
+    if (n.op == Op::Reshape && fusion_.read_strided[static_cast<size_t>(id)]) return;  // its concatenation reads it
     if (n.op == Op::Reshape) {
         const int32_t v = new_value(n.shape, n.dtype, Storage::Transient, id);
         s_.values[static_cast<size_t>(v)].view_of = in(0);
@@ -331,14 +332,24 @@ void Lowering::lower(int32_t id) {
             // second waiting for the first's writes to the same tensor); a copy a piece past the storage buffers a
             // kernel may bind.
             if (n.inputs.size() + 1 <= t_.max_fused_inputs) {
-                std::vector<int64_t> lengths;
+                std::vector<codegen::ConcatPiece> pieces;
                 std::vector<int32_t> bind;
                 for (size_t k = 0; k < n.inputs.size(); ++k) {
-                    lengths.push_back(shape_of(in(k))[axis]);
-                    bind.push_back(in(k));
+                    const Node& piece = g_.node(n.inputs[k]);
+                    pieces.push_back({.length = piece.shape[axis]});
+                    if (!fusion_.read_strided[static_cast<size_t>(n.inputs[k])]) {
+                        bind.push_back(in(k));
+                        continue;
+                    }
+                    // An expand (or its reshape) no kernel stores: its input, read through the expand's strides.
+                    const Node& expand = piece.op == Op::Reshape ? g_.node(piece.inputs[0]) : piece;
+                    const int32_t v = value_of(expand.inputs[0]);
+                    pieces.back().dims = expand.shape;
+                    pieces.back().strides = broadcast_strides(value(v).shape, expand.shape);
+                    bind.push_back(v);
                 }
                 bind.push_back(out);
-                emit(codegen::concat_kernel(n.dtype, n.shape, axis, lengths, t_.pointwise), std::move(bind));
+                emit(codegen::concat_kernel(n.dtype, n.shape, axis, pieces, t_.pointwise), std::move(bind));
                 return;
             }
             const auto out_st = contiguous_strides(n.shape);
