@@ -269,10 +269,9 @@ TEST(CapsProfiles, TuningVariablesOutsideTheirValuesAreNamed) {
     EXPECT_EQ(t.updates_in_products, sched::Tuning::UpdatesInProducts::None);
     const ScopedEnv unset("MEGANEURA_MATMUL_SPLITS", "");
     EXPECT_EQ(tuned().matmul.forced_splits, 0u);
-    // Where split work is summed: by default the reductions' in their kernels, the others' by dispatches of their own;
-    // all by dispatches, in every family's kernels, or in one family's.
+    // Where split work is summed: by dispatches of their own, in every family's kernels, or in one family's.
     for (const auto& [where, products, attention, reductions] : std::vector<std::tuple<const char*, bool, bool, bool>>{
-             {"", false, false, true}, {"dispatch", false, false, false}, {"product", true, true, true},
+             {"", false, false, false}, {"dispatch", false, false, false}, {"product", true, true, true},
              {"matmul", true, false, false}, {"attention", false, true, false}, {"reduction", false, false, true}}) {
         const ScopedEnv sums("MEGANEURA_SPLIT_SUM", where);
         const sched::Tuning s = tuned();

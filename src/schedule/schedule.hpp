@@ -83,7 +83,7 @@ struct Tuning {
     CoopChoice coop;  // precision fast's (strict: none)
     codegen::Launch pointwise, reduction;
     // A reduction cut in pieces (a bias's gradient over many rows) summed by its last piece of each output, not a
-    // sum dispatch of its own (MEGANEURA_SPLIT_SUM=dispatch, tune_for): codegen::Reduction.
+    // sum dispatch of its own (MEGANEURA_SPLIT_SUM=dispatch): codegen::Reduction.
     bool reduction_last_piece_sums = true;
     codegen::MatmulTuning matmul;
     codegen::AttentionTiles attention;

@@ -165,21 +165,17 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     t.matmul.forced_splits = env_count("MEGANEURA_MATMUL_SPLITS", UINT32_MAX, "a positive count");
     // MEGANEURA_SPLIT_SUM=product sums a product's split-K pieces, a reduction's pieces, and merges a prefill
     // attention's key chunks in the kernel that splits them (its last piece of each tile, of each output, its last chunk
-    // of each block of rows; not the cooperative attention kernels, right that way and slower: session 41), where a
-    // dispatch of their own does otherwise. Fewer dispatches and barriers, but slower on the H200 in 13 of 16 workloads
-    // measured (session 29: SmolLM2's fast step 9.27 against 8.29 ms, its fast inference 2.62 against 1.98;
+    // of each block of rows; not the cooperative attention kernels, right that way and slower: session 41), where by
+    // default (dispatch) a dispatch of their own does. Fewer dispatches and barriers, but slower on the H200 in 13 of 16
+    // workloads measured (session 29: SmolLM2's fast step 9.27 against 8.29 ms, its fast inference 2.62 against 1.98;
     // bench/results/2026-12-05-h200-session29.md), the cooperative products too (H100, session 41: ResNet-50's fast
-    // inference 0.98 -> 1.49 ms): a tile's last piece adds its tile's pieces alone, work the sum's dispatch spreads over
-    // the device. matmul (the convolutions too), attention or reduction sums in the kernels of that family alone.
-    // By default the reductions sum their own pieces: a bias gradient's pieces of 32 columns are added by the last
-    // piece of each 32, as many workgroups as its sum's dispatch had threads to spare (Whisper-tiny's 384 columns: 12
-    // workgroups, where the dispatch was one), and a dispatch and its level go (39 of Whisper-tiny's step). dispatch:
-    // every family's sums in dispatches of their own.
+    // inference 0.98 -> 1.49 ms). matmul (the convolutions too), attention or reduction sums in the kernels of that
+    // family alone, to measure which of them pays.
     const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch", "matmul", "attention", "reduction"});
     const auto in_kernels = [&](const char* family) { return v && (*v == "product" || *v == family); };
     t.matmul.pieces_summed_in_product = in_kernels("matmul");
     t.attention.last_chunk_merges = in_kernels("attention");
-    t.reduction_last_piece_sums = !v || in_kernels("reduction");
+    t.reduction_last_piece_sums = in_kernels("reduction");
     if (const auto v = env_choice("MEGANEURA_UPDATES", {"auto", "batched", "epilogue"})) {
         using U = Tuning::UpdatesInProducts;
         t.updates_in_products = *v == "auto" ? U::SplitSums : *v == "batched" ? U::None : U::All;
