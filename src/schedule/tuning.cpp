@@ -170,7 +170,11 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
     // workloads measured (session 29: SmolLM2's fast step 9.27 against 8.29 ms, its fast inference 2.62 against 1.98;
     // bench/results/2026-12-05-h200-session29.md), the cooperative products too (H100, session 41: ResNet-50's fast
     // inference 0.98 -> 1.49 ms). matmul (the convolutions too), attention or reduction sums in the kernels of that
-    // family alone, to measure which of them pays.
+    // family alone, to measure which of them pays. The reductions alone (a bias gradient's column pieces added by the
+    // last piece of each 32 columns: 39 dispatches fewer a Whisper-tiny step) were slower in 8 of 12 training cells on
+    // the H100, within 2.6% (Whisper's fast step 3.263 -> 3.309 ms; bench/results/2026-12-07-session45-h100.md): the
+    // last piece's adds lengthen the level the column sums share with the products, where the dispatch ran later,
+    // beside other work.
     const auto v = env_choice("MEGANEURA_SPLIT_SUM", {"product", "dispatch", "matmul", "attention", "reduction"});
     const auto in_kernels = [&](const char* family) { return v && (*v == "product" || *v == family); };
     t.matmul.pieces_summed_in_product = in_kernels("matmul");
