@@ -105,25 +105,28 @@ std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k) {
     return body;
 }
 
+// Whether `strides` read `shape` element for element: every dim of more than one element at the stride of its place
+// in the row-major order.
+bool read_in_order(const Shape& shape, const std::vector<int64_t>& strides) {
+    int64_t expect = 1;
+    for (size_t d = shape.size(); d-- > 0; expect *= shape[d]) {
+        if (shape[d] != 1 && strides[d] != expect) return false;
+    }
+    return true;
+}
+
 // How EPI4 reads an input's elements i .. i + 3 (i a multiple of 4) of `shape` through `strides`: 1 where they are
 // consecutive (the input read element for element: one 16-byte load), 2 where they are one element (broadcast over
 // trailing dims of a multiple of 4 elements, or everywhere: one load), else 0 (four loads).
-uint32_t quad_read(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-    bool consecutive = true;
-    int64_t expect = 1, run = 1;
-    bool in_run = true;
+uint32_t quad_read(const Shape& shape, const std::vector<int64_t>& strides) {
+    if (read_in_order(shape, strides)) return 1;
+    int64_t run = 1;  // the elements of the trailing dims it broadcasts over
     for (size_t d = shape.size(); d-- > 0;) {
         if (shape[d] == 1) continue;
-        consecutive = consecutive && strides[d] == expect;
-        expect *= shape[d];
-        if (in_run && strides[d] == 0) {
-            run *= shape[d];
-        } else {
-            in_run = false;
-        }
+        if (strides[d] != 0) return run % 4 == 0 ? 2 : 0;
+        run *= shape[d];
     }
-    if (consecutive) return 1;
-    return in_run || run % 4 == 0 ? 2 : 0;
+    return 2;
 }
 
 }  // namespace
@@ -252,10 +255,7 @@ std::string batch_read_index(const PointwiseSpec& spec, size_t n) {
     const auto& st = spec.in_strides[n];
     const Shape& shape = spec.out_shape;
     if (std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; })) return "0";
-    int64_t expect = 1;
-    bool whole = true;  // every dim of more than one element at the stride of its place
-    for (size_t d = shape.size(); d-- > 0; expect *= shape[d]) whole = whole && (shape[d] == 1 || st[d] == expect);
-    if (whole) return "i";
+    if (read_in_order(shape, st)) return "i";
     std::string index;
     int64_t inner = 1;
     for (size_t d = shape.size(); d-- > 0; inner *= shape[d]) {
