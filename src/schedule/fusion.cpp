@@ -156,11 +156,10 @@ void FusionPlanner::try_read_strided(int32_t id) {
 }
 
 // See fusion.hpp: an expand that a concatenation alone reads, itself or through a reshape that it alone reads, read by
-// the concatenation's kernel through its strides (codegen::ConcatPiece). Not where the concatenation is a copy a piece
-// (more pieces than a kernel may bind: the lowering's Concat).
+// the concatenation's kernel through its strides (codegen::ConcatPiece). Not where the concatenation is a copy a piece.
 void FusionPlanner::try_concat_reads_expands(int32_t concat) {
     const Node& c = g_.node(concat);
-    if (c.inputs.size() + 1 > max_inputs_) return;
+    if (!concat_in_one_kernel(c.inputs.size(), max_inputs_)) return;
     const auto read_by_concat_alone = [&](int32_t n) {
         const auto& readers = consumers_[static_cast<size_t>(n)];
         return !is_root_[static_cast<size_t>(n)] && std::all_of(readers.begin(), readers.end(), [&](int32_t r) { return r == concat; });

@@ -165,6 +165,10 @@ inline bool is_norm(Op op) { return op == Op::RmsNorm || op == Op::LayerNorm || 
 // Their input gradients (norm_grad_kernel), which store one too: a pre-norm block's residual gradient, added to the
 // norm's, in the norm's gradient kernel (a dispatch and a level per norm of a transformer's backward).
 inline bool is_norm_grad(Op op) { return op == Op::RmsNormGrad || op == Op::LayerNormGrad || op == Op::GroupNormGrad; }
+// Whether a concatenation of `pieces` is one kernel (codegen::concat_kernel: the pieces and the output within the
+// storage buffers a fused kernel may bind), not a copy a piece: the planner reads an expand through its strides only
+// there (see above).
+inline bool concat_in_one_kernel(size_t pieces, uint32_t max_fused_inputs) { return pieces + 1 <= max_fused_inputs; }
 
 // FusionPlan::leaf_batch's numbers: per depth (0: graph leaves alone; d: up to batches of depth d - 1), one batch of
 // what a program that does not train hoists, and one of the others.

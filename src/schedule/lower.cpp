@@ -331,7 +331,7 @@ void Lowering::lower(int32_t id) {
             // One kernel, one level (a U-Net's skip connection: its copies of the two pieces took two levels, the
             // second waiting for the first's writes to the same tensor); a copy a piece past the storage buffers a
             // kernel may bind.
-            if (n.inputs.size() + 1 <= t_.max_fused_inputs) {
+            if (concat_in_one_kernel(n.inputs.size(), t_.max_fused_inputs)) {
                 std::vector<codegen::ConcatPiece> pieces;
                 std::vector<int32_t> bind;
                 for (size_t k = 0; k < n.inputs.size(); ++k) {
