@@ -1396,6 +1396,54 @@ TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
     }
 }
 
+// The updates add the pieces of the gradients they alone read (FusionPlan::summed_as_read): a bias's, a sum over 128
+// rows in two pieces, and a convolution's weight's, split in K (its pieces summed by a dispatch here), where a dispatch
+// each added them. The values are those of every update a kernel of its own reading the summed gradient: the pieces
+// are added in the same order, bit for bit on lavapipe; on the H100 the updated parameters differed in their last
+// bits (the moments did not): Vulkan lets a compiler contract a * b + c into an FMA, which NVIDIA's does as the code
+// around it leads it, so each tensor is compared within a few units of the last place (relative L2 1e-6; an f32 ulp
+// is 6e-8 to 1.2e-7 of a value).
+TEST_F(FusionTest, UpdatesAddThePiecesOfTheGradientsTheyAloneRead) {
+    const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
+    const ScopedEnv sum("MEGANEURA_SPLIT_SUM", "dispatch");
+    Graph g;
+    const Tensor x = g.input("x", {2, 4, 8, 8});
+    const Tensor conv = g.conv2d(x, g.parameter("conv.weight", {8, 4, 3, 3}, Init::uniform(-0.3, 0.3)), std::nullopt,
+                                 {.padding = 1});
+    const Tensor rows = g.reshape(g.permute(conv, {0, 2, 3, 1}), {128, 8});
+    const Tensor y = g.linear(rows, g.parameter("fc.weight", {40, 8}, Init::uniform(-0.3, 0.3)),
+                              g.parameter("fc.bias", {40}, Init::uniform(-0.1, 0.1)));
+    const Tensor loss = g.mean(y * y);
+    const CompileOptions options{.loss = loss, .optimizer = AdamW{.lr = 1e-2, .weight_decay = 0.1}};
+    const Graph batched = training_step(g, loss, options, true), separate = training_step(g, loss, options, false);
+    const auto plain_sums = [&](const Graph& step) {
+        const auto kernels = compiler::program_kernels(step, device().context()->caps(), {});
+        return std::count_if(kernels.begin(), kernels.end(), [](const auto& k) { return k.label == "matmul_split_sum"; });
+    };
+    // Both sum the convolution's pieces and those of the product's input gradient; the batch alone reads the others.
+    EXPECT_EQ(plain_sums(batched), 2);
+    EXPECT_EQ(plain_sums(separate), 4);
+    Session a = compile(batched, device()), b = compile(separate, device());
+    std::vector<float> xs(2 * 4 * 8 * 8);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.03f * static_cast<float>(i % 29) - 0.4f;
+    for (Session* s : {&a, &b}) s->set("x", xs);
+    for (int64_t t = 1; t <= 3; ++t) {
+        const compiler::StepScalars sc = compiler::step_scalars(options, t);
+        for (Session* s : {&a, &b}) {
+            s->set(compiler::kLearningRate, std::vector<float>{sc.lr});
+            s->set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+            s->set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+            s->run();
+        }
+        for (const Node& n : batched.nodes()) {
+            if (n.op != Op::Parameter && n.op != Op::State) continue;
+            const std::vector<float> va = a.get(n.name), vb = b.get(n.name);
+            ASSERT_EQ(va.size(), vb.size());
+            EXPECT_LE(relative_l2(va, std::vector<double>(vb.begin(), vb.end())), 1e-6) << "step " << t << ": " << n.name;
+        }
+    }
+}
+
 // By default (Tuning::UpdatesInProducts::SplitSums) an optimizer's update is batched rather than the epilogue of
 // its gradient's product, unless the product's K is split: the sum of its pieces applies it (the last piece's of each
 // tile, or a dispatch's). Here dW sums over 96 rows; SGD with momentum, whose update and gradient fit a product's

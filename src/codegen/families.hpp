@@ -2,6 +2,7 @@
 // The kernel families. Each function returns one dispatchable kernel; the GLSL text depends only
 // on the family's variant (op, dtypes, tile sizes), never on shapes, which travel as
 // specialization constants.
+#include <map>
 #include <optional>
 
 #include "codegen/kernel.hpp"
@@ -33,6 +34,15 @@ struct PointwiseSpec {
     std::vector<std::pair<int32_t, DType>> extra_outputs;
     int32_t result = -1;  // the step stored as out0 (an epilogue's value): -1, the last
     int32_t result_step() const { return result >= 0 ? result : static_cast<int32_t>(program.size()) - 1; }
+    // Inputs bound as the f32 pieces of a split sum that nothing added (sched::FusionPlan::summed_as_read): per such
+    // input, how many pieces, each `stride` elements after the last; the input reads as their sum, in piece order
+    // from 0 as split_sum_kernel adds them, so the value is the sum kernel's bit for bit. Only a batch's member
+    // (pointwise_batch_kernel) reads pieces.
+    struct Pieces {
+        uint32_t count;
+        int64_t stride;
+    };
+    std::map<int32_t, Pieces> in_pieces;
 };
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch);
 

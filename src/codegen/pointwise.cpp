@@ -135,6 +135,7 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string&
     const std::string epi = prefix + "EPI", fn = prefix + "mn_epilogue";
     if (!e) return "#define " + epi + "(i, v) (v)\n#define " + epi + "4(i, v) (v)\n";
     const PointwiseSpec& t = e->tree;
+    if (!t.in_pieces.empty()) throw Error("codegen: only a batch's member reads a split sum's pieces");
     add_rank_constants(k, prefix + "ED", t.out_shape, 1);
     std::string funcs;
     std::vector<std::string> buffers(t.in_dtypes.size());
@@ -213,6 +214,7 @@ std::string input_glsl(KernelSource& k, const Epilogue* prologue) {
 }
 
 KernelSource pointwise_kernel(const PointwiseSpec& spec, const Launch& launch) {
+    if (!spec.in_pieces.empty()) throw Error("codegen: only a batch's member reads a split sum's pieces");
     KernelSource k;
     k.iface.local_size = launch.local_size;
     const int64_t total = numel(spec.out_shape);
@@ -318,7 +320,14 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         KernelSource labels;  // tree_glsl's op names: the caller labels a batch
         const std::string body = tree_glsl(spec, [&](int32_t n) {
             const auto in = static_cast<size_t>(n);
-            return b.name(member.in_keys[in]) + ".d[" + batch_read_index(spec, in) + "]";
+            const std::string buffer = b.name(member.in_keys[in]), index = batch_read_index(spec, in);
+            const auto pieces = spec.in_pieces.find(n);
+            if (pieces == spec.in_pieces.end()) return buffer + ".d[" + index + "]";
+            const std::string sum = "member" + ms + "_pieces" + std::to_string(n);
+            funcs += "float " + sum + "(uint at) {\n    float s = 0.0;\n    for (uint q = 0u; q < " +
+                     std::to_string(pieces->second.count) + "u; ++q) s += " + buffer + ".d[q * " +
+                     std::to_string(checked_u32(pieces->second.stride, "element count")) + "u + at];\n    return s;\n}\n";
+            return sum + "(" + index + ")";
         }, labels);
         std::string stores;
         for (size_t o = 0; o < spec.extra_outputs.size(); ++o) {

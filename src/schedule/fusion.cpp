@@ -41,7 +41,8 @@ FusionPlanner::FusionPlanner(const Graph& g, const std::vector<bool>& live, cons
              plan_.rope_into_cache, plan_.rope_in_gemv, plan_.cache_in_gemv, plan_.in_gemv, plan_.norm_in_sum,
              plan_.sum_norm, plan_.sum_delta, plan_.norm_grad_in_sum, plan_.sum_norm_grad, plan_.epilogue_pair,
              plan_.reduced_in, plan_.up_xhat_of, plan_.up_xhat_by, plan_.norm_prologue, plan_.prologue_of_norm);
-    start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products);
+    start_as(false, plan_.inlined, plan_.assign_elided, plan_.epilogue_keeps, plan_.read_strided, plan_.norm_in_products,
+             plan_.summed_as_read);
     start_as(std::vector<int32_t>{}, plan_.co_roots, plan_.column_slices);
     start_as(uint8_t{0}, plan_.leaf_batch);
     stored_outputs_.assign(g.nodes().size(), 0);
@@ -97,6 +98,11 @@ FusionPlan FusionPlanner::run() {
     }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_batch(static_cast<int32_t>(i));
+    }
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {  // after the batches, which read it
+        if (live_[i] && (g_.nodes()[i].op == Op::Sum || g_.nodes()[i].op == Op::Conv2dGradWeight)) {
+            try_sum_as_read(static_cast<int32_t>(i));
+        }
     }
     for (size_t i = 0; i < g_.nodes().size(); ++i) {  // it asks where every other kernel runs
         if (live_[i] && g_.nodes()[i].op == Op::Assign) try_write_rows_in_place(static_cast<int32_t>(i));
@@ -243,6 +249,22 @@ void FusionPlanner::try_leaf_batch(int32_t root, const std::vector<bool>& assign
         }
     }
     if (depth <= kMaxLeafBatchDepth) plan_.leaf_batch[at] = leaf_batch_of(depth, hoistable);
+}
+
+// See fusion.hpp: a sum, or a weight's gradient with no epilogue, whose every reader is evaluated by a batched
+// update's kernel.
+void FusionPlanner::try_sum_as_read(int32_t sum) {
+    std::vector<int32_t> readers = consumers_[static_cast<size_t>(sum)];
+    if (is_root_[static_cast<size_t>(sum)] || readers.empty() || plan_.epilogue_of[static_cast<size_t>(sum)] >= 0) return;
+    for (size_t k = 0; k < readers.size(); ++k) {  // through its views (a 1-D convolution's weight is 2-D)
+        const int32_t r = readers[k];
+        if (g_.node(r).op == Op::Reshape && !is_root_[static_cast<size_t>(r)]) {
+            readers.insert(readers.end(), consumers_[static_cast<size_t>(r)].begin(), consumers_[static_cast<size_t>(r)].end());
+        } else if (!is_pointwise(g_.node(r)) || plan_.batched_update[static_cast<size_t>(kernel_of(r))] < 0) {
+            return;
+        }
+    }
+    plan_.summed_as_read[static_cast<size_t>(sum)] = true;
 }
 
 // The one reader of a node that is no root, or -1.

@@ -145,6 +145,11 @@
 // expand that a concatenation alone reads, itself or through a reshape (the U-Net's nearest upsampling before each
 // skip connection's concatenation): the concatenation's kernel reads the expand's input through its strides.
 //
+// A sum that only batched updates read (below; a bias's gradient, read by its optimizer's update) is not summed by a
+// dispatch of its own where the reduction cuts its rows into pieces: the update reads the pieces and adds them
+// (codegen::PointwiseSpec::in_pieces), where a one-workgroup dispatch added them for it (39 of Whisper's training step).
+// So too a convolution's weight gradient without an epilogue, split in K.
+//
 // A parameter's named assignment (an optimizer's update: compiler/training.cpp names it after the
 // optimizer) whose value is a fused root of its own kernel, one that reads its leaves element for element
 // or as scalars and whose values (the parameter's, and the moments it stores) nothing outside it reads,
@@ -247,6 +252,9 @@ struct FusionPlan {
     // per Permute or Expand node: its readers' fused trees, or its concatenation, read its input through its strides
     // (see above), so it is never stored; per Reshape of such an expand that a concatenation alone reads: no view of it.
     std::vector<bool> read_strided;
+    // per Sum and Conv2dGradWeight node: its pieces, where it has several, are summed by the batched updates that alone
+    // read it (see above).
+    std::vector<bool> summed_as_read;
     // per AttentionGradQ or AttentionGradK node: the Rope that alone reads it, whose value its kernel stores (see
     // above); or -1.
     std::vector<int32_t> rope_of_gradient;

@@ -57,6 +57,7 @@ private:
     void try_prologue(int32_t reduction);
     void try_norm_prologue(int32_t norm);
     void try_leaf_batch(int32_t root, const std::vector<bool>& assigned);
+    void try_sum_as_read(int32_t sum);
     std::vector<int32_t> matmuls_storing_alone() const;
     void try_store_heads_split(int32_t stored);
     int32_t merge_of(int32_t id) const;

@@ -118,10 +118,11 @@ void Lowering::emit(codegen::KernelSource k, std::vector<int32_t> values) {
 // partials (partial_elements) that `finish` reads and turns into `outs`: split-K's sum, a split
 // reduction's, the attention's combine of key chunks and its backward's sums. With tile_counters, the kernel
 // finishes its work itself (the workgroup that stores a tile's last piece): it binds the partials, the counters
-// and `outs`.
+// and `outs`. With summed_as_read (a plain split sum of one output), `finish` is not run: the output's readers read
+// the partials as its pieces (pieces_of_, FusionPlan::summed_as_read).
 void Lowering::emit_through_partials(codegen::KernelSource first, std::optional<codegen::KernelSource> finish,
                                      int64_t partial_elements, std::vector<int32_t> inputs,
-                                     const std::vector<int32_t>& outs, int64_t tile_counters) {
+                                     const std::vector<int32_t>& outs, int64_t tile_counters, bool summed_as_read) {
     if (tile_counters) {
         inputs.push_back(new_value({partial_elements}, DType::F32));
         inputs.push_back(new_value({tile_counters}, DType::I32, Storage::Counters));
@@ -133,6 +134,11 @@ void Lowering::emit_through_partials(codegen::KernelSource first, std::optional<
     const int32_t partial = new_value({partial_elements}, DType::F32);
     inputs.push_back(partial);
     emit(std::move(first), std::move(inputs));
+    if (summed_as_read) {
+        const int64_t elements = numel(value(outs.at(0)).shape);
+        pieces_of_[outs[0]] = {partial, {codegen::checked_u32(partial_elements / elements, "pieces"), elements}};
+        return;
+    }
     std::vector<int32_t> reads = {partial};
     reads.insert(reads.end(), outs.begin(), outs.end());
     emit(std::move(*finish), std::move(reads));

@@ -54,6 +54,11 @@ Lowering::FusedTree Lowering::fused_tree(int32_t root, DType out_dtype) {
             bind.push_back(v);
             if (strided) add_strided_leaf(spec, v, g_.node(node));
             else add_leaf(spec, v);
+            if (const auto pieces = pieces_of_.find(s_.root(v)); pieces != pieces_of_.end()) {  // the sum of its pieces
+                bind.back() = pieces->second.first;
+                spec.in_dtypes.back() = DType::F32;
+                spec.in_pieces[static_cast<int32_t>(bind.size() - 1)] = pieces->second.second;
+            }
             spec.program.push_back({.op = Op::Input, .a = static_cast<int32_t>(bind.size() - 1), .dtype = value(v).dtype});
         } else {
             const Node& n = g_.node(node);
@@ -260,8 +265,10 @@ void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t
     const codegen::Epilogue* tree = prologue ? &prologue->epilogue : nullptr;
     codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,
                                                    t_.reduction_last_piece_sums, tree);
+    const int32_t node = value(out).node;
+    const bool summed_as_read = mode == codegen::ReduceMode::Sum && node >= 0 && fusion_.summed_as_read[static_cast<size_t>(node)];
     emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements,
-                          prologue ? prologue->bind : std::vector{in}, {out}, k.tile_counters);
+                          prologue ? prologue->bind : std::vector{in}, {out}, k.tile_counters, summed_as_read);
 }
 
 // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to

@@ -247,8 +247,10 @@ void Lowering::emit_product(codegen::MatmulKernels kernels, int32_t a, int32_t b
                             const std::vector<int32_t>& epilogue_inputs) {
     std::vector<int32_t> stores = outs;
     stores.insert(stores.end(), epilogue_inputs.begin(), epilogue_inputs.end());
+    const int32_t node = value(outs.at(0)).node;
+    const bool summed_as_read = stores.size() == 1 && node >= 0 && fusion_.summed_as_read[static_cast<size_t>(node)];
     emit_through_partials(std::move(kernels.product), std::move(kernels.sum), kernels.partial_elements, {a, b}, stores,
-                          kernels.tile_counters);
+                          kernels.tile_counters, summed_as_read);
 }
 
 // Bindings in the node's input order, then the output: see codegen::ConvSpec.

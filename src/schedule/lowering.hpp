@@ -54,7 +54,7 @@ private:
     void emit(codegen::KernelSource k, std::vector<int32_t> values);
     void emit_through_partials(codegen::KernelSource first, std::optional<codegen::KernelSource> finish,
                                int64_t partial_elements, std::vector<int32_t> inputs, const std::vector<int32_t>& outs,
-                               int64_t tile_counters = 0);
+                               int64_t tile_counters = 0, bool summed_as_read = false);
 
     // lower_pointwise.cpp
     struct Batched {
@@ -160,6 +160,8 @@ private:
     std::map<int32_t, int32_t> f16_copies_;        // value -> its f16 copy (f16_weight)
     std::map<int32_t, int32_t> octet_copies_;      // f16 copy -> the same stored in octets (weight_in_octets)
     std::map<int32_t, ProductSplit> product_splits_;  // by matmul node, as the plan asked (product_split)
+    // a sum's value -> the partials that stand for it and how its readers add them (emit_through_partials)
+    std::map<int32_t, std::pair<int32_t, codegen::PointwiseSpec::Pieces>> pieces_of_;
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<std::pair<AttentionKey, Op>, int32_t> attention_members_;  // every live attention node (attention_member)
     std::map<AttentionKey, int32_t> attention_siblings_;
