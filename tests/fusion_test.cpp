@@ -1318,17 +1318,31 @@ Graph training_step(const Graph& g, Tensor loss, const CompileOptions& options, 
     return out;
 }
 
-// The updates no gradient product stores (here a 3 x 129 scale, four 129-wide weights and biases, a
-// scalar gain and the projection's bias: eleven tensors of odd sizes, each more than one workgroup but
-// the scalar) run as few dispatches as the device's bindings allow, with the same values bit for bit as
-// each in its own kernel (the graph's assignments unnamed). The projection's update stays its gradient
-// product's epilogue, but Adam's: its L2 decay, added to the gradient that both moments read, is a value
-// the kernel stores too, and the product's kernel would bind 17 buffers, over the fused limit of 16. The
-// frozen parameter is left as it was. (Updates are the epilogue of any product here, MEGANEURA_UPDATES=epilogue,
-// as the unnamed ones are: by default only a split product's, UpdatesStayInSplitSumsOnly.)
-TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
-    const ScopedEnv anywhere("MEGANEURA_UPDATES", "epilogue");
-    constexpr int64_t C = 129;
+// Runs steps a (its updates batched) and b (each update a kernel of its own) three times from the same parameters,
+// with compiler::step_scalars' schedule, and compares every parameter and optimizer state of `step` after each run.
+// Within relative L2 1e-6 a tensor, not bit for bit: the kernels compute the same operations in the same order (and are
+// bit for bit on lavapipe), but Vulkan lets a compiler contract a * b + c into an FMA, which NVIDIA's does as the code
+// around it leads it (on the H100, parameters whose update read a gradient's pieces differed in their last bits
+// while their moments, from the same gradient, did not). An f32 ulp is 6e-8 to 1.2e-7 of a value.
+void expect_same_steps(const Graph& step, Session& a, Session& b, const CompileOptions& options, const std::string& what) {
+    for (int64_t t = 1; t <= 3; ++t) {
+        const compiler::StepScalars sc = compiler::step_scalars(options, t);
+        for (Session* s : {&a, &b}) {
+            s->set(compiler::kLearningRate, std::vector<float>{sc.lr});
+            s->set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
+            s->set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
+            s->run();
+        }
+        for (const Node& n : step.nodes()) {
+            if (n.op != Op::Parameter && n.op != Op::State) continue;
+            const std::vector<float> va = a.get(n.name), vb = b.get(n.name);
+            ASSERT_EQ(va.size(), vb.size());
+            EXPECT_LE(relative_l2(va, std::vector<double>(vb.begin(), vb.end())), 1e-6) << what << " step " << t << ": " << n.name;
+        }
+    }
+}
+
+void expect_batched_updates_match_their_own_kernels(int64_t C) {
     Graph g;
     Tensor h = g.input("x", {4, 3, C}) * g.parameter("scale", {3, C}, Init::uniform(0.5, 1.5));
     for (int l = 0; l < 4; ++l) {
@@ -1376,33 +1390,33 @@ TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernelsBitForBit) {
         EXPECT_EQ(a.stats().dispatches + members - batches, b.stats().dispatches) << name;
         for (Session* s : {&a, &b}) s->set("x", x);
         const std::vector<float> frozen_before = a.get("frozen");
-        for (int64_t t = 1; t <= 3; ++t) {
-            const compiler::StepScalars sc = compiler::step_scalars(options, t);
-            for (Session* s : {&a, &b}) {
-                s->set(compiler::kLearningRate, std::vector<float>{sc.lr});
-                s->set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
-                s->set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
-                s->run();
-            }
-            for (const Node& n : batched.nodes()) {
-                if (n.op != Op::Parameter && n.op != Op::State) continue;
-                const std::vector<float> va = a.get(n.name), vb = b.get(n.name);
-                ASSERT_EQ(va.size(), vb.size());
-                EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name << " step " << t << ": " << n.name;
-            }
-        }
+        expect_same_steps(batched, a, b, options, name);
         const std::vector<float> frozen_after = a.get("frozen");
         EXPECT_EQ(std::memcmp(frozen_before.data(), frozen_after.data(), frozen_before.size() * sizeof(float)), 0) << name;
     }
 }
 
+// The updates no gradient product stores (here a 3 x 129 scale, four 129-wide weights and biases, a
+// scalar gain and the projection's bias: eleven tensors of odd sizes, each more than one workgroup but
+// the scalar) run as few dispatches as the device's bindings allow, with the same values as each in its own kernel
+// (the graph's assignments unnamed; expect_same_steps). The projection's update stays its gradient
+// product's epilogue, but Adam's: its L2 decay, added to the gradient that both moments read, is a value
+// the kernel stores too, and the product's kernel would bind 17 buffers, over the fused limit of 16. The
+// frozen parameter is left as it was. (Updates are the epilogue of any product here, MEGANEURA_UPDATES=epilogue,
+// as the unnamed ones are: by default only a split product's, UpdatesStayInSplitSumsOnly.)
+TEST_F(FusionTest, BatchedUpdatesMatchTheirOwnKernels) {
+    const ScopedEnv anywhere("MEGANEURA_UPDATES", "epilogue");
+    // 129 wide, each member runs an element a thread; 128 wide, every member but the scalar gain's by quads.
+    for (const int64_t C : {129, 128}) {
+        SCOPED_TRACE(testing::Message() << C << " wide");
+        expect_batched_updates_match_their_own_kernels(C);
+    }
+}
+
 // The updates add the pieces of the gradients they alone read (FusionPlan::summed_as_read): a bias's, a sum over 128
 // rows in two pieces, and a convolution's weight's, split in K (its pieces summed by a dispatch here), where a dispatch
-// each added them. The values are those of every update a kernel of its own reading the summed gradient: the pieces
-// are added in the same order, bit for bit on lavapipe; on the H100 the updated parameters differed in their last
-// bits (the moments did not): Vulkan lets a compiler contract a * b + c into an FMA, which NVIDIA's does as the code
-// around it leads it, so each tensor is compared within a few units of the last place (relative L2 1e-6; an f32 ulp
-// is 6e-8 to 1.2e-7 of a value).
+// each added them. The values are those of every update a kernel of its own reading the summed gradient, the pieces
+// added in the same order (expect_same_steps).
 TEST_F(FusionTest, UpdatesAddThePiecesOfTheGradientsTheyAloneRead) {
     const ScopedEnv splits("MEGANEURA_MATMUL_SPLITS", "3");
     const ScopedEnv sum("MEGANEURA_SPLIT_SUM", "dispatch");
@@ -1427,21 +1441,7 @@ TEST_F(FusionTest, UpdatesAddThePiecesOfTheGradientsTheyAloneRead) {
     std::vector<float> xs(2 * 4 * 8 * 8);
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.03f * static_cast<float>(i % 29) - 0.4f;
     for (Session* s : {&a, &b}) s->set("x", xs);
-    for (int64_t t = 1; t <= 3; ++t) {
-        const compiler::StepScalars sc = compiler::step_scalars(options, t);
-        for (Session* s : {&a, &b}) {
-            s->set(compiler::kLearningRate, std::vector<float>{sc.lr});
-            s->set(compiler::kBiasCorrection1, std::vector<float>{sc.bias_correction1});
-            s->set(compiler::kBiasCorrection2, std::vector<float>{sc.bias_correction2});
-            s->run();
-        }
-        for (const Node& n : batched.nodes()) {
-            if (n.op != Op::Parameter && n.op != Op::State) continue;
-            const std::vector<float> va = a.get(n.name), vb = b.get(n.name);
-            ASSERT_EQ(va.size(), vb.size());
-            EXPECT_LE(relative_l2(va, std::vector<double>(vb.begin(), vb.end())), 1e-6) << "step " << t << ": " << n.name;
-        }
-    }
+    expect_same_steps(batched, a, b, options, "adamw");
 }
 
 // By default (Tuning::UpdatesInProducts::SplitSums) an optimizer's update is batched rather than the epilogue of

@@ -2,6 +2,7 @@
 // Also the strided-copy family, which is the same index math with a pure move.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "codegen/families.hpp"
@@ -287,7 +288,7 @@ struct BatchBindings {
         const auto [it, fresh] = of.try_emplace(key, bindings.size());
         if (fresh) {
             keys.push_back(key);
-            bindings.push_back({"t" + std::to_string(it->second), dtype, writes});
+            bindings.push_back({"t" + std::to_string(it->second) + "_", dtype, writes});  // "_": its view t<k>_4 names no other
         } else if (bindings[it->second].dtype != dtype) {
             throw Error("codegen: a batched pointwise kernel binds one key as two dtypes");
         }
@@ -295,6 +296,26 @@ struct BatchBindings {
     }
     const std::string& name(int32_t key) const { return bindings[of.at(key)].name; }
 };
+
+// Whether a member runs by quads, four consecutive elements a thread: every binding f32, every input read element for
+// element (one 16-byte load), as a scalar (one load) or as pieces a multiple of 4 apart, and its elements a multiple
+// of 4. An update's kernel moves 28 bytes an element in loads and stores of 4: by quads, in 16-byte ones.
+bool by_quads(const PointwiseSpec& spec) {
+    if (numel(spec.out_shape) % 4 != 0 || spec.out_dtype != DType::F32) return false;
+    for (const auto& [step, dtype] : spec.extra_outputs) {
+        if (dtype != DType::F32) return false;
+    }
+    for (size_t n = 0; n < spec.in_dtypes.size(); ++n) {
+        const auto& st = spec.in_strides[n];
+        const bool scalar = std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; });
+        const auto pieces = spec.in_pieces.find(static_cast<int32_t>(n));
+        if (spec.in_dtypes[n] != DType::F32 || (!scalar && !read_in_order(spec.out_shape, st)) ||
+            (pieces != spec.in_pieces.end() && (scalar || pieces->second.stride % 4 != 0))) {
+            return false;
+        }
+    }
+    return true;
+}
 
 }  // namespace
 
@@ -306,39 +327,83 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
     k.iface.local_size = launch.local_size;
     k.iface.bindings = b.bindings;
     binding_keys = b.keys;
-    // Member m runs workgroups [E<m-1>, E<m>) (E<-1> = 0) over its N<m> elements.
+    // Member m runs workgroups [E<m-1>, E<m>) (E<-1> = 0) of N<m> threads: an element each, or by quads a quad each
+    // (by_quads: its bindings read and written through vec4 views, <name>4).
     std::string funcs;
+    std::set<size_t> quad_views;
     uint64_t groups = 0;
     for (size_t m = 0; m < batch.members.size(); ++m) {
         const PointwiseBatch::Member& member = batch.members[m];
         const PointwiseSpec& spec = member.spec;
-        const std::string ms = std::to_string(m);
-        groups += (static_cast<uint64_t>(numel(spec.out_shape)) + launch.local_size - 1) / launch.local_size;
+        const std::string ms = std::to_string(m), fn = "member" + ms;
+        const bool quads = by_quads(spec);
+        const uint64_t threads = static_cast<uint64_t>(numel(spec.out_shape)) / (quads ? 4 : 1);
+        groups += (threads + launch.local_size - 1) / launch.local_size;
         k.iface.spec_constants.insert(k.iface.spec_constants.end(), {"N" + ms, "E" + ms});
-        k.spec_values.insert(k.spec_values.end(), {checked_u32(numel(spec.out_shape), "element count"),
+        k.spec_values.insert(k.spec_values.end(), {checked_u32(static_cast<int64_t>(threads), "element count"),
                                                    checked_u32(static_cast<int64_t>(groups), "workgroup count")});
-        KernelSource labels;  // tree_glsl's op names: the caller labels a batch
-        const std::string body = tree_glsl(spec, [&](int32_t n) {
-            const auto in = static_cast<size_t>(n);
-            const std::string buffer = b.name(member.in_keys[in]), index = batch_read_index(spec, in);
-            const auto pieces = spec.in_pieces.find(n);
+        const auto view = [&](int32_t key) {
+            quad_views.insert(b.of.at(key));
+            return b.name(key) + "4";
+        };
+        // Input n's value for element i: its element, or the sum of its pieces (PointwiseSpec::in_pieces), read
+        // through `buffer`'s view by quads.
+        const auto read = [&](size_t n, const std::string& index) {
+            const std::string buffer = quads && index != "0" ? view(member.in_keys[n]) : b.name(member.in_keys[n]);
+            const auto pieces = spec.in_pieces.find(static_cast<int32_t>(n));
             if (pieces == spec.in_pieces.end()) return buffer + ".d[" + index + "]";
-            const std::string sum = "member" + ms + "_pieces" + std::to_string(n);
-            funcs += "float " + sum + "(uint at) {\n    float s = 0.0;\n    for (uint q = 0u; q < " +
+            const std::string sum = fn + "_pieces" + std::to_string(n), type = quads ? "vec4" : "float";
+            const int64_t stride = pieces->second.stride / (quads ? 4 : 1);
+            funcs += type + " " + sum + "(uint at) {\n    " + type + " s = " + type + "(0.0);\n    for (uint q = 0u; q < " +
                      std::to_string(pieces->second.count) + "u; ++q) s += " + buffer + ".d[q * " +
-                     std::to_string(checked_u32(pieces->second.stride, "element count")) + "u + at];\n    return s;\n}\n";
+                     std::to_string(checked_u32(stride, "element count")) + "u + at];\n    return s;\n}\n";
             return sum + "(" + index + ")";
-        }, labels);
-        std::string stores;
-        for (size_t o = 0; o < spec.extra_outputs.size(); ++o) {
-            const auto [step, dtype] = spec.extra_outputs[o];
-            stores += "    " + b.name(member.out_keys[o + 1]) + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(step) + ");\n";
-        }
-        stores += "    " + b.name(member.out_keys[0]) + ".d[i] = " + storage_type(spec.out_dtype) + "(r" +
-                  std::to_string(spec.result_step()) + ");\n";
+        };
+        // The values it stores: out0 after the extra outputs.
+        std::vector<std::pair<int32_t, int32_t>> outputs;  // (key, step)
+        for (size_t o = 0; o < spec.extra_outputs.size(); ++o) outputs.emplace_back(member.out_keys[o + 1], spec.extra_outputs[o].first);
+        outputs.emplace_back(member.out_keys[0], spec.result_step());
         const std::string first = m == 0 ? "0u" : "E" + std::to_string(m - 1);
-        funcs += "void member" + ms + "(uint g) {\n    uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
-                 "    if (i >= N" + ms + ") return;\n" + body + stores + "}\n";
+        const std::string head = "void " + fn + "(uint g) {\n    uint i = (g - " + first + ") * WG + gl_LocalInvocationID.x;\n"
+                                 "    if (i >= N" + ms + ") return;\n";
+        KernelSource labels;  // tree_glsl's op names: the caller labels a batch
+        if (!quads) {
+            std::string body = tree_glsl(spec, [&](int32_t n) { return read(static_cast<size_t>(n), batch_read_index(spec, static_cast<size_t>(n))); }, labels);
+            for (size_t o = 0; o < outputs.size(); ++o) {
+                const DType dtype = o + 1 < outputs.size() ? spec.extra_outputs[o].second : spec.out_dtype;
+                body += "    " + b.name(outputs[o].first) + ".d[i] = " + storage_type(dtype) + "(r" + std::to_string(outputs[o].second) + ");\n";
+            }
+            funcs += head + body + "}\n";
+            continue;
+        }
+        // By quads: the tree, a function of one element's inputs a<n> returning its outputs o<k>, for each of the four.
+        std::string params, loads, calls[4], stores;
+        for (size_t n = 0; n < spec.in_dtypes.size(); ++n) {
+            const std::string a = "a" + std::to_string(n);
+            const bool scalar = batch_read_index(spec, n) == "0";
+            params += std::string(params.empty() ? "" : ", ") + "float " + a;
+            loads += std::string("    ") + (scalar ? "float " : "vec4 ") + a + " = " + read(n, scalar ? "0" : "i") + ";\n";
+            for (int c = 0; c < 4; ++c) calls[c] += std::string(calls[c].empty() ? "" : ", ") + a + (scalar ? "" : std::string(".") + "xyzw"[c]);
+        }
+        std::string results;
+        for (size_t o = 0; o < outputs.size(); ++o) {
+            const std::string out = "o" + std::to_string(o);
+            params += ", out float " + out;
+            results += "    " + out + " = float(r" + std::to_string(outputs[o].second) + ");\n";
+            loads += "    vec4 " + out + ";\n";
+            for (int c = 0; c < 4; ++c) calls[c] += ", " + out + "." + "xyzw"[c];
+            stores += "    " + view(outputs[o].first) + ".d[i] = " + out + ";\n";
+        }
+        const std::string body = tree_glsl(spec, [](int32_t n) { return "a" + std::to_string(n); }, labels);
+        funcs += "void " + fn + "_tree(" + params + ") {\n" + body + results + "}\n" + head + loads;
+        for (int c = 0; c < 4; ++c) funcs += "    " + fn + "_tree(" + calls[c] + ");\n";
+        funcs += stores + "}\n";
+    }
+    std::string views;
+    for (size_t at : quad_views) {
+        const Binding& binding = k.iface.bindings[at];
+        views += "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (binding.writes ? "" : "readonly ") +
+                 "buffer B_" + binding.name + "4 { vec4 d[]; } " + binding.name + "4;\n";
     }
     // The workgroup's member, by binary search over the members' last workgroups (a chain of tests took
     // SmolLM2-135M's 253 AdamW updates a mean of 127 comparisons a thread, for 28 bytes of traffic).
@@ -348,7 +413,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         return indent + "if (g < E" + std::to_string(mid - 1) + ") {\n" + self(self, lo, mid, indent + "    ") + indent +
                "} else {\n" + self(self, mid, hi, indent + "    ") + indent + "}\n";
     };
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kMathHelpers + funcs + "void main() {\n    uint g = mn_group_id();\n" +
+    k.glsl = glsl_preamble(k.iface) + views + kFlatGroupId + kMathHelpers + funcs + "void main() {\n    uint g = mn_group_id();\n" +
              "    if (g >= E" + std::to_string(batch.members.size() - 1) + ") return;\n" +
              pick(pick, 0, batch.members.size(), "    ") + "}\n";
     k.groups = grid_for(groups, launch.max_groups);
