@@ -1444,6 +1444,36 @@ TEST_F(FusionTest, UpdatesAddThePiecesOfTheGradientsTheyAloneRead) {
     expect_same_steps(batched, a, b, options, "adamw");
 }
 
+// The column sums only updates read, of one shape, run as one dispatch (Lowering::hold_column_sum): three layers'
+// biases, each a sum over 128 rows in pieces, where a dispatch each ran; the same values as every update a kernel of
+// its own reading its summed gradient.
+TEST_F(FusionTest, ColumnSumsOnlyUpdatesReadRunAsOneDispatch) {
+    Graph g;
+    Tensor h = g.input("x", {128, 40});
+    for (int l = 0; l < 3; ++l) {
+        const std::string layer = "fc" + std::to_string(l);
+        h = g.tanh(g.linear(h, g.parameter(layer + ".weight", {40, 40}, Init::uniform(-0.3, 0.3)),
+                            g.parameter(layer + ".bias", {40}, Init::uniform(-0.1, 0.1))));
+    }
+    const Tensor loss = g.mean(h * h);
+    const CompileOptions options{.loss = loss, .optimizer = AdamW{.lr = 1e-2, .weight_decay = 0.1}};
+    const Graph batched = training_step(g, loss, options, true), separate = training_step(g, loss, options, false);
+    const auto labels = [&](const Graph& step) {
+        std::multiset<std::string> out;
+        for (const auto& k : compiler::program_kernels(step, device().context()->caps(), {})) {
+            if (k.label.starts_with("sum_columns")) out.insert(k.label);
+        }
+        return out;
+    };
+    EXPECT_EQ(labels(batched), std::multiset<std::string>{"sum_columns x 3"});
+    EXPECT_EQ(labels(separate), (std::multiset<std::string>{"sum_columns", "sum_columns", "sum_columns"}));
+    Session a = compile(batched, device()), b = compile(separate, device());
+    std::vector<float> xs(128 * 40);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.02f * static_cast<float>(i % 31) - 0.3f;
+    for (Session* s : {&a, &b}) s->set("x", xs);
+    expect_same_steps(batched, a, b, options, "adamw");
+}
+
 // By default (Tuning::UpdatesInProducts::SplitSums) an optimizer's update is batched rather than the epilogue of
 // its gradient's product, unless the product's K is split: the sum of its pieces applies it (the last piece's of each
 // tile, or a dispatch's). Here dW sums over 96 rows; SGD with momentum, whose update and gradient fit a product's

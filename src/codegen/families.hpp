@@ -131,6 +131,12 @@ struct Reduction {
 // where its element would be read; its leaves are the first bindings, in place of the input's.
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
                          const Launch& launch, int64_t lead, bool last_piece_sums, const Epilogue* prologue = nullptr);
+// `members` sums of one shape that the column walk cuts into pieces, as one dispatch that stores each one's pieces
+// (bindings: the inputs x0.., then the pieces y0..; `sum` none: their readers add them, sched::FusionPlan::
+// summed_as_read); empty where a sum of that shape is no column walk in pieces. Member m runs the m-th run of the
+// workgroups one sum's kernel would.
+std::optional<Reduction> column_sums_batch(DType in_dtype, int64_t outer, int64_t r, int64_t inner, const Launch& launch,
+                                           int64_t lead, uint32_t members);
 
 // Cross-entropy with an ignore index, one workgroup a row. The loss: each stores its row's
 // logsumexp(logits[n, :]) - logits[n, labels[n]] (0 in an ignored row) in row_loss, and the last to finish

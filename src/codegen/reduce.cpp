@@ -160,9 +160,11 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
 
 // Sum or mean over lead and r where inner is wide: 32 columns a workgroup, the rows in pieces
 // (families.hpp); nothing where that walk does not apply.
+// With members > 1 (a sum in pieces, no prologue: column_sums_batch), that many of one shape, each its input x<m>
+// into its pieces y<m>: member m runs the m-th run of the workgroups one would (`member`, which X_AT reads through).
 std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
                                                int64_t r, int64_t inner, const Launch& launch, int64_t lead,
-                                               bool last_piece_sums, const Epilogue* prologue) {
+                                               bool last_piece_sums, const Epilogue* prologue, uint32_t members = 1) {
     constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
     constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
     const uint32_t wg = pow2_at_most(launch.local_size);
@@ -185,7 +187,28 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
     const bool summed_here = splits > 1 && last_piece_sums;
     const DType partial_dtype = splits > 1 ? DType::F32 : out_dtype;
     k.iface.bindings = piece_bindings(in_dtype, out_dtype, splits > 1, last_piece_sums);
-    const std::string input = input_glsl(k, prologue);
+    std::string input = input_glsl(k, prologue), store = summed_here ? "part.d" : "y.d";
+    std::string member = "    if (g >= PIECES * OUTER * CB) return;\n";
+    if (members > 1) {
+        if (splits == 1 || summed_here || prologue) throw Error("codegen: only sums in pieces without a prologue are batched");
+        k.label += " x " + std::to_string(members);
+        k.iface.bindings.clear();
+        std::string loads, stores;
+        for (const char* name : {"x", "y"}) {
+            for (uint32_t m = 0; m < members; ++m) {
+                const std::string b = name + std::to_string(m);
+                const std::string when = (m > 0 ? "else " : "") + (m + 1 < members ? "if (member == " + std::to_string(m) + "u) " : std::string());
+                const bool y = *name == 'y';
+                k.iface.bindings.push_back({b, y ? DType::F32 : in_dtype, y});
+                (y ? stores : loads) += "    " + when + (y ? b + ".d[i] = v;\n" : "return float(" + b + ".d[i]);\n");
+            }
+        }
+        input = "uint member;\nfloat x_at(uint i) {\n" + loads + "}\nvoid y_put(uint i, float v) {\n" + stores + "}\n"
+                "#define X_AT(i) x_at(i)\n";
+        store = "y_put";
+        member = "    member = g / (PIECES * OUTER * CB);\n    if (member >= " + std::to_string(members) + "u) return;\n"
+                 "    g %= PIECES * OUTER * CB;\n";
+    }
     // Row j of the LEAD * R reduced ones, in column c (see reduce_kernel).
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + input + (summed_here ? kLastPieceGlsl : "") + R"(
 const uint CW = 32u, RL = WG / CW, CB = (INNER + CW - 1u) / CW;  // columns, row lanes, column blocks
@@ -195,8 +218,7 @@ float at(uint base, uint j) {
 }
 void main() {
     uint g = mn_group_id();
-    if (g >= PIECES * OUTER * CB) return;
-    uint lid = gl_LocalInvocationID.x, lane = lid / CW;
+)" + member + R"(    uint lid = gl_LocalInvocationID.x, lane = lid / CW;
     uint p = g / (OUTER * CB), o = (g % (OUTER * CB)) / CB, c = (g % CB) * CW + lid % CW;
     uint base = o * R * INNER + c, j1 = min(LEAD * R, (p + 1u) * PIECE);
     vec4 acc = vec4(0.0);  // four rows in flight per thread
@@ -211,16 +233,28 @@ void main() {
         if (lane < s) red[lid] += red[lid + s * CW];
         barrier();
     }
-)" + "    if (lane == 0u && c < INNER) " + (summed_here ? "part" : "y") + ".d[p * OUTER * INNER + o * INNER + c] = " +
-             storage_type(partial_dtype) + "(red[lid]" + (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ");\n" +
+)" + "    if (lane == 0u && c < INNER) " + store + (members > 1 ? "(" : "[") + "p * OUTER * INNER + o * INNER + c" +
+             (members > 1 ? ", " : "] = ") + storage_type(partial_dtype) + "(red[lid]" +
+             (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ")" + (members > 1 ? ")" : "") + ";\n" +
              (summed_here ? last_piece_sum("o * CB + g % CB", "lane == 0u && c < INNER", "o * INNER + c", out_dtype) : "") +
              "}\n";
-    k.groups = grid_for(static_cast<uint64_t>(splits * blocks), launch.max_groups);
+    k.groups = grid_for(static_cast<uint64_t>(members * splits * blocks), launch.max_groups);
     add_pieces(out, out_dtype, outer * inner, cut, launch, last_piece_sums, blocks);
     return out;
 }
 
 }  // namespace
+
+std::optional<Reduction> column_sums_batch(DType in_dtype, int64_t outer, int64_t r, int64_t inner, const Launch& launch,
+                                           int64_t lead, uint32_t members) {
+    auto sums = column_reduce_kernels(ReduceMode::Sum, in_dtype, DType::F32, outer, r, inner, launch, lead, false, nullptr);
+    if (!sums || !sums->sum) return std::nullopt;  // not the column walk, or in one piece
+    if (members > 1) {
+        sums = column_reduce_kernels(ReduceMode::Sum, in_dtype, DType::F32, outer, r, inner, launch, lead, false, nullptr, members);
+    }
+    sums->sum.reset();
+    return sums;
+}
 
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
                          const Launch& launch, int64_t lead, bool last_piece_sums, const Epilogue* prologue) {

@@ -34,6 +34,10 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         [&](int32_t product) { return product_split(product); });
     // No f16 weights where there are gradients: the forward's products may be split (f32 operands).
     if (t_.f16_weights && !g_.has_gradients()) invariant_ = parameter_only_nodes(g_);
+    written_in_place_.assign(live.size(), false);
+    for (int32_t target : fusion_.in_place_of) {
+        if (target >= 0) written_in_place_[static_cast<size_t>(target)] = true;
+    }
     s_.node_value.assign(live.size(), -1);
     lowered_.assign(live.size(), false);
     // Assignments copy last, once every other kernel has read the targets' old contents.
@@ -48,6 +52,7 @@ Schedule Lowering::run(const std::vector<int32_t>& roots) {
         }
         lower(static_cast<int32_t>(i));
     }
+    emit_held_sums(true);  // before the updates that read them
     for (const auto& [name, members] : batches_) emit_batches(name, members);
     for (int32_t id : copies) {
         const int32_t target = value_of(g_.node(id).inputs[0]);
@@ -112,6 +117,7 @@ int32_t Lowering::product_output(int32_t node, DType dtype) {
 
 void Lowering::emit(codegen::KernelSource k, std::vector<int32_t> values) {
     s_.steps.push_back({std::move(k), std::move(values)});
+    emit_held_sums(false);
 }
 
 // A kernel reading `inputs` and storing `outs`, or where its work is split (`finish` set), storing f32

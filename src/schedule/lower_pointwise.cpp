@@ -267,8 +267,54 @@ void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t
                                                    t_.reduction_last_piece_sums, tree);
     const int32_t node = value(out).node;
     const bool summed_as_read = mode == codegen::ReduceMode::Sum && node >= 0 && fusion_.summed_as_read[static_cast<size_t>(node)];
+    if (summed_as_read && !prologue && hold_column_sum(in, out, outer, r, inner, lead)) return;
     emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements,
                           prologue ? prologue->bind : std::vector{in}, {out}, k.tile_counters, summed_as_read);
+}
+
+// Column sums that only batched updates read (FusionPlan::summed_as_read; a bias's gradient, a norm's weight's) run
+// together, where a dispatch each ran beside the backward's products: a sum of one shape as another that the column
+// walk cuts into pieces is held (its pieces its value from now on, pieces_of_) and emitted as one dispatch with the
+// others of its shape (codegen::column_sums_batch) when they are kHeldSums, kHeldSumsWindow steps after the first, or
+// before the updates. Running later changes nothing they read: their readers run last, and no kernel writes into
+// the bytes of what they read (FusionPlan::in_place_of, whose readers run in graph order).
+constexpr size_t kHeldSums = 8, kHeldSumsWindow = 16;
+
+bool Lowering::hold_column_sum(int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner, int64_t lead) {
+    const int32_t stored = value(s_.root(in)).node;
+    if (stored < 0 || written_in_place_[static_cast<size_t>(stored)] || t_.max_batch_bindings < 4) return false;
+    const DType dtype = value(in).dtype;
+    const std::optional<codegen::Reduction> one = codegen::column_sums_batch(dtype, outer, r, inner, t_.reduction, lead, 1);
+    if (!one) return false;
+    HeldSums& held = held_sums_[{dtype, lead, outer, r, inner}];
+    if (held.ins.empty()) held.first_step = s_.steps.size();
+    const int32_t partial = new_value({one->partial_elements}, DType::F32);
+    const int64_t elements = numel(value(out).shape);
+    pieces_of_[out] = {partial, {codegen::checked_u32(one->partial_elements / elements, "pieces"), elements}};
+    held.ins.push_back(in);
+    held.pieces.push_back(partial);
+    if (held.ins.size() >= std::min<size_t>(kHeldSums, t_.max_batch_bindings / 2)) emit_held_sums(true);
+    return true;
+}
+
+// The held sums (hold_column_sum) whose time has come, or `all`: their dispatches, appended to the steps as they are
+// (emit calls this).
+void Lowering::emit_held_sums(bool all) {
+    for (auto it = held_sums_.begin(); it != held_sums_.end();) {
+        const auto& [dtype, lead, outer, r, inner] = it->first;
+        const HeldSums& held = it->second;
+        const size_t limit = std::min<size_t>(kHeldSums, t_.max_batch_bindings / 2);
+        if (!all && held.ins.size() < limit && s_.steps.size() - held.first_step < kHeldSumsWindow) {
+            ++it;
+            continue;
+        }
+        const auto members = static_cast<uint32_t>(held.ins.size());
+        codegen::Reduction sums = *codegen::column_sums_batch(dtype, outer, r, inner, t_.reduction, lead, members);
+        std::vector<int32_t> bind = held.ins;
+        bind.insert(bind.end(), held.pieces.begin(), held.pieces.end());
+        s_.steps.push_back({std::move(sums.partial), std::move(bind)});
+        it = held_sums_.erase(it);
+    }
 }
 
 // sum / mean / max over node.ints. Ignoring size-1 dims, reduced axes that form one block map to

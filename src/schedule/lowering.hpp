@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -84,6 +85,8 @@ private:
     void copy(int32_t in, int32_t out, codegen::CopySpec spec);
     void reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner,
                 int64_t lead = 1, const FusedTree* prologue = nullptr);
+    bool hold_column_sum(int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner, int64_t lead);
+    void emit_held_sums(bool all);
     void lower_reduce(int32_t id, int32_t out);
 
     // lower_products.cpp
@@ -162,6 +165,14 @@ private:
     std::map<int32_t, ProductSplit> product_splits_;  // by matmul node, as the plan asked (product_split)
     // a sum's value -> the partials that stand for it and how its readers add them (emit_through_partials)
     std::map<int32_t, std::pair<int32_t, codegen::PointwiseSpec::Pieces>> pieces_of_;
+    // Column sums held to run as one dispatch (hold_column_sum), by their input's dtype and [lead, outer, r, inner]:
+    // the step count when the first was held, and per sum its input and pieces.
+    struct HeldSums {
+        size_t first_step = 0;
+        std::vector<int32_t> ins, pieces;
+    };
+    std::map<std::tuple<DType, int64_t, int64_t, int64_t, int64_t>, HeldSums> held_sums_;
+    std::vector<bool> written_in_place_;  // by node: a later kernel writes into its bytes (FusionPlan::in_place_of)
     std::vector<std::pair<std::string, std::vector<Batched>>> batches_;  // by name, in order of first use
     std::map<std::pair<AttentionKey, Op>, int32_t> attention_members_;  // every live attention node (attention_member)
     std::map<AttentionKey, int32_t> attention_siblings_;
