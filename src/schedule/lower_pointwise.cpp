@@ -293,7 +293,7 @@ bool Lowering::hold_column_sum(int32_t in, int32_t out, int64_t outer, int64_t r
     pieces_of_[out] = {partial, {codegen::checked_u32(one->partial_elements / elements, "pieces"), elements}};
     held.ins.push_back(in);
     held.pieces.push_back(partial);
-    if (held.ins.size() >= std::min<size_t>(kHeldSums, t_.max_batch_bindings / 2)) emit_held_sums(true);
+    emit_held_sums(false);  // this group, where it is full
     return true;
 }
 
