@@ -190,7 +190,8 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
     std::string input = input_glsl(k, prologue), store = summed_here ? "part.d" : "y.d";
     std::string member = "    if (g >= PIECES * OUTER * CB) return;\n";
     if (members > 1) {
-        if (splits == 1 || summed_here || prologue) throw Error("codegen: only sums in pieces without a prologue are batched");
+        if (summed_here || prologue) throw Error("codegen: only sums in pieces without a prologue are batched");
+        if (splits == 1) return std::nullopt;  // in one piece: no batch of pieces
         k.label += " x " + std::to_string(members);
         k.iface.bindings.clear();
         std::string loads, stores;
@@ -247,11 +248,9 @@ void main() {
 
 std::optional<Reduction> column_sums_batch(DType in_dtype, int64_t outer, int64_t r, int64_t inner, const Launch& launch,
                                            int64_t lead, uint32_t members) {
-    auto sums = column_reduce_kernels(ReduceMode::Sum, in_dtype, DType::F32, outer, r, inner, launch, lead, false, nullptr);
+    auto sums = column_reduce_kernels(ReduceMode::Sum, in_dtype, DType::F32, outer, r, inner, launch, lead, false, nullptr,
+                                      members);
     if (!sums || !sums->sum) return std::nullopt;  // not the column walk, or in one piece
-    if (members > 1) {
-        sums = column_reduce_kernels(ReduceMode::Sum, in_dtype, DType::F32, outer, r, inner, launch, lead, false, nullptr, members);
-    }
     sums->sum.reset();
     return sums;
 }

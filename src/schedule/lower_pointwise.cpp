@@ -262,12 +262,12 @@ void Lowering::reduce(codegen::ReduceMode mode, int32_t in, int32_t out, int64_t
                       int64_t lead, const FusedTree* prologue) {
     const DType in_dtype = prologue ? prologue->epilogue.tree.out_dtype : s_.values[static_cast<size_t>(in)].dtype;
     const DType out_dtype = s_.values[static_cast<size_t>(out)].dtype;
-    const codegen::Epilogue* tree = prologue ? &prologue->epilogue : nullptr;
-    codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,
-                                                   t_.reduction_last_piece_sums, tree);
     const int32_t node = value(out).node;
     const bool summed_as_read = mode == codegen::ReduceMode::Sum && node >= 0 && fusion_.summed_as_read[static_cast<size_t>(node)];
     if (summed_as_read && !prologue && hold_column_sum(in, out, outer, r, inner, lead)) return;
+    const codegen::Epilogue* tree = prologue ? &prologue->epilogue : nullptr;
+    codegen::Reduction k = codegen::reduce_kernels(mode, in_dtype, out_dtype, outer, r, inner, t_.reduction, lead,
+                                                   t_.reduction_last_piece_sums, tree);
     emit_through_partials(std::move(k.partial), std::move(k.sum), k.partial_elements,
                           prologue ? prologue->bind : std::vector{in}, {out}, k.tile_counters, summed_as_read);
 }
