@@ -29,10 +29,15 @@ std::string glsl_preamble(const KernelInterface& iface) {
     }
     for (size_t i = 0; i < iface.bindings.size(); ++i) {
         const Binding& b = iface.bindings[i];
-        s += "layout(std430, set = 0, binding = " + std::to_string(i) + ") " + (b.coherent ? "coherent " : "") + (b.writes ? "" : "readonly ") +
-             "buffer B_" + b.name + " { " + storage_type(b.dtype) + " d[]; } " + b.name + ";\n";
+        s += buffer_view(i, b.name, b.writes ? Access::ReadWrite : Access::Read, storage_type(b.dtype), b.coherent);
     }
     return s;
+}
+
+std::string buffer_view(size_t at, const std::string& name, Access access, const std::string& type, bool coherent) {
+    const char* qualifier = access == Access::Read ? "readonly " : access == Access::Write ? "writeonly " : "";
+    return "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (coherent ? "coherent " : "") + qualifier +
+           "buffer B_" + name + " { " + type + " d[]; } " + name + ";\n";
 }
 
 const char* const kFlatGroupId =

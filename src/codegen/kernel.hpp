@@ -53,6 +53,13 @@ const char* compute_type(DType t);
 // "#version 450", the extensions the bindings need, the constant and buffer declarations.
 std::string glsl_preamble(const KernelInterface& iface);
 
+enum class Access { Read, Write, ReadWrite };
+// The declaration of binding `at` as the block instance `name` of `type` elements (name.d[i]). Besides the one
+// glsl_preamble gives each binding, a kernel may declare another of the same binding (Vulkan allows aliased
+// descriptors): a view through which it reads or writes 16 bytes at a time (type vec4).
+std::string buffer_view(size_t at, const std::string& name, Access access, const std::string& type = "vec4",
+                        bool coherent = false);
+
 // Helpers shared by the families ------------------------------------------------------------
 
 inline constexpr int kMaxRank = 6;

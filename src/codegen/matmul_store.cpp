@@ -11,19 +11,12 @@ namespace mn::codegen::matmul_detail {
 
 namespace {
 
-// A view `name` of binding `at` whose elements are `type` (Vulkan allows aliased descriptors).
-std::string view_of(size_t at, const std::string& name, bool writes, const std::string& type = "vec4",
-                    bool coherent = false) {
-    return "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (coherent ? "coherent " : "") +
-           (writes ? "writeonly" : "readonly") + " buffer B_" + name + " { " + type + " d[]; } " + name + ";\n";
-}
-
 // What both split sums declare before their main: STORE and STORE4 for C's dtype, the 16-byte views of the partials
 // (p4) and of C (c4), and `store` (store_glsl's functions, which use them).
 std::string split_sum_head(DType out_dtype, const std::string& store) {
     const std::string store4 = out_dtype == DType::F16 ? "f16vec4" : "vec4";
     return "#define STORE " + std::string(storage_type(out_dtype)) + "\n#define STORE4 " + store4 + "\n" +
-           view_of(0, "p4", false) + view_of(1, "c4", true, store4) + store;
+           buffer_view(0, "p4", Access::Read) + buffer_view(1, "c4", Access::Write, store4) + store;
 }
 
 // product_store_glsl's where the kernel sums its pieces.
@@ -37,8 +30,8 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
     const std::string store = half ? define("HALF", half) + store_pair_glsl(k, spec.dtype, spec.column_parts, "y")
                                    : store_glsl(k, spec.dtype, spec.column_parts, "y", merged_heads(spec));
     const std::string epilogue = epilogue_glsl(spec.epilogue, k);
-    std::string views = view_of(pieces, "p", false, "float", true) + view_of(pieces, "p4", false, "vec4", true) +
-                        view_of(y, "y4", true, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
+    std::string views = buffer_view(pieces, "p", Access::Read, "float", true) + buffer_view(pieces, "p4", Access::Read, "vec4", true) +
+                        buffer_view(y, "y4", Access::Write, spec.dtype == DType::F16 ? "f16vec4" : "vec4");
     // The second W, and a second A (a sum of two products), with their 16-byte views (a pair's loads: loader_glsl,
     // kMatmulStaging's B8 and A8).
     for (const char operand : {'b', 'a'}) {
@@ -46,8 +39,8 @@ std::string piece_sum_glsl(KernelSource& k, const MatmulSpec& spec) {
         if (!spec.epilogue || spec.epilogue->product2 < 0) throw Error("matmul: a pair's sum needs an epilogue of both");
         const DType w = operand_dtype(spec, operand);
         const std::string name = std::string(1, operand) + "2";
-        views += view_of(k.iface.bindings.size(), name + "4", false, w == DType::F16 ? "f16vec4" : "vec4") +
-                 view_of(k.iface.bindings.size(), name + "8", false, "uvec4");
+        views += buffer_view(k.iface.bindings.size(), name + "4", Access::Read, w == DType::F16 ? "f16vec4" : "vec4") +
+                 buffer_view(k.iface.bindings.size(), name + "8", Access::Read, "uvec4");
         k.iface.bindings.push_back({name, w});
     }
     return views + store + epilogue + "#define SUMS 1\n#define COLUMN_PAIRS " + (half ? "1" : "0") + "\n#define PAIR " +
@@ -134,7 +127,7 @@ KernelSource split_sum_kernel(DType out_dtype, int64_t elements, uint32_t splits
     if (pair) k.iface.bindings.push_back({"p2", DType::F32});
     const bool vec = elements % 4 == 0;  // then 4 elements per thread, 16-byte accesses
     std::string g = glsl_preamble(k.iface) + kFlatGroupId + epi + split_sum_head(out_dtype, store);
-    if (pair) g += view_of(k.iface.bindings.size() - 1, "p24", false);
+    if (pair) g += buffer_view(k.iface.bindings.size() - 1, "p24", Access::Read);
     // s2: the pair's second product.
     const std::string sum2 = pair ? (vec ? "    vec4 s2 = vec4(0.0);\n    for (uint q = 0u; q < S; ++q) s2 += p24.d[q * (T / 4u) + i];\n"
                                          : "    float s2 = 0.0;\n    for (uint q = 0u; q < S; ++q) s2 += p2.d[q * T + i];\n")
@@ -245,16 +238,16 @@ KernelSource split_sum_norm_grad_kernel(const MatmulSpec& spec, uint32_t splits,
     k.label += ng.layer ? "+layer_norm_grad" : "+rms_norm_grad";
     std::string views;  // vec4 views of x, w and dx
     for (const std::string name : {"x", "w", "dx"}) {
-        views += view_of(k.iface.bindings.size(), name + "4", name == "dx");
+        views += buffer_view(k.iface.bindings.size(), name + "4", name == "dx" ? Access::Write : Access::Read);
         k.iface.bindings.push_back({name, DType::F32, name == "dx"});
     }
     const std::string dx_epi = epilogue_glsl(ng.epilogue, k, "DX_");
     if (ng.stores_up_xhat) {
-        views += view_of(k.iface.bindings.size(), "up_xhat4", true);
+        views += buffer_view(k.iface.bindings.size(), "up_xhat4", Access::Write);
         k.iface.bindings.push_back({"up_xhat", DType::F32, true});
     }
     if (spec.b2) {
-        views += view_of(k.iface.bindings.size(), "p24", false);
+        views += buffer_view(k.iface.bindings.size(), "p24", Access::Read);
         k.iface.bindings.push_back({"p2", DType::F32});
     }
     k.glsl = glsl_preamble(k.iface) + kFlatGroupId + kWorkgroupPairSum + epi + dx_epi + split_sum_head(DType::F32, store) +
@@ -339,7 +332,7 @@ KernelSource split_sum_norm_kernel(int64_t rows, int64_t columns, uint32_t split
     std::string views;
     for (const std::string name : {"w", "b", "y"}) {
         if (name == "b" && !layer) continue;
-        views += view_of(k.iface.bindings.size(), name + "4", name == "y");
+        views += buffer_view(k.iface.bindings.size(), name + "4", name == "y" ? Access::Write : Access::Read);
         k.iface.bindings.push_back({name, DType::F32, name == "y"});
     }
     const std::string norm_epi = epilogue_glsl(norm_epilogue, k, "N");  // stores NEPI4 of the norm into y

@@ -116,6 +116,11 @@ bool read_in_order(const Shape& shape, const std::vector<int64_t>& strides) {
     return true;
 }
 
+// Whether `strides` read one element everywhere (a scalar).
+bool read_as_scalar(const std::vector<int64_t>& strides) {
+    return std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });
+}
+
 // How EPI4 reads an input's elements i .. i + 3 (i a multiple of 4) of `shape` through `strides`: 1 where they are
 // consecutive (the input read element for element: one 16-byte load), 2 where they are one element (broadcast over
 // trailing dims of a multiple of 4 elements, or everywhere: one load), else 0 (four loads).
@@ -166,8 +171,7 @@ std::string epilogue_glsl(const Epilogue* e, KernelSource& k, const std::string&
         k.spec_values.push_back(quad_read(t.out_shape, t.in_strides[in]));
         std::string consecutive;
         if (t.in_dtypes[in] == DType::F32) {
-            funcs += "layout(std430, set = 0, binding = " + std::to_string(binding_of[in]) + ") readonly buffer B_" +
-                     buffers[in] + "_4 { vec4 d[]; } " + buffers[in] + "_4;\n";
+            funcs += buffer_view(binding_of[in], buffers[in] + "_4", Access::Read);
             consecutive = eq + " == 1u ? " + buffers[in] + "_4.d[i >> 2] : ";
         }
         auto element = [&](const char* plus) { return "float(" + buffers[in] + ".d[" + at + "(i" + plus + ")])"; };
@@ -257,7 +261,7 @@ namespace {
 std::string batch_read_index(const PointwiseSpec& spec, size_t n) {
     const auto& st = spec.in_strides[n];
     const Shape& shape = spec.out_shape;
-    if (std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; })) return "0";
+    if (read_as_scalar(st)) return "0";
     if (read_in_order(shape, st)) return "i";
     std::string index;
     int64_t inner = 1;
@@ -307,7 +311,7 @@ bool by_quads(const PointwiseSpec& spec) {
     }
     for (size_t n = 0; n < spec.in_dtypes.size(); ++n) {
         const auto& st = spec.in_strides[n];
-        const bool scalar = std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 0; });
+        const bool scalar = read_as_scalar(st);
         const auto pieces = spec.in_pieces.find(static_cast<int32_t>(n));
         if (spec.in_dtypes[n] != DType::F32 || (!scalar && !read_in_order(spec.out_shape, st)) ||
             (pieces != spec.in_pieces.end() && (scalar || pieces->second.stride % 4 != 0))) {
@@ -349,7 +353,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         // Input n's value for element i: its element, or the sum of its pieces (PointwiseSpec::in_pieces), read
         // through `buffer`'s view by quads.
         const auto read = [&](size_t n, const std::string& index) {
-            const std::string buffer = quads && index != "0" ? view(member.in_keys[n]) : b.name(member.in_keys[n]);
+            const std::string buffer = quads && !read_as_scalar(spec.in_strides[n]) ? view(member.in_keys[n]) : b.name(member.in_keys[n]);
             const auto pieces = spec.in_pieces.find(static_cast<int32_t>(n));
             if (pieces == spec.in_pieces.end()) return buffer + ".d[" + index + "]";
             const std::string sum = fn + "_pieces" + std::to_string(n), type = quads ? "vec4" : "float";
@@ -380,7 +384,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         std::string params, loads, calls[4], stores;
         for (size_t n = 0; n < spec.in_dtypes.size(); ++n) {
             const std::string a = "a" + std::to_string(n);
-            const bool scalar = batch_read_index(spec, n) == "0";
+            const bool scalar = read_as_scalar(spec.in_strides[n]);
             params += std::string(params.empty() ? "" : ", ") + "float " + a;
             loads += std::string("    ") + (scalar ? "float " : "vec4 ") + a + " = " + read(n, scalar ? "0" : "i") + ";\n";
             for (int c = 0; c < 4; ++c) calls[c] += std::string(calls[c].empty() ? "" : ", ") + a + (scalar ? "" : std::string(".") + "xyzw"[c]);
@@ -402,8 +406,7 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
     std::string views;
     for (size_t at : quad_views) {
         const Binding& binding = k.iface.bindings[at];
-        views += "layout(std430, set = 0, binding = " + std::to_string(at) + ") " + (binding.writes ? "" : "readonly ") +
-                 "buffer B_" + binding.name + "4 { vec4 d[]; } " + binding.name + "4;\n";
+        views += buffer_view(at, binding.name + "4", binding.writes ? Access::ReadWrite : Access::Read);
     }
     // The workgroup's member, by binary search over the members' last workgroups (a chain of tests took
     // SmolLM2-135M's 253 AdamW updates a mean of 127 comparisons a thread, for 28 bytes of traffic).
