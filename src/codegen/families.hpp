@@ -64,6 +64,9 @@ struct PointwiseBatch {
 KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys);
 // The bindings the batch's kernel would have: its distinct keys.
 size_t batch_bindings(const PointwiseBatch& batch);
+// What a member weighs against a batch's limit (Tuning::max_batch_members): 4 where it runs by quads, four elements a
+// thread (the driver compiles its tree for each of the four), else 1.
+uint32_t batch_member_weight(const PointwiseBatch::Member& member);
 
 // A pointwise tree a matmul or convolution applies to each element of its result before storing it
 // (eval batch norm, bias, activation, residual add, an optimizer's update): `tree` over the product's

@@ -85,14 +85,14 @@ std::string expression(Op op, const std::string& x0, const std::string& x1, DTyp
     throw Error(std::string("codegen: ") + op_info(op).name + " is not a pointwise op");
 }
 
-// The tree's steps as GLSL statements, one register r<step> each, typed by the step's dtype; input n
-// reads input(n). The ops join k's label.
+// The tree's steps as GLSL statements, one register r<step> each, typed by the step's dtype (or all `vector`: vec4,
+// four elements at once, where componentwise is true of the tree); input n reads input(n). The ops join k's label.
 template <class Input>
-std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k) {
+std::string tree_glsl(const PointwiseSpec& spec, Input input, KernelSource& k, const char* vector = nullptr) {
     std::string body;
     for (size_t i = 0; i < spec.program.size(); ++i) {
         const PointwiseSpec::Step& st = spec.program[i];
-        const std::string type = compute_type(st.dtype);
+        const std::string type = vector ? vector : compute_type(st.dtype);
         const std::string r = "r" + std::to_string(i);
         if (st.op == Op::Input) {
             body += "    " + type + " " + r + " = " + type + "(" + input(st.a) + ");\n";
@@ -301,11 +301,24 @@ struct BatchBindings {
     const std::string& name(int32_t key) const { return bindings[of.at(key)].name; }
 };
 
+// Whether every step of the tree is f32 and means the same of vec4 registers, element by element, as of floats: its
+// expression (expression()) then evaluates four elements at once.
+// Not the others: a helper of floats (mn_pow, mn_one_plus_erf), a comparison's bool, a cast's type name.
+bool componentwise(const PointwiseSpec& spec) {
+    static constexpr Op kOps[] = {Op::Input, Op::Neg,  Op::Exp,      Op::Log,  Op::Sqrt, Op::Rsqrt, Op::Abs,
+                                  Op::Relu,  Op::Sigmoid, Op::Tanh, Op::Silu, Op::GeluTanh, Op::Sign, Op::Add,
+                                  Op::Sub,   Op::Mul,  Op::Div,      Op::Maximum, Op::Minimum};
+    return std::all_of(spec.program.begin(), spec.program.end(), [](const PointwiseSpec::Step& st) {
+        return st.dtype == DType::F32 && std::find(std::begin(kOps), std::end(kOps), st.op) != std::end(kOps);
+    });
+}
+
 // Whether a member runs by quads, four consecutive elements a thread: every binding f32, every input read element for
-// element (one 16-byte load), as a scalar (one load) or as pieces a multiple of 4 apart, and its elements a multiple
-// of 4. An update's kernel moves 28 bytes an element in loads and stores of 4: by quads, in 16-byte ones.
+// element (one 16-byte load), as a scalar (one load) or as pieces a multiple of 4 apart, its elements a multiple of 4,
+// and its tree componentwise (evaluated once on vec4s). An update's kernel moves 28 bytes an element in loads and
+// stores of 4: by quads, in 16-byte ones.
 bool by_quads(const PointwiseSpec& spec) {
-    if (numel(spec.out_shape) % 4 != 0 || spec.out_dtype != DType::F32) return false;
+    if (numel(spec.out_shape) % 4 != 0 || spec.out_dtype != DType::F32 || !componentwise(spec)) return false;
     for (const auto& [step, dtype] : spec.extra_outputs) {
         if (dtype != DType::F32) return false;
     }
@@ -324,6 +337,8 @@ bool by_quads(const PointwiseSpec& spec) {
 }  // namespace
 
 size_t batch_bindings(const PointwiseBatch& batch) { return BatchBindings(batch).bindings.size(); }
+
+uint32_t batch_member_weight(const PointwiseBatch::Member& member) { return by_quads(member.spec) ? 4 : 1; }
 
 KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys) {
     const BatchBindings b(batch);
@@ -380,28 +395,14 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
             funcs += head + body + "}\n";
             continue;
         }
-        // By quads: the tree, a function of one element's inputs a<n> returning its outputs o<k>, for each of the four.
-        std::string params, loads, calls[4], stores;
+        // By quads: the tree on vec4 registers (a scalar input broadcast), the inputs a<n> loaded 16 bytes at a time.
+        std::string loads, stores;
         for (size_t n = 0; n < spec.in_dtypes.size(); ++n) {
-            const std::string a = "a" + std::to_string(n);
             const bool scalar = read_as_scalar(spec.in_strides[n]);
-            params += std::string(params.empty() ? "" : ", ") + "float " + a;
-            loads += std::string("    ") + (scalar ? "float " : "vec4 ") + a + " = " + read(n, scalar ? "0" : "i") + ";\n";
-            for (int c = 0; c < 4; ++c) calls[c] += std::string(calls[c].empty() ? "" : ", ") + a + (scalar ? "" : std::string(".") + "xyzw"[c]);
+            loads += std::string("    ") + (scalar ? "float a" : "vec4 a") + std::to_string(n) + " = " + read(n, scalar ? "0" : "i") + ";\n";
         }
-        std::string results;
-        for (size_t o = 0; o < outputs.size(); ++o) {
-            const std::string out = "o" + std::to_string(o);
-            params += ", out float " + out;
-            results += "    " + out + " = float(r" + std::to_string(outputs[o].second) + ");\n";
-            loads += "    vec4 " + out + ";\n";
-            for (int c = 0; c < 4; ++c) calls[c] += ", " + out + "." + "xyzw"[c];
-            stores += "    " + view(outputs[o].first) + ".d[i] = " + out + ";\n";
-        }
-        const std::string body = tree_glsl(spec, [](int32_t n) { return "a" + std::to_string(n); }, labels);
-        funcs += "void " + fn + "_tree(" + params + ") {\n" + body + results + "}\n" + head + loads;
-        for (int c = 0; c < 4; ++c) funcs += "    " + fn + "_tree(" + calls[c] + ");\n";
-        funcs += stores + "}\n";
+        for (const auto& [key, step] : outputs) stores += "    " + view(key) + ".d[i] = r" + std::to_string(step) + ";\n";
+        funcs += head + loads + tree_glsl(spec, [](int32_t n) { return "a" + std::to_string(n); }, labels, "vec4") + stores + "}\n";
     }
     std::string views;
     for (size_t at : quad_views) {

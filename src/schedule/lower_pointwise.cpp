@@ -170,13 +170,14 @@ void Lowering::lower_leaf_batch(uint8_t batch) {
     emit_batches("pointwise", members);
 }
 
-// The batch's members in order, as few dispatches as fit the device's bindings and Tuning::max_batch_members. A
-// member that writes what an earlier one in the dispatch reads, or reads what it writes, starts the next: their
-// workgroups run in no order.
+// The batch's members in order, as few dispatches as fit the device's bindings and Tuning::max_batch_members (by their
+// weights). A member that writes what an earlier one in the dispatch reads, or reads what it writes, starts the next:
+// their workgroups run in no order.
 void Lowering::emit_batches(const std::string& name, const std::vector<Batched>& members) {
     codegen::PointwiseBatch batch;
     std::vector<const Batched*> in_batch;
     std::set<int32_t> reads, writes;
+    uint32_t weight = 0;  // the batch's members' codegen::batch_member_weight
     const auto flush = [&] {
         std::vector<int32_t> keys;
         codegen::KernelSource k = codegen::pointwise_batch_kernel(batch, t_.pointwise, keys);
@@ -195,18 +196,21 @@ void Lowering::emit_batches(const std::string& name, const std::vector<Batched>&
         for (int32_t key : keys) bind.push_back(value_of_key.at(key));
         emit(std::move(k), std::move(bind));
         batch.members.clear(), in_batch.clear(), reads.clear(), writes.clear();
+        weight = 0;
     };
     for (const Batched& b : members) {
         const auto& m = b.member;
         const bool conflict =
             std::any_of(m.out_keys.begin(), m.out_keys.end(), [&](int32_t k) { return reads.count(k) || writes.count(k); }) ||
             std::any_of(m.in_keys.begin(), m.in_keys.end(), [&](int32_t k) { return writes.count(k) > 0; });
+        const uint32_t w = codegen::batch_member_weight(m);
         batch.members.push_back(m);
-        if (conflict || batch.members.size() > t_.max_batch_members || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
+        if (conflict || weight + w > t_.max_batch_members || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
             batch.members.pop_back();
             flush();
             batch.members.push_back(m);
         }
+        weight += w;
         in_batch.push_back(&b);
         reads.insert(m.in_keys.begin(), m.in_keys.end());
         writes.insert(m.out_keys.begin(), m.out_keys.end());

@@ -100,7 +100,9 @@ struct Tuning {
     // to run in parallel; bench/results/2026-12-03-h200-session20.md). Dispatches of at most 64 compile in parallel,
     // and those of the same programs and bindings are the same GLSL (the sizes are specialization constants),
     // compiled once (SmolLM2: 5 dispatches, 3 shaders; its step's cold compile on the H200 1.04 s strict, 1.24 fast:
-    // bench/results/2026-12-03-h200-session21-protocol-whisper-smollm2.md).
+    // bench/results/2026-12-03-h200-session21-protocol-whisper-smollm2.md). A member by quads counts 4
+    // (codegen::batch_member_weight): 43 of Whisper-tiny's AdamW updates by quads in one shader took its step's cold
+    // compile on the H100 to 2.1 s (bench/results/2026-12-07-session47-h100.md).
     uint32_t max_batch_members = 64;
     // Which products an optimizer's update may be the epilogue of (where its tree fits); the others are batched
     // with the others of their optimizer (FusionPlan::batched_update). SplitSums, the default: only matmuls whose
