@@ -171,6 +171,28 @@ TEST(CapsProfiles, TheMatmulTileFollowsTheCaps) {
               product(profile("intel-arc"), Precision::Strict).iface.local_size);
 }
 
+// A batched update by quads weighs 4 of a batch's 64 members (codegen::batch_member_weight): 43 in one shader took
+// Whisper-tiny's step 2.2 s to compile on the H100, where 16 a shader compile in parallel in 0.6 s. On the H200's
+// 1024 bindings, 40 AdamW updates of 128 elements (by quads) go 16, 16 and 8 to a dispatch; of 129 (an element a
+// thread), all 40 in one.
+TEST(CapsProfiles, UpdatesByQuadsWeighFourInABatch) {
+    for (const int64_t C : {128, 129}) {
+        Graph g;
+        Tensor h = g.input("x", {8, C});
+        for (int l = 0; l < 40; ++l) h = g.tanh(h * g.parameter("w" + std::to_string(l), {C}, Init::uniform(0.5, 1.5)));
+        const Tensor loss = g.mean(h * h);
+        std::multiset<std::string> batches;
+        for (const codegen::KernelSource& k :
+             compiler::program_kernels(g, profile("nvidia-h200"), {.loss = loss, .optimizer = AdamW{.lr = 1e-3}})) {
+            if (k.label.starts_with("adamw")) batches.insert(k.label);
+        }
+        using Labels = std::multiset<std::string>;
+        const Labels want = C % 4 == 0 ? Labels{"adamw x 16 tensors", "adamw x 16 tensors", "adamw x 8 tensors"}
+                                       : Labels{"adamw x 40 tensors"};
+        EXPECT_EQ(batches, want) << C << " wide";
+    }
+}
+
 // The check finds what does not fit: the H200's fast kernels ask an Apple GPU for KHR cooperative
 // matrices (the H200's default path), a fixed subgroup size it cannot require and more shared memory
 // than it has (a product of 2^31 multiply-adds: the 128x128 tile, 64 deep).
