@@ -301,13 +301,13 @@ struct BatchBindings {
     const std::string& name(int32_t key) const { return bindings[of.at(key)].name; }
 };
 
-// Whether every step of the tree is f32 and means the same of vec4 registers, element by element, as of floats: its
-// expression (expression()) then evaluates four elements at once.
-// Not the others: a helper of floats (mn_pow, mn_one_plus_erf), a comparison's bool, a cast's type name.
+// Whether every step of the tree is f32 and its expression (expression()) means the same of vec4 registers, element
+// by element, as of floats, so that it evaluates four elements at once. Not the other ops: a helper of floats
+// (mn_pow, mn_one_plus_erf), a comparison's bool, a cast's type name.
 bool componentwise(const PointwiseSpec& spec) {
-    static constexpr Op kOps[] = {Op::Input, Op::Neg,  Op::Exp,      Op::Log,  Op::Sqrt, Op::Rsqrt, Op::Abs,
-                                  Op::Relu,  Op::Sigmoid, Op::Tanh, Op::Silu, Op::GeluTanh, Op::Sign, Op::Add,
-                                  Op::Sub,   Op::Mul,  Op::Div,      Op::Maximum, Op::Minimum};
+    static constexpr Op kOps[] = {Op::Input, Op::Neg, Op::Exp, Op::Log, Op::Sqrt, Op::Rsqrt, Op::Abs, Op::Relu,
+                                  Op::Sigmoid, Op::Tanh, Op::Silu, Op::GeluTanh, Op::Sign, Op::Add, Op::Sub,
+                                  Op::Mul, Op::Div, Op::Maximum, Op::Minimum};
     return std::all_of(spec.program.begin(), spec.program.end(), [](const PointwiseSpec::Step& st) {
         return st.dtype == DType::F32 && std::find(std::begin(kOps), std::end(kOps), st.op) != std::end(kOps);
     });
@@ -368,7 +368,8 @@ KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& l
         // Input n's value for element i: its element, or the sum of its pieces (PointwiseSpec::in_pieces), read
         // through `buffer`'s view by quads.
         const auto read = [&](size_t n, const std::string& index) {
-            const std::string buffer = quads && !read_as_scalar(spec.in_strides[n]) ? view(member.in_keys[n]) : b.name(member.in_keys[n]);
+            const int32_t key = member.in_keys[n];
+            const std::string buffer = quads && !read_as_scalar(spec.in_strides[n]) ? view(key) : b.name(key);
             const auto pieces = spec.in_pieces.find(static_cast<int32_t>(n));
             if (pieces == spec.in_pieces.end()) return buffer + ".d[" + index + "]";
             const std::string sum = fn + "_pieces" + std::to_string(n), type = quads ? "vec4" : "float";
