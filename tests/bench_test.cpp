@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kSource = MEGANEURA_SOURCE_DIR;
+const std::string kSource = source_dir();
 const char* const kWorkloads[] = {"inference", "latency", "training", "step"};
 
 json read_json(const std::string& path) {
@@ -62,7 +62,7 @@ TEST(Bench, MlpEndToEndWithGates) {
     const TempDir dir("bench-test");
     const std::string cell = dir.path("mlp-strict");
     const int runs = 2;
-    ASSERT_EQ(exit_status(std::string(MEGANEURA_BINARY) + " bench --model mlp --size tiny --precision strict --repeat " +
+    ASSERT_EQ(exit_status(cli_binary() + " bench --model mlp --size tiny --precision strict --repeat " +
                           std::to_string(runs) + " --warmup 1 --out-dir '" + cell + "' --json '" + cell +
                           "/meganeura.json' > '" + dir.path("bench.log") + "' 2>&1"),
               0)
@@ -205,7 +205,7 @@ TEST(Bench, MlpEndToEndWithGates) {
 // be too coarse to time on lavapipe, which the report says.
 TEST(Bench, FinetuneBenchReadsTheCommandsOutput) {
     TempDir dir("finetune-bench");
-    const std::string work = dir.path("work"), binary = MEGANEURA_BINARY;
+    const std::string work = dir.path("work"), binary = cli_binary();
     ASSERT_EQ(exit_status(python("finetune_bench.py") + " prepare '" + work + "' --size tiny --text-kb 8"), 0);
     const std::string model = " -m '" + work + "/model'";
     ASSERT_EQ(exit_status(binary + " finetune" + model + " --data '" + work + "/data.txt' --out '" + work + "/mn-lora' " +
@@ -280,7 +280,7 @@ TEST(Bench, BadOptionsAreOneLineErrors) {
     const TempDir dir("bench-errors");
     const std::string log = dir.path("log");
     auto run = [&](const std::string& args) {
-        return exit_status(std::string(MEGANEURA_BINARY) + " bench " + args + " --out-dir '" + dir.path("out") + "' > '" +
+        return exit_status(cli_binary() + " bench " + args + " --out-dir '" + dir.path("out") + "' > '" +
                            log + "' 2>&1");
     };
     auto output = [&] {

@@ -23,7 +23,7 @@ class CliErrorsTest : public ::testing::Test {
 protected:
     // Runs `meganeura <args>` in the temporary folder; the status, and the output in `output_`.
     int run(const std::string& args) {
-        output_ = run_command("cd '" + dir_.dir().string() + "' && " + MEGANEURA_BINARY + " " + args, &status_);
+        output_ = run_command("cd '" + dir_.dir().string() + "' && " + cli_binary() + " " + args, &status_);
         return status_;
     }
     // Expects status 1 and `part` in the one error line of the output.

@@ -18,7 +18,7 @@ namespace mn::test {
 namespace {
 
 std::string meganeura(const std::string& args, int* status) {
-    return run_command(std::string(MEGANEURA_BINARY) + " " + args, status);
+    return run_command(cli_binary() + " " + args, status);
 }
 
 // The command names in `meganeura --help`'s list.
@@ -119,7 +119,7 @@ TEST(CliHelp, ModelsListsEveryModelsInputsAndOutputs) {
 // before anything is listed.
 TEST(CliHelp, DevicesSayWhatPrecisionFastMultipliesOn) {
     int status = -1;
-    const std::string binary = std::string(MEGANEURA_BINARY) + " devices";
+    const std::string binary = cli_binary() + " devices";
     EXPECT_NE(run_command(binary, &status).find("  precision fast: "), std::string::npos);
     EXPECT_EQ(status, 0);
     EXPECT_NE(run_command("MEGANEURA_COOP=off " + binary, &status).find("  precision fast: the f32 kernels (MEGANEURA_COOP=off)\n"),
@@ -132,7 +132,7 @@ TEST(CliHelp, DevicesSayWhatPrecisionFastMultipliesOn) {
 
 // The README's Commands section has one item per command, naming every option of its --help.
 TEST(CliHelp, ReadmeCommandListMatchesHelp) {
-    std::ifstream file(std::string(MEGANEURA_SOURCE_DIR) + "/README.md");
+    std::ifstream file(source_dir() + "/README.md");
     std::stringstream text;
     text << file.rdbuf();
     const std::string readme = text.str();

@@ -19,11 +19,11 @@ namespace {
 void expect_matches_torch(const std::string& model, const std::string& output, int batch, int hw) {
     MN_REQUIRE_TORCH();
     TempDir dir("conv-" + model);
-    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/conv_reference.py";
+    const std::string script = source_dir() + "/tests/torch/conv_reference.py";
     const std::string make = reference_python() + " '" + script + "' " + model + " tiny '" + dir.path("") + "' --batch " +
                              std::to_string(batch) + " --hw " + std::to_string(hw);
     ASSERT_EQ(std::system(make.c_str()), 0) << make;
-    const std::string run = std::string("'") + MEGANEURA_BINARY + "' forward --model " + model +
+    const std::string run = std::string("'") + cli_binary() + "' forward --model " + model +
                             " --size tiny --backward --weights '" + dir.path("weights.safetensors") + "' --inputs '" +
                             dir.path("inputs.safetensors") + "' --out '" + dir.path("got.safetensors") + "'";
     ASSERT_EQ(std::system(run.c_str()), 0) << run;

@@ -20,6 +20,7 @@
 #include "models/smollm2.hpp"
 #include "tiny_folder.hpp"
 #include "train/lm_data.hpp"
+#include "host_tools.hpp"
 
 namespace mn::test {
 namespace {
@@ -172,7 +173,7 @@ TEST_F(FinetuneTest, LoraLowersTheLossExportsPeftAndResumes) {
     for (const char* f : {"adapter_model.safetensors", "adapter_config.json", "checkpoint.safetensors", "loss.csv", "loss.svg",
                           "merged/model.safetensors", "merged/config.json", "merged/tokenizer.json"})
         EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
-    const std::string check = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && " + reference_python() + " "
+    const std::string check = run_command("cd " + source_dir() + "/tests/torch && " + reference_python() + " "
                                           "check_peft_export.py " + base + " " + out, &status);
     EXPECT_EQ(status, 0) << check;
 
@@ -357,7 +358,7 @@ TEST_F(FinetuneTest, AnInterruptedRunResumesToTheUninterruptedResult) {
     const std::string base = dir.path("base"), whole = dir.path("whole"), cut = dir.path("cut"), log = dir.path("cut.log");
     make_tiny_folder(base);
     write_apache_text(dir.path("d.txt"));
-    const std::string run = std::string(MEGANEURA_BINARY) + " finetune -m " + base + " --data " + dir.path("d.txt") +
+    const std::string run = cli_binary() + " finetune -m " + base + " --data " + dir.path("d.txt") +
                             " --seq 16 --batch 2 --lora-rank 4 --lr 1e-2 --steps 40 ";
     int status = 0;
     std::string text = run_command(run + "--out " + whole, &status);

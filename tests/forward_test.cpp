@@ -17,7 +17,7 @@ struct CliResult {
 
 CliResult run_cli(const std::string& args) {
     int status = 0;
-    std::string output = run_command(std::string(MEGANEURA_BINARY) + " " + args, &status);
+    std::string output = run_command(cli_binary() + " " + args, &status);
     return {status, std::move(output)};
 }
 

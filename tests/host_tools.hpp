@@ -23,6 +23,17 @@ inline bool torch_available() {
     ASSERT_TRUE(::mn::test::torch_available()) << ::mn::test::reference_python() \
                                                << " cannot import torch, torchvision and numpy: run scripts/setup.sh"
 
+// The repository the tests read their scripts and data from, and the `meganeura` they run: where they were built, or
+// $MEGANEURA_TEST_SOURCE and $MEGANEURA_TEST_BINARY where meganeura_tests runs elsewhere (carried to the GPU machine).
+inline std::string source_dir() {
+    const char* chosen = std::getenv("MEGANEURA_TEST_SOURCE");
+    return chosen && *chosen ? chosen : MEGANEURA_BUILT_SOURCE_DIR;
+}
+inline std::string cli_binary() {
+    const char* chosen = std::getenv("MEGANEURA_TEST_BINARY");
+    return chosen && *chosen ? chosen : MEGANEURA_BUILT_BINARY;
+}
+
 // Runs `command` through the shell; its exit status, or -1 when it did not exit normally.
 inline int exit_status(const std::string& command) {
     const int status = std::system(command.c_str());

@@ -15,6 +15,7 @@
 #include "io/safetensors.hpp"
 #include "models/resnet.hpp"
 #include "tiny_folder.hpp"
+#include "host_tools.hpp"
 
 namespace mn::test {
 namespace {
@@ -103,7 +104,7 @@ TEST_F(ImageFinetuneTest, LearnsTheClassesWritesTheModelAndResumes) {
 TEST_F(ImageFinetuneTest, TorchvisionWeightsInTorchvisionWeightsOut) {
     MN_REQUIRE_TORCH();
     TempDir dir("image-finetune");
-    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/torchvision_resnet.py";
+    const std::string script = source_dir() + "/tests/torch/torchvision_resnet.py";
     const std::string base = dir.path("base.safetensors"), out = dir.path("out");
     int status = 0;
     std::string text = run_command(reference_python() + " " + script + " write " + base, &status);

@@ -43,7 +43,7 @@ TEST(ImageTransform, MatchesTorchvision) {
     MN_REQUIRE_TORCH();
     TempDir dir("image-transform");
     int status = 0;
-    const std::string out = run_command("cd " + std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch && " + reference_python() + " "
+    const std::string out = run_command("cd " + source_dir() + "/tests/torch && " + reference_python() + " "
                                         "image_transform.py " + dir.path(""), &status);
     ASSERT_EQ(status, 0) << out;
     const io::TensorMap expected = io::read_safetensors(dir.path("expected.safetensors"));

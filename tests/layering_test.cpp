@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "host_tools.hpp"
+
 namespace mn::test {
 namespace {
 
@@ -42,7 +44,7 @@ std::string folder_of(const std::filesystem::path& root, const std::filesystem::
 }
 
 TEST(Layering, IncludesPointDownTheLayers) {
-    const std::filesystem::path root = MEGANEURA_SOURCE_DIR;
+    const std::filesystem::path root = source_dir();
     std::vector<std::string> violations;
     size_t files = 0;
     for (const char* top : {"src", "include"}) {

@@ -42,10 +42,10 @@ TEST_P(OnnxVsTorch, OutputsAndGradientsMatch) {
     MN_REQUIRE_TORCH();
     const Case c = GetParam();
     TempDir dir("onnx");
-    ASSERT_EQ(exit_status(reference_python() + " " MEGANEURA_SOURCE_DIR "/tests/torch/onnx_models.py " + std::string(c.model) +
+    ASSERT_EQ(exit_status(reference_python() + " " + source_dir() + "/tests/torch/onnx_models.py " + std::string(c.model) +
                           " " + dir.dir().string() + " --opset " + std::to_string(c.opset)), 0);
     int status = -1;
-    const std::string output = run_command(std::string(MEGANEURA_BINARY) + " forward --model " + dir.path("model.onnx") +
+    const std::string output = run_command(cli_binary() + " forward --model " + dir.path("model.onnx") +
                                                " --inputs " + dir.path("inputs.safetensors") + " --out " +
                                                dir.path("out.safetensors") + (c.backward ? " --backward" : ""),
                                            &status);
@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Models, OnnxVsTorch,
 TEST(OnnxImport, ImportedMlpTrains) {
     MN_REQUIRE_TORCH();
     TempDir dir("onnx");
-    ASSERT_EQ(exit_status(reference_python() + " " MEGANEURA_SOURCE_DIR "/tests/torch/onnx_models.py mlp " + dir.dir().string()), 0);
+    ASSERT_EQ(exit_status(reference_python() + " " + source_dir() + "/tests/torch/onnx_models.py mlp " + dir.dir().string()), 0);
     OnnxModel m = import_onnx(dir.path("model.onnx"));
     Graph& g = *m.graph;
     const Tensor labels = g.input("labels", {3}, DType::I32);

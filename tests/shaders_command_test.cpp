@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string shaders(const std::string& args, int* status) {
-    return run_command(std::string(MEGANEURA_BINARY) + " shaders " + args, status);
+    return run_command(cli_binary() + " shaders " + args, status);
 }
 
 size_t count(const fs::path& dir, const std::string& extension) {
@@ -86,7 +86,7 @@ TEST(ShadersCommand, WritesEveryKernelAsSpirvAndMetal) {
     }
     // The default is the device here; without --msl only SPIR-V is written.
     TempDir here("shaders-device");
-    ASSERT_EQ(exit_status(std::string(MEGANEURA_BINARY) + " shaders --model mlp --size tiny --out " + here.dir().string() +
+    ASSERT_EQ(exit_status(cli_binary() + " shaders --model mlp --size tiny --out " + here.dir().string() +
                           " > /dev/null 2>&1"), 0);
     EXPECT_GT(count(here.dir() / "training", ".spv"), 2u);
     EXPECT_EQ(count(here.dir() / "training", ".metal"), 0u);
@@ -100,7 +100,7 @@ TEST(ShadersCommand, DecodeWritesGeneratesStepOverTheCache) {
         SCOPED_TRACE(merged ? "merged in the chunk kernel" : "combined");
         TempDir tmp("shaders-decode");
         int status = -1;
-        const std::string out = run_command(std::string(merged ? "MEGANEURA_SPLIT_SUM=attention " : "MEGANEURA_SPLIT_SUM=dispatch ") + MEGANEURA_BINARY +
+        const std::string out = run_command(std::string(merged ? "MEGANEURA_SPLIT_SUM=attention " : "MEGANEURA_SPLIT_SUM=dispatch ") + cli_binary() +
                                                 " shaders --model smollm2 --size tiny --caps nvidia-h200 --decode 2048 --out " +
                                                 tmp.dir().string(), &status);
         ASSERT_EQ(status, 0) << out;

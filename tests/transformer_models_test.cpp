@@ -33,13 +33,13 @@ std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.en
 void expect_matches_torch(const std::string& name, const std::string& script_flags) {
     MN_REQUIRE_TORCH();
     TempDir dir("tf-" + name);
-    const std::string script = std::string(MEGANEURA_SOURCE_DIR) + "/tests/torch/transformer_reference.py";
+    const std::string script = source_dir() + "/tests/torch/transformer_reference.py";
     int status = 0;
     const std::string py = run_command(reference_python() + " '" + script + "' " + name + " '" + dir.dir().string() + "' " +
                                            script_flags, &status);
     ASSERT_EQ(status, 0) << py;
     const std::string config = std::filesystem::exists(dir.path("config.json")) ? " --config " + dir.path("config.json") : "";
-    const std::string cli = run_command(std::string(MEGANEURA_BINARY) + " forward --model " + name + " --size tiny --weights " +
+    const std::string cli = run_command(cli_binary() + " forward --model " + name + " --size tiny --weights " +
                                             dir.path("weights.safetensors") + " --inputs " + dir.path("inputs.safetensors") +
                                             " --out " + dir.path("got.safetensors") + config + " --backward --precision strict",
                                         &status);
@@ -208,7 +208,7 @@ TEST_F(KvCacheTest, GenerateIsGreedyUnderTheFullForward) {
     full.session.save(dir.path("weights.safetensors"));
 
     int status = 0;
-    const std::string text = run_command(std::string(MEGANEURA_BINARY) + " generate --model smollm2 --size tiny --weights " +
+    const std::string text = run_command(cli_binary() + " generate --model smollm2 --size tiny --weights " +
                                              dir.path("weights.safetensors") + " --tokens 7,3,90 --max-new 4",
                                          &status);
     ASSERT_EQ(status, 0) << text;
