@@ -134,6 +134,9 @@ struct Reduction {
 // where its element would be read; its leaves are the first bindings, in place of the input's.
 Reduction reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer, int64_t r, int64_t inner,
                          const Launch& launch, int64_t lead, bool last_piece_sums, const Epilogue* prologue = nullptr);
+// The pieces the column walk cuts a sum of this shape into (reduce_kernels' kernel for wide rows), 0 where it does not
+// take the sum.
+int64_t column_sum_pieces(int64_t outer, int64_t r, int64_t inner, const Launch& launch, int64_t lead);
 // `members` sums of one shape that the column walk cuts into pieces, as one dispatch that stores each one's pieces
 // (bindings: the inputs x0.., then the pieces y0..; `sum` none: their readers add them, sched::FusionPlan::
 // summed_as_read); empty where a sum of that shape is no column walk in pieces. Member m runs the m-th run of the

@@ -158,6 +158,16 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
     return k;
 }
 
+constexpr int64_t kColumns = 32;   // the column walk's columns a workgroup: a warp's row segment is 128 contiguous bytes
+constexpr int64_t kMinPiece = 64;  // rows per piece at least: fewer, and the second pass costs more than it saves
+
+// The pieces the column walk cuts a sum or mean over lead and r into where inner is wide; none where it does not apply.
+std::optional<Pieces> column_walk(int64_t outer, int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
+    const int64_t rows = lead * r;
+    if (inner < kColumns || rows < kMinPiece || pow2_at_most(launch.local_size) < 2 * kColumns) return std::nullopt;
+    return cut_rows(rows, outer * ((inner + kColumns - 1) / kColumns), kMinPiece);
+}
+
 // Sum or mean over lead and r where inner is wide: 32 columns a workgroup, the rows in pieces
 // (families.hpp); nothing where that walk does not apply.
 // With members > 1 (a sum in pieces, no prologue: column_sums_batch), that many of one shape, each its input x<m>
@@ -165,15 +175,12 @@ KernelSource row_reduce_kernel(ReduceMode mode, DType in_dtype, DType out_dtype,
 std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, DType out_dtype, int64_t outer,
                                                int64_t r, int64_t inner, const Launch& launch, int64_t lead,
                                                bool last_piece_sums, const Epilogue* prologue, uint32_t members = 1) {
-    constexpr int64_t kColumns = 32;       // per workgroup: a warp's row segment is 128 contiguous bytes
-    constexpr int64_t kMinPiece = 64;      // rows per piece at least: fewer, and the second pass costs more than it saves
     const uint32_t wg = pow2_at_most(launch.local_size);
-    const int64_t rows = lead * r;
-    if ((mode != ReduceMode::Sum && mode != ReduceMode::Mean) || inner < kColumns || rows < kMinPiece || wg < 2 * kColumns) {
-        return std::nullopt;
-    }
-    const int64_t blocks = outer * ((inner + kColumns - 1) / kColumns);
-    const Pieces cut = cut_rows(rows, blocks, kMinPiece);
+    if (mode != ReduceMode::Sum && mode != ReduceMode::Mean) return std::nullopt;
+    const std::optional<Pieces> walk = column_walk(outer, r, inner, launch, lead);
+    if (!walk) return std::nullopt;
+    const int64_t rows = lead * r, blocks = outer * ((inner + kColumns - 1) / kColumns);
+    const Pieces cut = *walk;
     const int64_t piece = cut.rows, splits = cut.count;
     Reduction out;
     KernelSource& k = out.partial;
@@ -187,7 +194,7 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
     const bool summed_here = splits > 1 && last_piece_sums;
     const DType partial_dtype = splits > 1 ? DType::F32 : out_dtype;
     k.iface.bindings = piece_bindings(in_dtype, out_dtype, splits > 1, last_piece_sums);
-    std::string input = input_glsl(k, prologue), store = summed_here ? "part.d" : "y.d";
+    std::string input = input_glsl(k, prologue), store = std::string("#define Y_PUT(i, v) ") + (summed_here ? "part" : "y") + ".d[i] = (v)\n";
     std::string member = "    if (g >= PIECES * OUTER * CB) return;\n";
     if (members > 1) {
         if (summed_here || prologue) throw Error("codegen: only sums in pieces without a prologue are batched");
@@ -206,12 +213,12 @@ std::optional<Reduction> column_reduce_kernels(ReduceMode mode, DType in_dtype, 
         }
         input = "uint member;\nfloat x_at(uint i) {\n" + loads + "}\nvoid y_put(uint i, float v) {\n" + stores + "}\n"
                 "#define X_AT(i) x_at(i)\n";
-        store = "y_put";
+        store = "#define Y_PUT(i, v) y_put(i, v)\n";
         member = "    member = g / (PIECES * OUTER * CB);\n    if (member >= " + std::to_string(members) + "u) return;\n"
                  "    g %= PIECES * OUTER * CB;\n";
     }
     // Row j of the LEAD * R reduced ones, in column c (see reduce_kernel).
-    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + input + (summed_here ? kLastPieceGlsl : "") + R"(
+    k.glsl = glsl_preamble(k.iface) + kFlatGroupId + input + store + (summed_here ? kLastPieceGlsl : "") + R"(
 const uint CW = 32u, RL = WG / CW, CB = (INNER + CW - 1u) / CW;  // columns, row lanes, column blocks
 shared float red[WG];
 float at(uint base, uint j) {
@@ -234,9 +241,8 @@ void main() {
         if (lane < s) red[lid] += red[lid + s * CW];
         barrier();
     }
-)" + "    if (lane == 0u && c < INNER) " + store + (members > 1 ? "(" : "[") + "p * OUTER * INNER + o * INNER + c" +
-             (members > 1 ? ", " : "] = ") + storage_type(partial_dtype) + "(red[lid]" +
-             (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + ")" + (members > 1 ? ")" : "") + ";\n" +
+)" + "    if (lane == 0u && c < INNER) Y_PUT(p * OUTER * INNER + o * INNER + c, " + storage_type(partial_dtype) +
+             "(red[lid]" + (mode == ReduceMode::Mean ? " / float(LEAD * R)" : "") + "));\n" +
              (summed_here ? last_piece_sum("o * CB + g % CB", "lane == 0u && c < INNER", "o * INNER + c", out_dtype) : "") +
              "}\n";
     k.groups = grid_for(static_cast<uint64_t>(members * splits * blocks), launch.max_groups);
@@ -245,6 +251,11 @@ void main() {
 }
 
 }  // namespace
+
+int64_t column_sum_pieces(int64_t outer, int64_t r, int64_t inner, const Launch& launch, int64_t lead) {
+    const std::optional<Pieces> walk = column_walk(outer, r, inner, launch, lead);
+    return walk ? walk->count : 0;
+}
 
 std::optional<Reduction> column_sums_batch(DType in_dtype, int64_t outer, int64_t r, int64_t inner, const Launch& launch,
                                            int64_t lead, uint32_t members) {

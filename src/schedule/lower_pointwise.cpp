@@ -287,14 +287,14 @@ constexpr size_t kHeldSums = 8, kHeldSumsWindow = 16;
 bool Lowering::hold_column_sum(int32_t in, int32_t out, int64_t outer, int64_t r, int64_t inner, int64_t lead) {
     const int32_t stored = value(s_.root(in)).node;
     if (stored < 0 || written_in_place_[static_cast<size_t>(stored)] || t_.max_batch_bindings < 4) return false;
+    const int64_t pieces = codegen::column_sum_pieces(outer, r, inner, t_.reduction, lead);
+    if (pieces < 2) return false;
     const DType dtype = value(in).dtype;
-    const std::optional<codegen::Reduction> one = codegen::column_sums_batch(dtype, outer, r, inner, t_.reduction, lead, 1);
-    if (!one) return false;
     HeldSums& held = held_sums_[{dtype, lead, outer, r, inner}];
     if (held.ins.empty()) held.first_step = s_.steps.size();
-    const int32_t partial = new_value({one->partial_elements}, DType::F32);
     const int64_t elements = numel(value(out).shape);
-    pieces_of_[out] = {partial, {codegen::checked_u32(one->partial_elements / elements, "pieces"), elements}};
+    const int32_t partial = new_value({pieces * elements}, DType::F32);
+    pieces_of_[out] = {partial, {codegen::checked_u32(pieces, "pieces"), elements}};
     held.ins.push_back(in);
     held.pieces.push_back(partial);
     emit_held_sums(false);  // this group, where it is full
