@@ -62,8 +62,6 @@ struct PointwiseBatch {
     std::vector<Member> members;
 };
 KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys);
-// The bindings the batch's kernel would have: its distinct keys.
-size_t batch_bindings(const PointwiseBatch& batch);
 // What a member weighs against a batch's limit (Tuning::max_batch_members): 4 where it runs by quads, four elements a
 // thread (its tree on vec4s is four times the instructions of a scalar ISA's, and so is the driver's compile), else 1.
 uint32_t batch_member_weight(const PointwiseBatch::Member& member);

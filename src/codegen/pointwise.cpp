@@ -336,8 +336,6 @@ bool by_quads(const PointwiseSpec& spec) {
 
 }  // namespace
 
-size_t batch_bindings(const PointwiseBatch& batch) { return BatchBindings(batch).bindings.size(); }
-
 uint32_t batch_member_weight(const PointwiseBatch::Member& member) { return by_quads(member.spec) ? 4 : 1; }
 
 KernelSource pointwise_batch_kernel(const PointwiseBatch& batch, const Launch& launch, std::vector<int32_t>& binding_keys) {

@@ -178,6 +178,7 @@ void Lowering::emit_batches(const std::string& name, const std::vector<Batched>&
     std::vector<const Batched*> in_batch;
     std::set<int32_t> reads, writes;
     uint32_t weight = 0;  // the batch's members' codegen::batch_member_weight
+    size_t bindings = 0;  // its distinct keys
     const auto flush = [&] {
         std::vector<int32_t> keys;
         codegen::KernelSource k = codegen::pointwise_batch_kernel(batch, t_.pointwise, keys);
@@ -196,7 +197,7 @@ void Lowering::emit_batches(const std::string& name, const std::vector<Batched>&
         for (int32_t key : keys) bind.push_back(value_of_key.at(key));
         emit(std::move(k), std::move(bind));
         batch.members.clear(), in_batch.clear(), reads.clear(), writes.clear();
-        weight = 0;
+        weight = 0, bindings = 0;
     };
     for (const Batched& b : members) {
         const auto& m = b.member;
@@ -204,13 +205,22 @@ void Lowering::emit_batches(const std::string& name, const std::vector<Batched>&
             std::any_of(m.out_keys.begin(), m.out_keys.end(), [&](int32_t k) { return reads.count(k) || writes.count(k); }) ||
             std::any_of(m.in_keys.begin(), m.in_keys.end(), [&](int32_t k) { return writes.count(k) > 0; });
         const uint32_t w = codegen::batch_member_weight(m);
-        batch.members.push_back(m);
-        if (conflict || weight + w > t_.max_batch_members || codegen::batch_bindings(batch) > t_.max_batch_bindings) {
-            batch.members.pop_back();
+        // codegen::pointwise_batch_kernel binds each distinct key once: those read or written so far, and the member's new
+        // ones.
+        const auto new_keys = [&] {
+            std::set<int32_t> keys(m.in_keys.begin(), m.in_keys.end());
+            keys.insert(m.out_keys.begin(), m.out_keys.end());
+            return static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [&](int32_t k) { return !reads.count(k) && !writes.count(k); }));
+        };
+        size_t fresh = new_keys();
+        if (!batch.members.empty() &&
+            (conflict || weight + w > t_.max_batch_members || bindings + fresh > t_.max_batch_bindings)) {
             flush();
-            batch.members.push_back(m);
+            fresh = new_keys();
         }
+        batch.members.push_back(m);
         weight += w;
+        bindings += fresh;
         in_batch.push_back(&b);
         reads.insert(m.in_keys.begin(), m.in_keys.end());
         writes.insert(m.out_keys.begin(), m.out_keys.end());
