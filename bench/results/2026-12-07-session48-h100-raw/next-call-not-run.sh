@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Not run (session 48: one call ran; the other asks got no machine, and their failed starts spent the device time). For the next
+# Not run (session 48: the failed starts of most asks spent the device time; call3.sh ran a part of the tests). For the next
 # session's first call, from the repository root with build-lead/t48/ holding the head's stripped Release `meganeura` and
 # `meganeura_tests` (xz'd), carried with .gl: the GPU tests but the attention and model ones (the vec4 trees of c4e32f8
 # have run only FusionTest's batch tests on a GPU), Whisper's strict training trace, and its forward's key chunks forced
