@@ -149,5 +149,88 @@ TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
               dir.path("text.onnx") + ": not an ONNX model (the protobuf does not parse)");
 }
 
+// x [2, 3] -> MatMul with W [3, 4], W's 12 floats in the file weights.bin beside the model, after 16 other bytes and
+// before `trailing` more (as torch.onnx.export writes model.onnx.data): its external data entries are `location`,
+// `offset` and, unless negative, `length`.
+std::string write_external_model(const TempDir& dir, const std::string& location, int64_t offset, int64_t length,
+                                 size_t trailing = 8) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("x");
+    auto* type = x->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(::onnx::TensorProto::FLOAT);
+    type->mutable_shape()->add_dim()->set_dim_value(2);
+    type->mutable_shape()->add_dim()->set_dim_value(3);
+    auto* w = g->add_initializer();
+    w->set_name("W");
+    w->set_data_type(::onnx::TensorProto::FLOAT);
+    w->add_dims(3);
+    w->add_dims(4);
+    w->set_data_location(::onnx::TensorProto::EXTERNAL);
+    const auto entry = [&](const char* key, const std::string& value) {
+        auto* e = w->add_external_data();
+        e->set_key(key);
+        e->set_value(value);
+    };
+    entry("location", location);
+    entry("offset", std::to_string(offset));
+    if (length >= 0) entry("length", std::to_string(length));
+    auto* node = g->add_node();
+    node->set_op_type("MatMul");
+    node->add_input("x");
+    node->add_input("W");
+    node->add_output("y");
+    g->add_output()->set_name("y");
+    std::vector<float> bytes_before(4, -1.0f), weights(12), bytes_after(trailing / 4, -2.0f);
+    for (int i = 0; i < 12; ++i) weights[i] = 0.25f * static_cast<float>(i) - 1.0f;
+    std::ofstream data(dir.path("weights.bin"), std::ios::binary);
+    for (const auto* part : {&bytes_before, &weights, &bytes_after})
+        data.write(reinterpret_cast<const char*>(part->data()), static_cast<std::streamsize>(part->size() * 4));
+    const std::string path = dir.path("external.onnx");
+    std::ofstream file(path, std::ios::binary);
+    m.SerializeToOstream(&file);
+    return path;
+}
+
+// Initializers stored outside the model file (ONNX's external data) are read from their file, and run.
+TEST(OnnxImport, ExternalData) {
+    TempDir dir("onnx");
+    for (int64_t length : {48, -1}) {  // without a length, the data runs to the file's end
+        SCOPED_TRACE(length);
+        OnnxModel m = import_onnx(write_external_model(dir, length < 0 ? "weights.bin" : "./weights.bin", 16, length,
+                                                       length < 0 ? 0 : 8));
+        const std::vector<float>& w = m.parameters.at("W");
+        ASSERT_EQ(w.size(), 12u);
+        for (int i = 0; i < 12; ++i) EXPECT_EQ(w[i], 0.25f * static_cast<float>(i) - 1.0f) << i;
+        Session s = compile(*m.graph, Device::open());
+        m.load_parameters(s);
+        const std::vector<float> x = {1, 2, 3, -1, 0.5f, 2};
+        s.set("x", x);
+        s.run();
+        const std::vector<float> y = s.get("y");
+        for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 4; ++c) {
+                float want = 0;
+                for (int k = 0; k < 3; ++k) want += x[r * 3 + k] * w[k * 4 + c];
+                EXPECT_FLOAT_EQ(y[r * 4 + c], want) << r << ", " << c;
+            }
+    }
+    const auto error = [&](const std::string& location, int64_t offset, int64_t length) {
+        const std::string path = write_external_model(dir, location, offset, length);
+        return error_of([&] { import_onnx(path); }).substr(path.size());
+    };
+    EXPECT_EQ(error("../weights.bin", 16, 48),
+              ": initializer 'W': external data location '../weights.bin' is not inside the model's folder");
+    EXPECT_EQ(error("/etc/passwd", 0, 48), ": initializer 'W': external data location '/etc/passwd' is not inside the model's folder");
+    EXPECT_EQ(error("missing.bin", 16, 48), ": initializer 'W': cannot read its external data file " + dir.path("missing.bin"));
+    EXPECT_EQ(error("weights.bin", 40, 48), ": initializer 'W': external data bytes 40 to 88 are past the end of " +
+                                                dir.path("weights.bin") + " (72 bytes)");
+    EXPECT_EQ(error("weights.bin", 16, 46), ": initializer 'W': raw data of 46 bytes");
+    EXPECT_EQ(error("weights.bin", 16, -1), ": initializer 'W': 14 values for shape (3,4)");  // to the end: 2 floats more
+}
+
 }  // namespace
 }  // namespace mn::test

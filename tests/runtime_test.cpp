@@ -150,7 +150,8 @@ TEST(RuntimeFenceWait, PollsOrBlocksAsAsked) {
 
 TEST_F(Runtime, OpensTheFirstDevice) {
     EXPECT_EQ(ctx->caps().name, Context::enumerate()[0].name);
-    EXPECT_EQ(ctx->validation_enabled(), std::getenv("MEGANEURA_VALIDATE") != nullptr);
+    const char* validate = std::getenv("MEGANEURA_VALIDATE");  // set, and neither empty nor "0"
+    EXPECT_EQ(ctx->validation_enabled(), validate && *validate && std::string(validate) != "0");
 }
 
 // The loader lists MoltenVK only to an instance that asks for VK_KHR_portability_enumeration (issue

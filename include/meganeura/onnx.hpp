@@ -7,7 +7,8 @@
 //   m.load_parameters(s);  s.set("x", input);  s.run();  auto y = s.get(m.outputs[0]);
 //
 // Float initializers become parameters under their ONNX names (torch.onnx.export keeps the
-// state_dict names); the graph's inputs and outputs keep theirs. Shapes are static: a dynamic
+// state_dict names), their data inside the file or in external data files beside it (torch.onnx.export's
+// m.onnx.data); the graph's inputs and outputs keep theirs. Shapes are static: a dynamic
 // dimension takes its size from `input_shapes`. An op without a rule (src/onnx/ops.cpp lists them),
 // or an attribute a rule does not implement, is an mn::Error naming the op and the node.
 #include <map>

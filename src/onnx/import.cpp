@@ -3,7 +3,9 @@
 // by the rule for its op type (ops.cpp).
 #include "meganeura/onnx.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "onnx/lowering.hpp"
@@ -67,20 +69,67 @@ std::string attr_string(const ::onnx::NodeProto& node, const std::string& name, 
     return a->s();
 }
 
-Constant decode(const ::onnx::TensorProto& t, const std::string& what) {
-    if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
-        throw Error(what + ": data in an external file is not supported; save the model with its data inside");
+namespace {
+
+// The bytes of a tensor stored outside the model (ONNX's external data: torch.onnx.export writes
+// model.onnx.data beside model.onnx by default since PyTorch 2.9): `location` relative to the model's
+// folder, from `offset`, `length` bytes (else to the file's end). As the onnx checker does, a location
+// that is absolute or climbs out of the folder is refused.
+std::string external_bytes(const ::onnx::TensorProto& t, const std::string& what, const std::filesystem::path& dir) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& entry : t.external_data()) {
+        const auto number = [&](const std::string& text) {
+            size_t used = 0;
+            int64_t v = -1;
+            try {
+                v = std::stoll(text, &used);
+            } catch (const std::exception&) {
+            }
+            if (used != text.size() || v < 0)
+                throw Error(what + ": external data " + entry.key() + " '" + text + "' is not a byte count");
+            return v;
+        };
+        if (entry.key() == "location") location = entry.value();
+        else if (entry.key() == "offset") offset = number(entry.value());
+        else if (entry.key() == "length") length = number(entry.value());
+    }
+    if (location.empty()) throw Error(what + ": external data without a location");
+    const std::filesystem::path relative(location);
+    const bool climbs = std::any_of(relative.begin(), relative.end(), [](const auto& part) { return part == ".."; });
+    if (relative.is_absolute() || relative.has_root_name() || climbs)
+        throw Error(what + ": external data location '" + location + "' is not inside the model's folder");
+    const std::filesystem::path file = dir / relative;
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (!in) throw Error(what + ": cannot read its external data file " + file.string());
+    const auto size = static_cast<int64_t>(in.tellg());
+    if (length < 0) length = std::max<int64_t>(0, size - offset);
+    if (offset > size || length > size - offset)
+        throw Error(what + ": external data bytes " + std::to_string(offset) + " to " + std::to_string(offset + length) +
+                    " are past the end of " + file.string() + " (" + std::to_string(size) + " bytes)");
+    std::string bytes(static_cast<size_t>(length), '\0');
+    in.seekg(offset);
+    if (!in.read(bytes.data(), length)) throw Error(what + ": cannot read its external data file " + file.string());
+    return bytes;
+}
+
+}  // namespace
+
+Constant decode(const ::onnx::TensorProto& t, const std::string& what, const std::filesystem::path& dir) {
+    const bool external = t.data_location() == ::onnx::TensorProto::EXTERNAL;
+    const std::string outside = external ? external_bytes(t, what, dir) : std::string();
+    const std::string& bytes = external ? outside : t.raw_data();
     Constant c{.shape = Shape(t.dims().begin(), t.dims().end())};
-    const bool raw = t.has_raw_data();
+    const bool raw = external || t.has_raw_data();
     switch (t.data_type()) {
-        case ::onnx::TensorProto::FLOAT: c.values = raw ? from_raw<float>(t.raw_data(), what) : widen(t.float_data()); break;
-        case ::onnx::TensorProto::DOUBLE: c.values = raw ? from_raw<double>(t.raw_data(), what) : widen(t.double_data()); break;
+        case ::onnx::TensorProto::FLOAT: c.values = raw ? from_raw<float>(bytes, what) : widen(t.float_data()); break;
+        case ::onnx::TensorProto::DOUBLE: c.values = raw ? from_raw<double>(bytes, what) : widen(t.double_data()); break;
         case ::onnx::TensorProto::INT64:
-            c.values = raw ? from_raw<int64_t>(t.raw_data(), what) : widen(t.int64_data());
+            c.values = raw ? from_raw<int64_t>(bytes, what) : widen(t.int64_data());
             c.integer = true;
             break;
         case ::onnx::TensorProto::INT32:
-            c.values = raw ? from_raw<int32_t>(t.raw_data(), what) : widen(t.int32_data());
+            c.values = raw ? from_raw<int32_t>(bytes, what) : widen(t.int32_data());
             c.integer = true;
             break;
         default:
@@ -161,10 +210,10 @@ OnnxModel import_onnx(const std::string& path, const std::map<std::string, Shape
             throw Error(path + ": opset " + std::to_string(opset.version()) + " is not supported (7 to 18)");
     }
     OnnxModel m;
-    Lowering lowering(*m.graph, m.parameters);
+    Lowering lowering(*m.graph, m.parameters, std::filesystem::path(path).parent_path());
     const ::onnx::GraphProto& g = proto.graph();
     for (const auto& init : g.initializer())
-        lowering.initializer(init.name(), decode(init, path + ": initializer '" + init.name() + "'"),
+        lowering.initializer(init.name(), decode(init, path + ": initializer '" + init.name() + "'", lowering.model_dir()),
                              init.data_type() == ::onnx::TensorProto::FLOAT || init.data_type() == ::onnx::TensorProto::DOUBLE);
     for (const auto& input : g.input()) {
         if (lowering.known(input.name())) continue;  // an initializer listed as an input (IR version < 4)

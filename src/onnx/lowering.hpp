@@ -2,6 +2,7 @@
 // What the op rules (ops.cpp) see while import.cpp walks an ONNX graph in order: the value of every
 // name so far, either a graph Tensor or a constant known at import time (initializers, Constant
 // nodes, and shape arithmetic folded on them), and the node's attributes.
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -22,8 +23,11 @@ struct Constant {
 
 class Lowering {
 public:
-    Lowering(Graph& graph, std::map<std::string, std::vector<float>>& parameters) : graph_(graph), parameters_(parameters) {}
+    // model_dir: the model file's folder, where the locations of its tensors' external data start.
+    Lowering(Graph& graph, std::map<std::string, std::vector<float>>& parameters, std::filesystem::path model_dir)
+        : graph_(graph), parameters_(parameters), model_dir_(std::move(model_dir)) {}
     Graph& graph() { return graph_; }
+    const std::filesystem::path& model_dir() const { return model_dir_; }
 
     // Operand `i` of the node as a graph tensor: a constant becomes a node (a float initializer a
     // parameter under its name); an error names the node when it is missing or not float.
@@ -48,6 +52,7 @@ public:
 private:
     Graph& graph_;
     std::map<std::string, std::vector<float>>& parameters_;
+    std::filesystem::path model_dir_;
     std::map<std::string, Tensor> tensors_;
     std::map<std::string, Constant> constants_;
     std::set<std::string> float_initializers_;
@@ -62,8 +67,8 @@ double attr_float(const ::onnx::NodeProto& node, const std::string& name, double
 std::vector<int64_t> attr_ints(const ::onnx::NodeProto& node, const std::string& name, std::vector<int64_t> fallback = {});
 std::string attr_string(const ::onnx::NodeProto& node, const std::string& name, const std::string& fallback);
 bool has_attr(const ::onnx::NodeProto& node, const std::string& name);
-// A TensorProto's values (FLOAT, DOUBLE, INT32, INT64; raw or typed fields).
-Constant decode(const ::onnx::TensorProto& t, const std::string& what);
+// A TensorProto's values (FLOAT, DOUBLE, INT32, INT64; raw or typed fields, or external data in a file under dir).
+Constant decode(const ::onnx::TensorProto& t, const std::string& what, const std::filesystem::path& dir);
 
 // One rule per ONNX op type: lowers the node, defining its outputs.
 using Rule = std::function<void(Lowering&, const ::onnx::NodeProto&)>;

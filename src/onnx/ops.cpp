@@ -154,7 +154,7 @@ void reduce(Lowering& l, const Node& node, Tensor (Graph::*build)(Tensor, std::v
 
 void constant_node(Lowering& l, const Node& node) {
     for (const auto& a : node.attribute()) {
-        if (a.name() == "value") return l.define(node.output(0), decode(a.t(), where(node)));
+        if (a.name() == "value") return l.define(node.output(0), decode(a.t(), where(node), l.model_dir()));
         if (a.name() == "value_float") return l.define(node.output(0), Constant{{}, {a.f()}});
         if (a.name() == "value_int") return l.define(node.output(0), Constant{{}, {double(a.i())}, true});
         if (a.name() == "value_floats")
