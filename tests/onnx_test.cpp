@@ -106,29 +106,40 @@ TEST(OnnxImport, ImportedMlpTrains) {
     EXPECT_NE(s.get("1.weight"), m.parameters.at("1.weight"));
 }
 
-// A model of one node, written here: x [2, 3] -> op -> y.
+// A model of one node: x [2, 3] (its first dimension the dynamic "batch" where asked) -> op -> y. Callers may add
+// the node's other inputs and initializers before save() writes it.
+struct OneNodeModel {
+    ::onnx::ModelProto model;
+    ::onnx::NodeProto* node;
+
+    explicit OneNodeModel(const std::string& op, bool dynamic = false) {
+        model.set_ir_version(8);
+        model.add_opset_import()->set_version(13);
+        auto* g = model.mutable_graph();
+        auto* x = g->add_input();
+        x->set_name("x");
+        auto* type = x->mutable_type()->mutable_tensor_type();
+        type->set_elem_type(::onnx::TensorProto::FLOAT);
+        if (dynamic) type->mutable_shape()->add_dim()->set_dim_param("batch");
+        else type->mutable_shape()->add_dim()->set_dim_value(2);
+        type->mutable_shape()->add_dim()->set_dim_value(3);
+        node = g->add_node();
+        node->set_op_type(op);
+        node->set_name("the_" + op);
+        node->add_input("x");
+        node->add_output("y");
+        g->add_output()->set_name("y");
+    }
+    std::string save(const TempDir& dir, const std::string& name) const {
+        const std::string path = dir.path(name);
+        std::ofstream file(path, std::ios::binary);
+        model.SerializeToOstream(&file);
+        return path;
+    }
+};
+
 std::string write_model(const TempDir& dir, const std::string& op, bool dynamic = false) {
-    ::onnx::ModelProto m;
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(13);
-    auto* g = m.mutable_graph();
-    auto* x = g->add_input();
-    x->set_name("x");
-    auto* type = x->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(::onnx::TensorProto::FLOAT);
-    if (dynamic) type->mutable_shape()->add_dim()->set_dim_param("batch");
-    else type->mutable_shape()->add_dim()->set_dim_value(2);
-    type->mutable_shape()->add_dim()->set_dim_value(3);
-    auto* node = g->add_node();
-    node->set_op_type(op);
-    node->set_name("the_" + op);
-    node->add_input("x");
-    node->add_output("y");
-    g->add_output()->set_name("y");
-    const std::string path = dir.path(op + ".onnx");
-    std::ofstream file(path, std::ios::binary);
-    m.SerializeToOstream(&file);
-    return path;
+    return OneNodeModel(op, dynamic).save(dir, op + ".onnx");
 }
 
 TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
@@ -154,17 +165,9 @@ TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
 // `offset` and, unless negative, `length`.
 std::string write_external_model(const TempDir& dir, const std::string& location, int64_t offset, int64_t length,
                                  size_t trailing = 8) {
-    ::onnx::ModelProto m;
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(13);
-    auto* g = m.mutable_graph();
-    auto* x = g->add_input();
-    x->set_name("x");
-    auto* type = x->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(::onnx::TensorProto::FLOAT);
-    type->mutable_shape()->add_dim()->set_dim_value(2);
-    type->mutable_shape()->add_dim()->set_dim_value(3);
-    auto* w = g->add_initializer();
+    OneNodeModel m("MatMul");
+    m.node->add_input("W");
+    auto* w = m.model.mutable_graph()->add_initializer();
     w->set_name("W");
     w->set_data_type(::onnx::TensorProto::FLOAT);
     w->add_dims(3);
@@ -178,21 +181,12 @@ std::string write_external_model(const TempDir& dir, const std::string& location
     entry("location", location);
     entry("offset", std::to_string(offset));
     if (length >= 0) entry("length", std::to_string(length));
-    auto* node = g->add_node();
-    node->set_op_type("MatMul");
-    node->add_input("x");
-    node->add_input("W");
-    node->add_output("y");
-    g->add_output()->set_name("y");
     std::vector<float> bytes_before(4, -1.0f), weights(12), bytes_after(trailing / 4, -2.0f);
     for (int i = 0; i < 12; ++i) weights[i] = 0.25f * static_cast<float>(i) - 1.0f;
     std::ofstream data(dir.path("weights.bin"), std::ios::binary);
     for (const auto* part : {&bytes_before, &weights, &bytes_after})
         data.write(reinterpret_cast<const char*>(part->data()), static_cast<std::streamsize>(part->size() * 4));
-    const std::string path = dir.path("external.onnx");
-    std::ofstream file(path, std::ios::binary);
-    m.SerializeToOstream(&file);
-    return path;
+    return m.save(dir, "external.onnx");
 }
 
 // Initializers stored outside the model file (ONNX's external data) are read from their file, and run.
