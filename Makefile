@@ -36,8 +36,8 @@ sanitize: setup
 fuzz: setup
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGANEURA_FUZZ=ON \
 	  -DMEGANEURA_TESTS=OFF >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_idx fuzz_config fuzz_tokenizer fuzz_image
-	@for t in safetensors idx config tokenizer image; do \
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_idx fuzz_config fuzz_tokenizer fuzz_image fuzz_onnx
+	@for t in safetensors idx config tokenizer image onnx; do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	  $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
 	    -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t > $(FUZZ_BUILD)/fuzz-$$t.log 2>&1 \

@@ -20,6 +20,13 @@ TEST(GraphErrorsTest, ShapeMismatchesNameTheOpAndShapes) {
               "[linear] x is (3,4), weight is (4,3): weight must be [out, 4]");
     EXPECT_EQ(error_of([&] { g.concat({a, b}, 0); }), "[concat] tensors (3,4) and (5,6) differ outside axis 0");
     EXPECT_EQ(error_of([&] { g.permute(a, {0, 0}); }), "[permute] perm (0,0) repeats an axis");
+    // Shapes read from files (ONNX) may count more elements than an int64 holds, or name negative sizes.
+    const int64_t huge = int64_t{1} << 62;
+    EXPECT_EQ(error_of([&] { g.reshape(a, {huge, 4, -1}); }),
+              "[reshape] shape (4611686018427387904,4,-1) has more elements than a 64-bit count holds");
+    EXPECT_EQ(error_of([&] { g.input("big", {huge, 2, 2}); }),
+              "[input] shape (4611686018427387904,2,2) has more elements than a 64-bit count holds");
+    EXPECT_EQ(error_of([&] { g.input("negative", {3, -2}); }), "[input] negative dimension in (3,-2)");
 }
 
 // verify_graph checks what a pass appends through Graph::emit (which checks only that its inputs exist) against

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "error_of.hpp"
 #include "host_tools.hpp"
@@ -155,6 +156,22 @@ TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
     EXPECT_EQ(error_of([&] { import_onnx(dynamic); }),
               dynamic + ": input 'x' has the dynamic dimension 'batch'; give the input's shape");
     EXPECT_EQ(import_onnx(dynamic, {{"x", {5, 3}}}).graph->find("y")->shape(), (Shape{5, 3}));
+    OneNodeModel no_output("Constant");  // found by fuzz_onnx: the rules define output 0 without looking
+    no_output.node->clear_output();
+    no_output.node->clear_name();
+    const std::string silent = no_output.save(dir, "no_output.onnx");
+    EXPECT_EQ(error_of([&] { import_onnx(silent); }), silent + ": op 'Constant' (node '') has no output");
+    OneNodeModel huge_shape("Reshape");  // found by fuzz_onnx: a shape entry past int64's range, read as a double
+    auto* shape = huge_shape.model.mutable_graph()->add_initializer();
+    shape->set_name("shape");
+    shape->set_data_type(::onnx::TensorProto::INT64);
+    shape->add_dims(1);
+    shape->add_int64_data(std::numeric_limits<int64_t>::max());
+    huge_shape.node->add_input("shape");
+    const std::string huge = huge_shape.save(dir, "huge_shape.onnx");
+    EXPECT_EQ(error_of([&] { import_onnx(huge); }),
+              huge + ": op 'Reshape' (node 'the_Reshape'): 9223372036854775808.000000 is not an integer (an axis, a size or an "
+                     "index)");
     std::ofstream(dir.path("text.onnx")) << "not a model";
     EXPECT_EQ(error_of([&] { import_onnx(dir.path("text.onnx")); }),
               dir.path("text.onnx") + ": not an ONNX model (the protobuf does not parse)");

@@ -51,9 +51,25 @@ std::string shape_str(const Shape& s) {
     return out + ")";
 }
 
-int64_t numel(const Shape& s) {
-    return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+namespace {
+
+// a * b, counting elements of `shape` for `op`: shapes come from users' files (ONNX models), so a count past int64's
+// is the file's error, not an overflow (the ONNX fuzzer's first find).
+int64_t count_product(int64_t a, int64_t b, const Shape& shape, const char* op) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(a, b, &product)) fail(op, "shape " + shape_str(shape) + " has more elements than a 64-bit count holds");
+    return product;
 }
+
+int64_t checked_numel(const Shape& s, const char* op) {
+    int64_t n = 1;
+    for (int64_t d : s) n = count_product(n, d, s, op);
+    return n;
+}
+
+}  // namespace
+
+int64_t numel(const Shape& s) { return checked_numel(s, "numel"); }
 
 const OpInfo& op_info(Op op) { return kOpInfo[static_cast<size_t>(op)]; }
 
@@ -88,6 +104,9 @@ Tensor Graph::emit(Node n) {
     for (int32_t in : n.inputs) {
         if (in < 0 || static_cast<size_t>(in) >= nodes_.size()) fail(op_info(n.op).name, "bad input id");
     }
+    if (std::any_of(n.shape.begin(), n.shape.end(), [](int64_t d) { return d < 0; }))
+        fail(op_info(n.op).name, "negative dimension in " + shape_str(n.shape));
+    (void)checked_numel(n.shape, op_info(n.op).name);
     has_gradients_ = has_gradients_ || n.gradient;
     nodes_.push_back(std::move(n));
     return Tensor{this, static_cast<int32_t>(nodes_.size() - 1)};
@@ -406,7 +425,7 @@ Tensor Graph::reshape(Tensor x, Shape shape) {
         } else if (shape[i] < 0) {
             fail("reshape", "negative dimension in " + shape_str(shape));
         } else {
-            known *= shape[i];
+            known = count_product(known, shape[i], shape, "reshape");
         }
     }
     const int64_t total = numel(in.shape);

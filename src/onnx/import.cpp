@@ -13,7 +13,8 @@
 namespace mn::onnx {
 
 std::string where(const ::onnx::NodeProto& node) {
-    return "op '" + node.op_type() + "' (node '" + (node.name().empty() ? node.output(0) : node.name()) + "')";
+    const std::string& name = node.name().empty() && node.output_size() ? node.output(0) : node.name();
+    return "op '" + node.op_type() + "' (node '" + name + "')";
 }
 
 namespace {
@@ -195,10 +196,6 @@ Shape Lowering::shape(const ::onnx::NodeProto& node, int i) const {
 
 namespace mn {
 
-void OnnxModel::load_parameters(Session& session) const {
-    for (const auto& [name, values] : parameters) session.set(name, values);
-}
-
 OnnxModel import_onnx(const std::string& path, const std::map<std::string, Shape>& input_shapes) {
     using onnx::Lowering, onnx::where, onnx::decode, onnx::rules;
     std::ifstream file(path, std::ios::binary);
@@ -244,6 +241,8 @@ OnnxModel import_onnx(const std::string& path, const std::map<std::string, Shape
             throw Error(path + ": " + where(node) + " is in the domain '" + node.domain() + "', which is not supported");
         auto rule = rules().find(node.op_type());
         if (rule == rules().end()) throw Error(path + ": " + where(node) + " is not supported");
+        // Every op has an output; the rules define output 0 without looking.
+        if (!node.output_size() || node.output(0).empty()) throw Error(path + ": " + where(node) + " has no output");
         try {
             rule->second(lowering, node);
         } catch (const Error& e) {

@@ -59,18 +59,28 @@ void alias(Lowering& l, const Node& node) {
     else l.define(node.output(0), l.tensor(node, 0));
 }
 
+// A constant's value (kept as a double) as the integer it stands for (an axis, a size, an index), or an error naming
+// the node where it is not a whole number in int64's range: converting one past the range is undefined (fuzz_onnx).
+int64_t whole(const Node& node, double v) {
+    constexpr double kTwoTo63 = 9223372036854775808.0;
+    if (!(v >= -kTwoTo63 && v < kTwoTo63) || v != std::trunc(v))
+        throw Error(where(node) + ": " + std::to_string(v) + " is not an integer (an axis, a size or an index)");
+    return static_cast<int64_t>(v);
+}
+
 // Axes from the attribute (older opsets) or from input `i` (newer ones); empty when neither.
 std::vector<int64_t> axes_of(Lowering& l, const Node& node, int i) {
     if (has_attr(node, "axes")) return attr_ints(node, "axes");
     if (!l.has_input(node, i)) return {};
-    const Constant& c = l.required_constant(node, i);
-    return std::vector<int64_t>(c.values.begin(), c.values.end());
+    std::vector<int64_t> axes;
+    for (double v : l.required_constant(node, i).values) axes.push_back(whole(node, v));
+    return axes;
 }
 
 Shape reshaped(const Node& node, const Shape& from, const Constant& target, bool allow_zero) {
     Shape shape;
     for (size_t i = 0; i < target.values.size(); ++i) {
-        auto d = static_cast<int64_t>(target.values[i]);
+        int64_t d = whole(node, target.values[i]);
         if (d == 0 && !allow_zero) {
             if (i >= from.size()) throw Error(where(node) + ": shape entry 0 at " + std::to_string(i) + " of a rank-" + std::to_string(from.size()) + " input");
             d = from[i];
@@ -180,9 +190,10 @@ void gather(Lowering& l, const Node& node) {
     const Constant *data = l.constant(node, 0), *indices = l.constant(node, 1);
     if (!data || !indices || data->shape.size() != 1) unsupported(node, "Gather other than on a constant 1-d tensor (shapes)");
     Constant out{.shape = indices->shape, .integer = data->integer};
-    for (double i : indices->values) {
-        const auto at = static_cast<int64_t>(i < 0 ? i + double(data->values.size()) : i);
-        if (at < 0 || at >= static_cast<int64_t>(data->values.size())) throw Error(where(node) + ": index " + std::to_string(int64_t(i)) + " out of range");
+    const auto size = static_cast<int64_t>(data->values.size());
+    for (double v : indices->values) {
+        const int64_t i = whole(node, v), at = i < 0 ? i + size : i;
+        if (at < 0 || at >= size) throw Error(where(node) + ": index " + std::to_string(i) + " out of range");
         out.values.push_back(data->values[static_cast<size_t>(at)]);
     }
     l.define(node.output(0), out);
