@@ -238,6 +238,8 @@ TEST(OnnxImport, ExternalData) {
     EXPECT_EQ(error("/etc/passwd", 0, 48), ": initializer 'W': external data location '/etc/passwd' is not inside the model's folder");
     EXPECT_EQ(error("missing.bin", 16, 48), ": initializer 'W': cannot read its external data file " + dir.path("missing.bin"));
     EXPECT_EQ(error(".", 16, 48), ": initializer 'W': cannot read its external data file " + (dir.dir() / ".").string());
+    const std::string long_name(5000, 'w');  // past PATH_MAX: the file system's error, not an exception of its own
+    EXPECT_EQ(error(long_name, 16, 48), ": initializer 'W': cannot read its external data file " + dir.path(long_name));
     EXPECT_EQ(error("weights.bin", 40, 48), ": initializer 'W': external data bytes 40 to 88 are past the end of " +
                                                 dir.path("weights.bin") + " (72 bytes)");
     EXPECT_EQ(error("weights.bin", 16, 46), ": initializer 'W': raw data of 46 bytes");

@@ -101,8 +101,10 @@ std::string external_bytes(const ::onnx::TensorProto& t, const std::string& what
     if (relative.is_absolute() || relative.has_root_name() || climbs)
         throw Error(what + ": external data location '" + location + "' is not inside the model's folder");
     const std::filesystem::path file = dir / relative;
+    std::error_code unreadable;  // a name too long, a folder we may not search: as a missing file
     std::ifstream in(file, std::ios::binary | std::ios::ate);
-    if (!std::filesystem::is_regular_file(file) || !in) throw Error(what + ": cannot read its external data file " + file.string());
+    if (!std::filesystem::is_regular_file(file, unreadable) || !in)
+        throw Error(what + ": cannot read its external data file " + file.string());
     const auto size = static_cast<int64_t>(in.tellg());
     if (length < 0) length = std::max<int64_t>(0, size - offset);
     if (offset > size || length > size - offset)
