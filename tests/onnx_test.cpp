@@ -156,6 +156,13 @@ TEST(OnnxImport, OneNodeModelsAndTheirErrors) {
     EXPECT_EQ(error_of([&] { import_onnx(dynamic); }),
               dynamic + ": input 'x' has the dynamic dimension 'batch'; give the input's shape");
     EXPECT_EQ(import_onnx(dynamic, {{"x", {5, 3}}}).graph->find("y")->shape(), (Shape{5, 3}));
+    OneNodeModel empty_initializer("Relu");  // found by fuzz_onnx: no raw bytes were copied to no values (memcpy to null)
+    auto* empty = empty_initializer.model.mutable_graph()->add_initializer();
+    empty->set_name("empty");
+    empty->set_data_type(::onnx::TensorProto::FLOAT);
+    empty->add_dims(0);
+    empty->set_raw_data("");
+    EXPECT_EQ(import_onnx(empty_initializer.save(dir, "empty_initializer.onnx")).graph->find("y")->shape(), (Shape{2, 3}));
     OneNodeModel no_output("Constant");  // found by fuzz_onnx: the rules define output 0 without looking
     no_output.node->clear_output();
     no_output.node->clear_name();

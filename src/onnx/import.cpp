@@ -34,7 +34,7 @@ template <class T>
 std::vector<double> from_raw(const std::string& raw, const std::string& what) {
     if (raw.size() % sizeof(T)) throw Error(what + ": raw data of " + std::to_string(raw.size()) + " bytes");
     std::vector<T> values(raw.size() / sizeof(T));
-    std::memcpy(values.data(), raw.data(), raw.size());
+    if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());  // an empty vector's data() may be null
     return widen(values);
 }
 
