@@ -606,7 +606,7 @@ TEST(MatmulPrecisionPolicy, TheCooperativeCheckCoversEveryKind) {
         kinds.insert(k.label.substr(0, k.label.find('+')));
     }
     for (const char* kind : {"matmul_coop_split", "matmul_coop", "conv2d_coop", "conv2d_grad_input_coop_scaled",
-                             "conv2d_grad_weight_coop_scaled"}) {
+                             "conv2d_grad_weight_coop_scaled", "attention_coop", "attention_grad_q_coop", "attention_grad_kv_coop"}) {
         EXPECT_TRUE(kinds.count(kind)) << kind;
     }
 }

@@ -12,8 +12,9 @@
 //     a copy, a conversion, arithmetic, a phi or select, a composite and its parts) form one class
 //     (union-find); OpCooperativeMatrixMulAddNV says which use its operands' classes have (A, B, and
 //     the accumulator for C and the result); a conversion keeps its operand's use, as KHR requires.
-//     Every type on the way (the matrix, arrays of it, pointers to those) is then declared once per use
-//     it is needed in, the first use keeping the original id, and every value takes its class's.
+//     A class that reaches no product is an accumulator. Every type on the way (the matrix, arrays of it,
+//     pointers to those) is then declared once per use it is needed in, the first use keeping the original
+//     id, and every value takes its class's.
 //   - NV's ColumnMajor is a bool constant after the stride; KHR's MemoryLayout a 32-bit integer
 //     constant (RowMajorKHR 0, ColumnMajorKHR 1) before it.
 //   - KHR's MulAdd says through an operand that integer components are signed, where NV reads the
@@ -328,10 +329,10 @@ void Rewrite::resolve() {
     for (const Instruction& in : code_) {
         const Slots s = slots(in.op());
         if (!s.type || !is_matrix_value(in[s.result])) continue;
-        const auto use = use_of_.find(find(in[s.result]));
-        if (use == use_of_.end())
-            fail(describe(in[s.result]) + " reaches no OpCooperativeMatrixMulAddNV, so its KHR use is unknown");
-        uses_[in[s.type]] |= 1u << use->second;
+        // A matrix that reaches no product (loaded, worked on element by element, stored) is an accumulator: the
+        // one use whose elements a kernel may know the place of (DeviceCaps::coop_accumulator_quads).
+        const uint32_t use = use_of_.try_emplace(find(in[s.result]), khr::MatrixAccumulator).first->second;
+        uses_[in[s.type]] |= 1u << use;
     }
 }
 

@@ -1,8 +1,10 @@
 // The check is one program at odd sizes (edge tiles, operands read transposed in place, the implicit
 // GEMM's gathers) with every kind of cooperative kernel precision fast trains with: a linear layer before
-// a ReLU (split, Tuning::split_forward), one after it and a padded 3x3 convolution (f16), and the
-// gradients of both, the convolution's input and weight gradients on the scaled kernels (the linear
-// layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16 operands carry ~7e-4 relative L2
+// a ReLU (split, Tuning::split_forward), one after it, a padded 3x3 convolution (f16) and a causal attention
+// of two query heads a kv head, and the gradients of all, the convolution's input and weight gradients on
+// the scaled kernels (the linear layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). The
+// attention's forward finds its rows' elements in accumulators where DeviceCaps::coop_accumulator_quads says
+// they lie, a layout Vulkan leaves to the driver: a driver that moved them fails here. f16 operands carry ~7e-4 relative L2
 // error here (the matmul tests say why); a wrong driver is off by far more, so the limit is 1e-2. One
 // program, not one per kind: the check is part of a device's first fast compile (0.4-0.6 s of it on the
 // H200 with two programs).
@@ -39,12 +41,18 @@ Graph cooperative_check_graph() {
     Tensor y = g.linear(x, w);
     Tensor z = g.linear(g.relu(y), v);
     Tensor conv = g.conv2d(image, filter, std::nullopt, padded);
+    Tensor q = g.parameter("q", {1, 2, 40, 32}), k = g.parameter("k", {1, 1, 40, 32}), values = g.parameter("values", {1, 1, 40, 32});
+    AttentionOptions causal;
+    causal.causal = true;
+    Tensor att = g.attention(q, k, values, causal);
     g.output("y", y);
     g.output("z", z);
     g.output("conv", conv);
-    Tensor loss = g.add(g.sum(g.mul(z, g.input("t", {70, 40}))), g.sum(g.mul(conv, g.input("u", {2, 5, 9, 11}))));
-    const std::vector<Tensor> grads = grad(loss, {x, w, v, image, filter});
-    const char* names[] = {"dx", "dw", "dv", "dimage", "dfilter"};
+    g.output("attention", att);
+    Tensor loss = g.add(g.add(g.sum(g.mul(z, g.input("t", {70, 40}))), g.sum(g.mul(conv, g.input("u", {2, 5, 9, 11})))),
+                        g.sum(g.mul(att, g.input("a", {1, 2, 40, 32}))));
+    const std::vector<Tensor> grads = grad(loss, {x, w, v, image, filter, q, k, values});
+    const char* names[] = {"dx", "dw", "dv", "dimage", "dfilter", "dq", "dk", "dvalues"};
     for (size_t i = 0; i < grads.size(); ++i) g.output(names[i], grads[i]);
     return g;
 }
