@@ -116,37 +116,6 @@ TEST(CapsProfiles, FastAttentionForwardsAreCooperativeOnTheH200) {
     }
 }
 
-// Precision fast's attention kernels keep their rows in accumulators (attention_coop_quads.cpp) where asked
-// (MEGANEURA_ATTENTION_QUADS=1, until they have run on a GPU), the device says where a row's elements lie and it can
-// shuffle across a quad; else they take them through shared memory (attention_coop.cpp).
-TEST(CapsProfiles, FastAttentionKeepsRowsInAccumulatorsWhereTheLayoutIsKnown) {
-    const models::BuiltModel m = models::find_model("whisper").build({.size = "full"});
-    const auto coop_choices = [&](const DeviceCaps& caps) {
-        std::string choices;
-        for (const codegen::KernelSource& k : compiler::program_kernels(*m.graph, caps, {.loss = m.loss, .precision = Precision::Fast})) {
-            if (k.label.rfind("attention", 0) == 0 && k.label.find("coop") != std::string::npos) choices += k.choice + "\n";
-        }
-        return choices;
-    };
-    const auto count = [](const std::string& text, const std::string& what) {
-        size_t n = 0;
-        for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-        return n;
-    };
-    const std::string in_accumulators = "cooperative: rows in accumulators, ";
-    EXPECT_EQ(count(coop_choices(profile("nvidia-h200")), in_accumulators), 0u);  // not asked for
-    ScopedEnv quads("MEGANEURA_ATTENTION_QUADS", "1");
-    const std::string asked = coop_choices(profile("nvidia-h200"));
-    EXPECT_EQ(count(asked, in_accumulators), 12u) << asked;  // the forward, dQ and dK/dV of 4 layers
-    EXPECT_EQ(count(asked, "cooperative: "), 12u) << asked;
-    DeviceCaps unknown = profile("nvidia-h200");
-    unknown.coop_accumulator_quads = false;
-    EXPECT_EQ(count(coop_choices(unknown), in_accumulators), 0u);
-    DeviceCaps no_shuffle = profile("nvidia-h200");
-    no_shuffle.subgroup_shuffle = false;
-    EXPECT_EQ(count(coop_choices(no_shuffle), in_accumulators), 0u);
-}
-
 // Issue 14's backward half: their training programs take the cooperative dQ and dK/dV too, one each per
 // layer, in fast precision on the H200; strict keeps the f32 kernels.
 TEST(CapsProfiles, FastAttentionBackwardsAreCooperativeOnTheH200) {

@@ -95,8 +95,6 @@ TEST(CoopSharedOrder, ScalarOnlySharedVariablesPrecedeEveryCooperativeStoreTarge
     {
         const ScopedEnv dispatch("MEGANEURA_SPLIT_SUM", "dispatch");
         programs = every_program(h200);
-        const ScopedEnv quads("MEGANEURA_ATTENTION_QUADS", "1");  // the attention kernels with rows in accumulators
-        for (ProgramKernels& p : every_program(h200)) programs.push_back({p.name + ", rows in accumulators", std::move(p.kernels)});
     }
     {
         const ScopedEnv summed("MEGANEURA_SPLIT_SUM", "product");  // the kernels that met the shift

@@ -387,8 +387,8 @@ TEST(SpirvKhr, AHandWrittenProductIsRewrittenWordForWord) {
 }
 
 TEST(SpirvKhr, AMatrixInNoProductIsAnAccumulator) {
-    // Loaded and stored only, as the attention forward loads a matrix of indices to learn where its accumulators'
-    // elements lie: it must be laid out as an accumulator.
+    // Loaded and stored only (as a kernel would load a matrix of indices to learn where an accumulator's elements
+    // lie): it is laid out as an accumulator.
     const Words nv = nv_module(kFirstLocal + 2, [](Words& m) {
         op(m, spv::OpAccessChain, {kPH, kFirstLocal, kS, kU0});
         op(m, spv::OpCooperativeMatrixLoadNV, {kMh, kFirstLocal + 1, kFirstLocal, kU16, kFalse});
@@ -446,10 +446,6 @@ TEST(SpirvKhr, EveryCooperativeKernelOfTheModelsIsRewritten) {
     const rt::DeviceCaps& h200 = rt::find_caps_profile("nvidia-h200")->caps;
     const ScopedEnv nv("MEGANEURA_COOP", "nv");
     std::vector<ProgramKernels> programs = every_program(h200);
-    {
-        const ScopedEnv quads("MEGANEURA_ATTENTION_QUADS", "1");  // the attention kernels with rows in accumulators
-        for (ProgramKernels& p : every_program(h200)) programs.push_back({p.name + ", rows in accumulators", std::move(p.kernels)});
-    }
     {
         const ScopedEnv f16("MEGANEURA_FAST_GRADIENTS", "f16");
         Graph g;

@@ -100,11 +100,9 @@ AttentionForwardKernels attention_forward_kernels(const AttentionSpec& s, const 
     const std::string coop_declined = fit_coop(CoopKind::Forward, s, coop);
     if (coop_declined.empty()) {
         const KeySplit split = choose_key_split(s.kv_len, "keys", coop, heads * blocks_of(rows, coop.rows), kLongSweep, kMinChunk);
-        emit("attention_coop", coop, false, coop_forward_glsl(s, split.splits > 1, coop.coop_quads), split,
-             coop_extensions(coop.coop_quads));
+        emit("attention_coop", coop, false, coop_forward_glsl(s, split.splits > 1), split, coop_extensions());
         out.forward.required_subgroup_size = coop.coop_subgroup;
-        out.forward.choice = std::string("cooperative: ") + (coop.coop_quads ? "rows in accumulators, " : "") + row_count +
-                             ", " + std::to_string(coop.rows) + " per workgroup, " +
+        out.forward.choice = "cooperative: " + row_count + ", " + std::to_string(coop.rows) + " per workgroup, " +
                              std::to_string(coop.tile) + "-key tiles" + split_words(split, "keys");
         return out;
     }

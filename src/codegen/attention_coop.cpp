@@ -483,11 +483,9 @@ std::string fit_coop(CoopKind kind, const AttentionSpec& s, AttentionTiles& t) {
            std::to_string(t.shared_bytes) + " bytes";
 }
 
-std::string coop_extensions(bool quads) {
-    return matmul_detail::kCoopExtensions + std::string(quads ? "#extension GL_KHR_shader_subgroup_shuffle : require\n" : "");
-}
+std::string coop_extensions() { return matmul_detail::kCoopExtensions; }
 
-std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views, CoopKind kind, bool quads) {
+std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views, CoopKind kind) {
     // The head dim as a literal too (DH, D's value): it sizes the arrays of matrices and the shared arrays.
     std::string glsl = "#define DH " + std::to_string(s.head_dim) + "u\n";
     for (const CoopView& v : views) {
@@ -496,17 +494,17 @@ std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views
     }
     glsl += std::string(matmul_detail::kCoopTypesGlsl) + kCoopAttentionCommon;
     switch (kind) {
-        case CoopKind::Forward: return glsl + (quads ? std::string(kCoopQuadsCommon) + kCoopForwardQuads : kCoopForward);
-        case CoopKind::GradQ: return glsl + (quads ? std::string(kCoopQuadsCommon) + kCoopGradQQuads : kCoopGradQ);
-        case CoopKind::GradKV: return glsl + (quads ? std::string(kCoopQuadsCommon) + kCoopGradKVQuads : kCoopGradKV);
+        case CoopKind::Forward: return glsl + kCoopForward;
+        case CoopKind::GradQ: return glsl + kCoopGradQ;
+        case CoopKind::GradKV: return glsl + kCoopGradKV;
     }
     return glsl;
 }
 
-std::string coop_forward_glsl(const AttentionSpec& s, bool split, bool quads) {
+std::string coop_forward_glsl(const AttentionSpec& s, bool split) {
     std::vector<CoopView> views = {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}};
     if (!split) views.push_back({"o", s.dynamic_start ? 4u : 3u, true});  // bindings q, k, v, [start], o, lse
-    return coop_glsl(s, views, CoopKind::Forward, quads);
+    return coop_glsl(s, views, CoopKind::Forward);
 }
 
 }  // namespace mn::codegen

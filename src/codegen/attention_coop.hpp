@@ -20,8 +20,8 @@ std::string fit_coop(CoopKind kind, const AttentionSpec& spec, AttentionTiles& t
 // Shared memory a workgroup of `kind` needs with `rows` owned rows, `tile` streamed per step, head dim `dim`.
 uint64_t coop_shared_bytes(CoopKind kind, uint64_t rows, uint64_t tile, uint64_t dim);
 
-// The extensions (right after #version); `quads`: the forward's of attention_coop_quads.cpp.
-std::string coop_extensions(bool quads = false);
+// The extensions (right after #version).
+std::string coop_extensions();
 
 // A binding read or written 4 floats at a time, as <name>4.
 struct CoopView {
@@ -31,22 +31,16 @@ struct CoopView {
     bool coherent = false;  // Binding::coherent
 };
 // After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and the body
-// of `kind`'s kernel; `quads`: attention_coop_quads.cpp's, with rows in accumulators (AttentionTiles::coop_quads).
-// The backward's bindings are the f32 kernels': q, k, v, dout, lse, delta, [start], then dq, or dk and dv.
-std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, CoopKind kind, bool quads);
+// of `kind`'s kernel. The backward's bindings are the f32 kernels': q, k, v, dout, lse, delta, [start], then dq, or dk and dv.
+std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, CoopKind kind);
 
 // The forward's; `split`: its keys in chunks, each workgroup storing its chunk's partials (SPLIT) in
 // place of out and lse.
-std::string coop_forward_glsl(const AttentionSpec& spec, bool split, bool quads);
+std::string coop_forward_glsl(const AttentionSpec& spec, bool split);
 
-// The bodies: attention_coop.cpp's forward, attention_coop_backward.cpp's dQ and dK/dV, and attention_coop_quads.cpp's
-// (after its common GLSL).
+// The bodies: attention_coop.cpp's forward, attention_coop_backward.cpp's dQ and dK/dV.
 extern const char* const kCoopForward;
 extern const char* const kCoopGradQ;
 extern const char* const kCoopGradKV;
-extern const char* const kCoopQuadsCommon;
-extern const char* const kCoopForwardQuads;
-extern const char* const kCoopGradQQuads;
-extern const char* const kCoopGradKVQuads;
 
 }  // namespace mn::codegen

@@ -382,11 +382,6 @@ struct AttentionTiles {
     // where the matmuls run on cooperative matrices (MatmulTuning::coop_subgroup); 0: coop_declined says why not.
     uint32_t coop_subgroup = 0;
     const char* coop_declined = "precision strict";
-    // The cooperative forward keeps each row's scores, softmax and outputs in accumulators (attention_coop_quads.cpp),
-    // where DeviceCaps::coop_accumulator_quads says how to find a row's elements and the device shuffles across a
-    // subgroup, and MEGANEURA_ATTENTION_QUADS=1 asks (until they have run on a GPU); else it takes them through shared
-    // memory (attention_coop.cpp).
-    bool coop_quads = false;
     // dQ as a matmul of the dS the dK/dV kernel stores, where grad_q_from_scores allows (MEGANEURA_ATTENTION_GRAD_Q).
     bool grad_q_from_scores = true;
     // A forward whose keys are split merges the chunks in the workgroup that stores a block's last one, a thread per

@@ -330,7 +330,7 @@ void Rewrite::resolve() {
         const Slots s = slots(in.op());
         if (!s.type || !is_matrix_value(in[s.result])) continue;
         // A matrix that reaches no product (loaded, worked on element by element, stored) is an accumulator: the
-        // one use whose elements a kernel may know the place of (DeviceCaps::coop_accumulator_quads).
+        // use whose elements a kernel works on (it is what products return).
         const uint32_t use = use_of_.try_emplace(find(in[s.result]), khr::MatrixAccumulator).first->second;
         uses_[in[s.type]] |= 1u << use;
     }

@@ -57,7 +57,6 @@ std::vector<CapsProfile> make_profiles() {
     nv.coop_nv = {f16_shape(16, 16, 16), f16_shape(16, 8, 16), f16_shape(16, 8, 8)};
     nv.coop_khr = nv.coop_nv;
     nv.coop_khr.push_back({16, 16, 16, "bf16", "bf16", "f32", "f32"});
-    nv.coop_accumulator_quads = true;
     nv.heaps = {{140 * kGiB, true}};
     out.push_back({"nvidia-h200", "NVIDIA H200 (Hopper, subgroup 32, 48 KiB shared, NV and KHR cooperative matrices)", nv});
 

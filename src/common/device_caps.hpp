@@ -55,11 +55,6 @@ struct DeviceCaps {
     bool vulkan_memory_model = false;
     std::vector<CoopMatrixShape> coop_nv;   // VK_NV_cooperative_matrix
     std::vector<CoopMatrixShape> coop_khr;  // VK_KHR_cooperative_matrix
-    // Where a lane's elements of a cooperative accumulator lie, which Vulkan leaves to the driver: true where, at
-    // 16x16 f32 on a 32-wide subgroup, lane l holds 8 elements, all in rows l / 4 and l / 4 + 8, so that each row is
-    // spread over the 4 lanes of an aligned quad (NVIDIA's: the tensor cores' mma fragments). The attention forward
-    // then keeps its scores, their softmax and its outputs in accumulators (codegen/attention_coop_quads.cpp).
-    bool coop_accumulator_quads = false;
     bool portability_subset = false;        // VK_KHR_portability_subset (MoltenVK): enabled at device creation
     bool timestamps = false;
     float timestamp_period_ns = 0;

@@ -2,9 +2,7 @@
 // GEMM's gathers) with every kind of cooperative kernel precision fast trains with: a linear layer before
 // a ReLU (split, Tuning::split_forward), one after it, a padded 3x3 convolution (f16) and a causal attention
 // of two query heads a kv head, and the gradients of all, the convolution's input and weight gradients on
-// the scaled kernels (the linear layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). The
-// attention's forward finds its rows' elements in accumulators where DeviceCaps::coop_accumulator_quads says
-// they lie, a layout Vulkan leaves to the driver: a driver that moved them fails here. f16 operands carry ~7e-4 relative L2
+// the scaled kernels (the linear layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16 operands carry ~7e-4 relative L2
 // error here (the matmul tests say why); a wrong driver is off by far more, so the limit is 1e-2. One
 // program, not one per kind: the check is part of a device's first fast compile (0.4-0.6 s of it on the
 // H200 with two programs).

@@ -186,9 +186,6 @@ PhysicalDevice inspect(VkInstance instance, VkPhysicalDevice handle, uint32_t in
         c.coop_khr = coop_shapes<VkCooperativeMatrixPropertiesKHR>(
             handle, query, VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR);
     }
-    // The one vendor fact a kernel relies on (DeviceCaps::coop_accumulator_quads); the start-up check of the
-    // cooperative kernels (compiler/coop_self_test.cpp) runs an attention, so a driver that changed it is caught.
-    c.coop_accumulator_quads = c.vendor_id == 0x10DE && (!c.coop_nv.empty() || !c.coop_khr.empty());
     // Mesa's gallivm loop limiter (LP_MAX_TGSI_LOOP_ITERATIONS).
     if (d.api >= VK_API_VERSION_1_2 && driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_iterations = 65535;
     c.timestamps = l.timestampComputeAndGraphics || d.timestamp_bits > 0;
@@ -279,7 +276,6 @@ std::string describe(const DeviceCaps& c) {
     if (c.portability_subset) s += "  portability subset: yes (a layered implementation such as MoltenVK)\n";
     s += "  cooperative matrix NV: " + shapes_text(c.coop_nv) + "\n";
     s += "  cooperative matrix KHR: " + shapes_text(c.coop_khr) + "\n";
-    if (c.coop_accumulator_quads) s += "  cooperative accumulators: each row in a quad of lanes\n";
     char period[32];
     std::snprintf(period, sizeof period, "%g ns", c.timestamp_period_ns);
     s += std::string("  timestamps: ") + (c.timestamps ? std::string("period ") + period : "no") + "\n";

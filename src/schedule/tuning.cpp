@@ -91,10 +91,6 @@ Tuning tune_for(const rt::DeviceCaps& caps, Precision precision, bool training) 
         t.attention.shuffle_min_subgroup = caps.min_subgroup_size;
         t.attention.shuffle_max_subgroup = caps.max_subgroup_size;
     }
-    // Off unless asked for (MEGANEURA_ATTENTION_QUADS=1) until the kernels have run on a GPU (issue 14, session 50:
-    // written and compiled for the H200's profile while no GPU machine could be had).
-    t.attention.coop_quads = caps.coop_accumulator_quads && caps.subgroup_shuffle &&
-                             env_choice("MEGANEURA_ATTENTION_QUADS", {"0", "1"}).value_or("0") == "1";
     // MEGANEURA_ATTENTION_TILES=rows,threads_per_row,tile[,rowwise] forces the attention tiles (tests,
     // tuning on a new device); they still shrink to fit shared memory. ",rowwise" keeps every problem
     // on the row-wise kernels.
