@@ -257,8 +257,8 @@ std::optional<AttentionGradKernels> coop_grad_kernels(CoopKind kind, const Atten
     std::vector<Binding> bound = outputs;
     bound.insert(bound.end(), rotation.begin(), rotation.end());
     KernelSource k = tiled_kernel(kv ? "attention_grad_kv_coop" : "attention_grad_q_coop", s, t, false, grad_inputs(s),
-                                  bound, coop_glsl(s, grad_views(s, outputs), kind), groups * split.splits, max_groups,
-                                  chunks ? split.splits : 0, coop_extensions(), merged ? grad_sum_block_glsl(rs, kv) : "");
+                                  bound, coop_glsl(s, grad_views(s, outputs), kv ? kCoopGradKV : kCoopGradQ), groups * split.splits,
+                                  max_groups, chunks ? split.splits : 0, coop_extensions(), merged ? grad_sum_block_glsl(rs, kv) : "");
     k.required_subgroup_size = t.coop_subgroup;
     k.choice = "cooperative: " + std::to_string(own) + (kv ? " keys per kv head, " : " rows per kv head, ") +
                std::to_string(t.rows) + " per workgroup, " + std::to_string(t.tile) +

@@ -137,95 +137,6 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
     int position = query_start() + int(r % TQ); \
     uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
 
-// dQ's operands, staged through KV in turn: scale Q and dO times o_scale (the largest magnitude of the block's
-// rows, met through Xm) as fragments qf and of; inv_o = 1 / o_scale.
-#define OWN_Q_AND_DO \
-    STAGE_F16(KV, q4, head * ROWS + r0, BR, ROWS - r0, 0u, scale()) \
-    vec4 ro[2u * ROW_GROUPS(BR)]; \
-    float m; \
-    FETCH_ROWS(ro, m, dout4, head * ROWS + r0, BR, ROWS - r0) \
-    m = subgroupMax(m); \
-    if (lane == 0u) Xm[warp] = m; \
-    barrier(); \
-    F16MAT qf[OG], of[OG]; \
-    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(qf[i], KV, warp * 16u * D4 + i * 2u, D4, false); \
-    m = 0.0; \
-    [[unroll]] for (uint w = 0u; w < WG / 32u; ++w) m = max(m, Xm[w]); \
-    float o_scale = scale_for(floatBitsToUint(m)), inv_o = 1.0 / o_scale; \
-    barrier(); /* Q's fragments are loaded */ \
-    PUT_ROWS(KV, ro, BR, 0u, o_scale) \
-    barrier(); \
-    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(of[i], KV, warp * 16u * D4 + i * 2u, D4, false);
-
-// The setup of a dK/dV workgroup, which owns BR keys of a kv head: its block (KEY_BLOCK), the queries that may
-// see them; its subgroup's keys from k0 and the queries that may see those (`seen`); this thread's key (`live`
-// inside) and its rows srow of Ws and prow of Ps.
-#define OWN_KEYS \
-    uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u; \
-    KEY_BLOCK \
-    int s0 = query_start(); \
-    uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u); \
-    uint k0 = j0 + warp * 16u; \
-    bool keys_here = k0 < TK; \
-    uvec2 seen = keys_here ? query_range(k0, min(k0 + 16u, TK) - 1u) : uvec2(0u); \
-    uint key = k0 + rr; \
-    bool live = key < TK; \
-    uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
-
-// K and V of this subgroup's keys as fragments kf and vf, staged through QO in turn.
-#define OWN_K_AND_V \
-    STAGE_F16(QO, k4, head * TK + j0, BR, TK - j0, 0u, 1.0) \
-    barrier(); \
-    F16MAT kf[OG], vf[OG]; \
-    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(kf[i], QO, warp * 16u * D4 + i * 2u, D4, false); \
-    barrier(); \
-    STAGE_F16(QO, v4, head * TK + j0, BR, TK - j0, 0u, 1.0) \
-    barrier(); \
-    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(vf[i], QO, warp * 16u * D4 + i * 2u, D4, false);
-
-// dK/dV's accumulators dk (in units of g_scale) and dv (of o_scale), zero; dO's running scale (the workgroup's, as
-// the staged tile is) and dS's (the subgroup's), no tile yet; its steps, one per tile of BT query rows of each of
-// the G heads (those of its chunk where the sweep is split).
-#define DK_DV_ACCUMULATORS \
-    F32MAT dk[OG], dv[OG]; \
-    [[unroll]] for (uint i = 0u; i < OG; ++i) { \
-        dk[i] = F32MAT(0.0); \
-        dv[i] = F32MAT(0.0); \
-    } \
-    float o_scale = exp2(126.0), g_scale = exp2(126.0); \
-    uint per_head = (queries.y - queries.x + BT - 1u) / BT; \
-    uvec2 steps = steps_of(G * per_head, split);
-// Step `step`'s query tile: its first query t0, its first row's index rbase, its rows that may see a key of the
-// block (valid), staged (STAGE_QUERY_TILE).
-#define QUERY_TILE_OF_STEP \
-    uint t0 = queries.x + (step % per_head) * BT, rbase = head * ROWS + step / per_head * TQ + t0; \
-    uint valid = queries.y - t0; \
-    STAGE_QUERY_TILE
-
-// dK/dV's query tile of BT rows from index rbase (`valid` of them may see a key of the block), once the previous
-// one is consumed: scale Q at 0 and dO at OOFF of QO as f16, dO in units of the running o_scale (the workgroup's
-// largest magnitude so far, met through Xm; dv rescaled with it), the rows' lse and delta into Ls and Dl.
-#define STAGE_QUERY_TILE \
-    barrier(); \
-    STAGE_F16(QO, q4, rbase, BT, valid, 0u, scale()) \
-    { \
-        vec4 ro[2u * ROW_GROUPS(BT)]; \
-        float m; \
-        FETCH_ROWS(ro, m, dout4, rbase, BT, valid) \
-        m = subgroupMax(m); \
-        if (lane == 0u) Xm[warp] = m; \
-        for (uint i = lid; i < BT; i += WG) { \
-            Ls[i] = i < valid ? lse.d[rbase + i] : 0.0; \
-            Dl[i] = i < valid ? delta.d[rbase + i] : 0.0; \
-        } \
-        barrier(); \
-        m = 0.0; \
-        [[unroll]] for (uint w = 0u; w < WG / 32u; ++w) m = max(m, Xm[w]); \
-        TAKE_SCALE(o_scale, m, dv) \
-        PUT_ROWS(QO, ro, BT, OOFF, o_scale) \
-    } \
-    barrier();
-
 // Key tile j0 of K and V staged as f16 into KV (K at 0, V at VOFF), once the previous one is consumed.
 #define STAGE_KEY_TILE(j0) \
     barrier(); \
@@ -288,9 +199,7 @@ const uint OG = DH / 16u;             // 8-column groups of a row of d per threa
 // `valid` on not stored), BT columns at a time through its rows of Ws; row f at ROW(f) (flat_row, or
 // out_row, kv_row or dv_row: the heads merged where AttentionSpec says).
 uint flat_row(uint f) { return f; }
-// The subgroup's 16 x DH accumulators acc through its rows of Ws, BT columns at a time: for each of this thread's
-// groups of 8 columns (col) of its row rr, if rr < valid, PUT_8 with the group's first float at Ws[at].
-#define STORE_ROWS_WITH(acc, valid, PUT_8) \
+#define STORE_ROWS(dst4, acc, factor, first, valid, ROW) \
     [[unroll]] for (uint c0 = 0u; c0 < DH; c0 += BT) { \
         subgroupBarrier(); /* every earlier read of the subgroup's rows of Ws is done */ \
         [[unroll]] for (uint dn = c0 / 16u; dn < min(c0 + BT, DH) / 16u; ++dn) \
@@ -300,21 +209,13 @@ uint flat_row(uint f) { return f; }
         [[unroll]] for (uint t = 0u; t < OG; ++t) { \
             uint col = (side + 2u * t) * 8u; \
             if (rr < (valid) && col >= c0 && col < c0 + BT) { \
-                uint at = srow + col - c0; \
-                PUT_8 \
+                uint a = (ROW((first) + rr) * DH + col) / 4u, at = srow + col - c0; \
+                dst4.d[a] = vec4(Ws[at], Ws[at + 1u], Ws[at + 2u], Ws[at + 3u]) * (factor); \
+                dst4.d[a + 1u] = vec4(Ws[at + 4u], Ws[at + 5u], Ws[at + 6u], Ws[at + 7u]) * (factor); \
             } \
         } \
     }
-#define PUT_VEC4S(dst4, factor, first, ROW) { \
-        uint a = (ROW((first) + rr) * DH + col) / 4u; \
-        dst4.d[a] = vec4(Ws[at], Ws[at + 1u], Ws[at + 2u], Ws[at + 3u]) * (factor); \
-        dst4.d[a + 1u] = vec4(Ws[at + 4u], Ws[at + 5u], Ws[at + 6u], Ws[at + 7u]) * (factor); \
-    }
-#define STORE_ROWS(dst4, acc, factor, first, valid, ROW) STORE_ROWS_WITH(acc, valid, PUT_VEC4S(dst4, factor, first, ROW))
 )";
-
-
-}  // namespace
 
 const char* const kCoopForward = R"(
 const uint VOFF = BT * D4;            // V's tile after K's in KV
@@ -435,6 +336,8 @@ void main() {
 }
 )";
 
+}  // namespace
+
 uint64_t coop_shared_bytes(CoopKind kind, uint64_t rows, uint64_t tile, uint64_t dim) {
     // The streamed tile's two operands, P (or dS) as f16 and the f32 scratch, as kCoopAttentionCommon's strides.
     const uint64_t common = 2 * tile * (dim / 8 + 1) * 16 + rows * (tile / 8 + 1) * 16 + rows * (tile + 4) * 4;
@@ -485,26 +388,20 @@ std::string fit_coop(CoopKind kind, const AttentionSpec& s, AttentionTiles& t) {
 
 std::string coop_extensions() { return matmul_detail::kCoopExtensions; }
 
-std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views, CoopKind kind) {
+std::string coop_glsl(const AttentionSpec& s, const std::vector<CoopView>& views, const char* body) {
     // The head dim as a literal too (DH, D's value): it sizes the arrays of matrices and the shared arrays.
     std::string glsl = "#define DH " + std::to_string(s.head_dim) + "u\n";
     for (const CoopView& v : views) {
         glsl += "layout(std430, set = 0, binding = " + std::to_string(v.binding) + ") " + (v.coherent ? "coherent " : "") +
                 (v.writes ? "writeonly" : "readonly") + " buffer B_" + v.name + "4 { vec4 d[]; } " + v.name + "4;\n";
     }
-    glsl += std::string(matmul_detail::kCoopTypesGlsl) + kCoopAttentionCommon;
-    switch (kind) {
-        case CoopKind::Forward: return glsl + kCoopForward;
-        case CoopKind::GradQ: return glsl + kCoopGradQ;
-        case CoopKind::GradKV: return glsl + kCoopGradKV;
-    }
-    return glsl;
+    return glsl + matmul_detail::kCoopTypesGlsl + kCoopAttentionCommon + body;
 }
 
 std::string coop_forward_glsl(const AttentionSpec& s, bool split) {
     std::vector<CoopView> views = {{"q", 0, false}, {"k", 1, false}, {"v", 2, false}};
     if (!split) views.push_back({"o", s.dynamic_start ? 4u : 3u, true});  // bindings q, k, v, [start], o, lse
-    return coop_glsl(s, views, CoopKind::Forward);
+    return coop_glsl(s, views, kCoopForward);
 }
 
 }  // namespace mn::codegen

@@ -30,16 +30,15 @@ struct CoopView {
     bool writes;
     bool coherent = false;  // Binding::coherent
 };
-// After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and the body
-// of `kind`'s kernel. The backward's bindings are the f32 kernels': q, k, v, dout, lse, delta, [start], then dq, or dk and dv.
-std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, CoopKind kind);
+// After attention.cpp's common definitions: DH, the views, the matrix types, the kernels' shared GLSL and `body`.
+std::string coop_glsl(const AttentionSpec& spec, const std::vector<CoopView>& views, const char* body);
 
 // The forward's; `split`: its keys in chunks, each workgroup storing its chunk's partials (SPLIT) in
 // place of out and lse.
 std::string coop_forward_glsl(const AttentionSpec& spec, bool split);
 
-// The bodies: attention_coop.cpp's forward, attention_coop_backward.cpp's dQ and dK/dV.
-extern const char* const kCoopForward;
+// The backward's bodies (attention_coop_backward.cpp), for coop_glsl. Bindings as the f32 kernels':
+// q, k, v, dout, lse, delta, [start], then dq, or dk and dv.
 extern const char* const kCoopGradQ;
 extern const char* const kCoopGradKV;
 

@@ -52,7 +52,23 @@ void main() {
     OWN_QUERY_ROWS
     float row_lse = live ? lse.d[head * ROWS + r] : 0.0, row_delta = live ? delta.d[head * ROWS + r] : 0.0;
 
-    OWN_Q_AND_DO
+    // scale Q, then dO times o_scale (the block's), as fragments, staged through KV in turn.
+    STAGE_F16(KV, q4, head * ROWS + r0, BR, ROWS - r0, 0u, scale())
+    vec4 ro[2u * ROW_GROUPS(BR)];
+    float m;
+    FETCH_ROWS(ro, m, dout4, head * ROWS + r0, BR, ROWS - r0)
+    m = subgroupMax(m);
+    if (lane == 0u) Xm[warp] = m;
+    barrier();
+    F16MAT qf[OG], of[OG];
+    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(qf[i], KV, warp * 16u * D4 + i * 2u, D4, false);
+    m = 0.0;
+    [[unroll]] for (uint w = 0u; w < WG / 32u; ++w) m = max(m, Xm[w]);
+    float o_scale = scale_for(floatBitsToUint(m)), inv_o = 1.0 / o_scale;
+    barrier();  // Q's fragments are loaded
+    PUT_ROWS(KV, ro, BR, 0u, o_scale)
+    barrier();
+    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(of[i], KV, warp * 16u * D4 + i * 2u, D4, false);
 
     F32MAT acc[OG];  // dQ / scale in units of g_scale
     [[unroll]] for (uint i = 0u; i < OG; ++i) acc[i] = F32MAT(0.0);
@@ -103,12 +119,58 @@ shared float Dl[BT];
 shared float Xm[WG / 32u];
 
 void main() {
-    OWN_KEYS
-    OWN_K_AND_V
+    uint lid = gl_LocalInvocationID.x, warp = lid / 32u, lane = lid % 32u, rr = lane % 16u, side = lane / 16u;
+    KEY_BLOCK
+    int s0 = query_start();
+    uvec2 queries = query_range(j0, min(j0 + BR, TK) - 1u);
+    // This subgroup's keys and the queries that may see them; this thread's key.
+    uint k0 = j0 + warp * 16u;
+    bool keys_here = k0 < TK;
+    uvec2 seen = keys_here ? query_range(k0, min(k0 + 16u, TK) - 1u) : uvec2(0u);
+    uint key = k0 + rr;
+    bool live = key < TK;
+    uint srow = (warp * 16u + rr) * SW, prow = (warp * 16u + rr) * P4;
 
-    DK_DV_ACCUMULATORS
+    // K and V of this subgroup's keys as fragments, staged through QO in turn.
+    STAGE_F16(QO, k4, head * TK + j0, BR, TK - j0, 0u, 1.0)
+    barrier();
+    F16MAT kf[OG], vf[OG];
+    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(kf[i], QO, warp * 16u * D4 + i * 2u, D4, false);
+    barrier();
+    STAGE_F16(QO, v4, head * TK + j0, BR, TK - j0, 0u, 1.0)
+    barrier();
+    [[unroll]] for (uint i = 0u; i < OG; ++i) coopMatLoadNV(vf[i], QO, warp * 16u * D4 + i * 2u, D4, false);
+
+    F32MAT dk[OG], dv[OG];  // dK in units of g_scale, dV of o_scale
+    [[unroll]] for (uint i = 0u; i < OG; ++i) {
+        dk[i] = F32MAT(0.0);
+        dv[i] = F32MAT(0.0);
+    }
+    // dO's running scale (the workgroup's, as the staged tile is) and dS's (the subgroup's): no tile yet.
+    float o_scale = exp2(126.0), g_scale = exp2(126.0);
+    // One step per tile of BT query rows of each of the G heads.
+    uint per_head = (queries.y - queries.x + BT - 1u) / BT;
+    uvec2 steps = steps_of(G * per_head, split);
     for (uint step = steps.x; step < steps.y; ++step) {
-        QUERY_TILE_OF_STEP  // (V's fragments are loaded on the first pass)
+        uint t0 = queries.x + (step % per_head) * BT, rbase = head * ROWS + step / per_head * TQ + t0;
+        uint valid = queries.y - t0;  // rows of the tile that may see a key of the block
+        barrier();  // the previous tile is consumed (V's fragments loaded, on the first pass)
+        STAGE_F16(QO, q4, rbase, BT, valid, 0u, scale())
+        vec4 ro[2u * ROW_GROUPS(BT)];
+        float m;
+        FETCH_ROWS(ro, m, dout4, rbase, BT, valid)
+        m = subgroupMax(m);
+        if (lane == 0u) Xm[warp] = m;
+        for (uint i = lid; i < BT; i += WG) {
+            Ls[i] = i < valid ? lse.d[rbase + i] : 0.0;
+            Dl[i] = i < valid ? delta.d[rbase + i] : 0.0;
+        }
+        barrier();
+        m = 0.0;
+        [[unroll]] for (uint w = 0u; w < WG / 32u; ++w) m = max(m, Xm[w]);
+        TAKE_SCALE(o_scale, m, dv)
+        PUT_ROWS(QO, ro, BT, OOFF, o_scale)
+        barrier();
         if (!keys_here || t0 >= seen.y || t0 + BT <= seen.x) continue;  // the same for the whole subgroup
 
         // S^T = K (scale Q)^T, this subgroup's 16 keys by BT queries, into its rows of Ws; P^T as f16 into Ps.

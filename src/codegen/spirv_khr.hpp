@@ -25,7 +25,8 @@ inline constexpr uint32_t kNvToKhrVersion = 1;
 // The module with its NV cooperative-matrix capability, extension, types and instructions replaced by
 // the KHR ones, computing the same; a module that does not declare CooperativeMatrixNV comes back
 // unchanged. Throws mn::Error, naming the value and why, for a module the rewrite cannot express in
-// KHR terms: a matrix used as two different operands of products (KHR types have one use each), a matrix passed to a function or held in a struct, a layout that is not a constant.
+// KHR terms: a matrix used as two different operands of products (KHR types have one use each), a matrix
+// passed to a function or held in a struct, a layout that is not a constant.
 std::vector<uint32_t> nv_to_khr(const std::vector<uint32_t>& spirv);
 
 }  // namespace mn::codegen

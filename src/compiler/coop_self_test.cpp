@@ -2,10 +2,10 @@
 // GEMM's gathers) with every kind of cooperative kernel precision fast trains with: a linear layer before
 // a ReLU (split, Tuning::split_forward), one after it, a padded 3x3 convolution (f16) and a causal attention
 // of two query heads a kv head, and the gradients of all, the convolution's input and weight gradients on
-// the scaled kernels (the linear layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16 operands carry ~7e-4 relative L2
-// error here (the matmul tests say why); a wrong driver is off by far more, so the limit is 1e-2. One
-// program, not one per kind: the check is part of a device's first fast compile (0.4-0.6 s of it on the
-// H200 with two programs).
+// the scaled kernels (the linear layers' too where MEGANEURA_FAST_GRADIENTS=f16 puts them there). f16
+// operands carry ~7e-4 relative L2 error here (the matmul tests say why); a wrong driver is off by far
+// more, so the limit is 1e-2. One program, not one per kind: the check is part of a device's first fast
+// compile (0.4-0.6 s of it on the H200 with two programs).
 #include "compiler/coop_self_test.hpp"
 
 #include <algorithm>
@@ -39,7 +39,8 @@ Graph cooperative_check_graph() {
     Tensor y = g.linear(x, w);
     Tensor z = g.linear(g.relu(y), v);
     Tensor conv = g.conv2d(image, filter, std::nullopt, padded);
-    Tensor q = g.parameter("q", {1, 2, 40, 32}), k = g.parameter("k", {1, 1, 40, 32}), values = g.parameter("values", {1, 1, 40, 32});
+    Tensor q = g.parameter("q", {1, 2, 40, 32}), k = g.parameter("k", {1, 1, 40, 32});
+    Tensor values = g.parameter("values", {1, 1, 40, 32});
     AttentionOptions causal;
     causal.causal = true;
     Tensor att = g.attention(q, k, values, causal);
