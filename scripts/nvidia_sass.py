@@ -23,6 +23,7 @@ import argparse
 import collections
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -34,10 +35,15 @@ INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]
 
 
 def containers(cache: bytes):
-    """The NVuc container of each zstd frame of the cache, in order."""
+    """The NVuc container of each zstd frame of the cache, in order. The magic may also turn up inside a frame's
+    compressed bytes: what does not decompress is no frame."""
+    view = memoryview(cache)
     at = cache.find(ZSTD_MAGIC)
     while at >= 0:
-        data = zstandard.ZstdDecompressor().decompressobj().decompress(cache[at:])
+        try:
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(view[at:])
+        except zstandard.ZstdError:
+            data = b""
         start = data.find(b"NVuc")
         if start >= 0:
             yield data[start:]
@@ -51,12 +57,21 @@ def main() -> int:
     parser.add_argument("--nvdisasm", default="nvdisasm", help="CUDA's nvdisasm (11.8 or later, for SM90)")
     parser.add_argument("--arch", default="SM90", help="nvdisasm's -b architecture (SM90: H100, H200)")
     args = parser.parse_args()
-    with open(args.cache, "rb") as f:
-        cache = f.read()
+    try:
+        with open(args.cache, "rb") as f:
+            cache = f.read()
+    except OSError as e:
+        print("nvidia_sass.py: cannot read the cache %s: %s" % (args.cache, e.strerror), file=sys.stderr)
+        return 1
+    if not shutil.which(args.nvdisasm):
+        print("nvidia_sass.py: no nvdisasm at '%s' (--nvdisasm; the docstring says where to get one)" % args.nvdisasm,
+              file=sys.stderr)
+        return 1
     os.makedirs(args.out, exist_ok=True)
     count = 0
-    for count, nvuc in enumerate(containers(cache), 1):
-        path = os.path.join(args.out, "%03d" % (count - 1))
+    for index, nvuc in enumerate(containers(cache)):
+        count = index + 1
+        path = os.path.join(args.out, "%03d" % index)
         with open(path + ".nvuc", "wb") as f:
             f.write(nvuc)
         listing = subprocess.run([args.nvdisasm, "-b", args.arch, path + ".nvuc"], capture_output=True, text=True, check=False)
@@ -65,10 +80,10 @@ def main() -> int:
         ops = collections.Counter(INSTRUCTION.findall(listing.stdout))
         registers = re.search(r"Register count=(\d+)", listing.stdout)
         print("%03d registers %s, %d instructions: %s" % (
-            count - 1, registers.group(1) if registers else "?", sum(ops.values()),
+            index, registers.group(1) if registers else "?", sum(ops.values()),
             " ".join("%s %d" % (op, ops[op]) for op in SHOWN if ops[op])))
     if not count:
-        print("no zstd-framed NVuc entries in " + args.cache, file=sys.stderr)
+        print("nvidia_sass.py: no zstd-framed NVuc entries in " + args.cache, file=sys.stderr)
         return 1
     return 0
 
